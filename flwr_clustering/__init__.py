@@ -1,0 +1,3 @@
+"""Federated and distributed clustering for Flower."""
+
+__version__ = "0.1.0"
