@@ -1,0 +1,432 @@
+"""FKM: federated k-means of Garst & Reinders (Algorithm 1; spec ``002-fkm.md``).
+
+Protocol, per round: every client uploads its local centroids and their sizes (clusters
+smaller than the privacy threshold ``p`` are withheld); the server runs a
+count-weighted k-means with ``K_g`` clusters over all received centroids (Eq. 1) and
+broadcasts the ``K_g`` global centroids; every client keeps the global centroids that
+attract at least one of its points, runs ``L`` Lloyd steps from them and uploads again.
+
+This module holds the client step, the server step and a pure-NumPy loop
+(:func:`run_fkm`) that the Flower strategy must match bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.cluster import kmeans_plusplus
+
+from .lloyd import (
+    assign_to_nearest,
+    check_data,
+    lloyd_step,
+    matched_shift,
+    seed_from,
+    weighted_kmeans,
+)
+
+__all__ = [
+    "FKMResult",
+    "LocalCentroids",
+    "check_local_centroids",
+    "client_rng",
+    "fkm_client_init",
+    "fkm_client_update",
+    "fkm_server_aggregate",
+    "run_fkm",
+]
+
+INIT_MODES = ("private", "paper")
+SERVER_UPDATES = ("kmeans", "lloyd")
+
+
+@dataclass
+class LocalCentroids:
+    """What one client uploads: local centroids, their sizes and their origin.
+
+    Attributes
+    ----------
+    means : numpy.ndarray of shape (k_i, d)
+        Local centroids (``k_i`` may be 0).
+    counts : numpy.ndarray of shape (k_i,), int64
+        Number of local points behind each centroid; every count is ``>= p``.
+    index : numpy.ndarray of shape (k_i,), int64
+        Index of the global centroid each local centroid started from (``-1`` at
+        initialisation). Only the ``"lloyd"`` server update uses it.
+    """
+
+    means: np.ndarray
+    counts: np.ndarray
+    index: np.ndarray
+
+    def to_arrays(self) -> list[np.ndarray]:
+        """Return the payload as the list ``[means, counts, index]``."""
+        return [self.means, self.counts, self.index]
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> LocalCentroids:
+        """Build from ``[means, counts, index]`` (the inverse of :meth:`to_arrays`)."""
+        if len(arrays) != 3:
+            raise ValueError(f"expected 3 arrays (means, counts, index), got {len(arrays)}")
+        means, counts, index = (np.asarray(a) for a in arrays)
+        return cls(means, counts, index)
+
+
+def client_rng(seed: int, client_id: int) -> np.random.Generator:
+    """The random generator of client ``client_id`` in a run seeded with ``seed``.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    client_id : int
+        A stable client identifier (the partition id in simulation).
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``default_rng([seed, client_id])``: independent streams per client, the same in
+        the pure loop and under Flower.
+    """
+    return np.random.default_rng([int(seed), int(client_id)])
+
+
+def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
+    keep = (part_counts >= p) & (counts >= p)
+    return LocalCentroids(
+        np.ascontiguousarray(means[keep], dtype=np.float64),
+        counts[keep].astype(np.int64),
+        index[keep].astype(np.int64),
+    )
+
+
+def _local_lloyd(X, C, index, p, local_iters, recount) -> LocalCentroids:
+    part_counts = np.zeros(len(C), dtype=np.int64)
+    for _ in range(local_iters):
+        C, part_counts, _ = lloyd_step(X, C)
+    counts = part_counts
+    if recount:
+        # scikit-learn semantics used by the paper's code: a final E-step, so the counts
+        # are of the points nearest to the NEW means (spec 002 §2.5 item 3).
+        counts = np.bincount(assign_to_nearest(X, C)[0], minlength=len(C)).astype(np.int64)
+    return _filtered(C, part_counts, counts, index, p)
+
+
+def fkm_client_init(
+    X: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    p: int = 2,
+    init: str = "private",
+    local_iters: int = 1,
+    recount: bool = False,
+) -> LocalCentroids:
+    """Round-0 client step: k-means++ seeding of ``min(n_i, K_g)`` local clusters.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n_i, d)
+        The client's data.
+    k : int
+        ``K_g``, the global number of clusters.
+    rng : numpy.random.Generator
+        The client's generator (see :func:`client_rng`).
+    p : int, default 2
+        Privacy threshold: clusters with fewer than ``p`` points are withheld.
+    init : {"private", "paper"}
+        ``"private"`` (default) runs ``max(1, local_iters)`` Lloyd steps from the seeds
+        before uploading, so only means of ``>= p`` points leave the client.
+        ``"paper"`` uploads the k-means++ seeds themselves, as the paper's code does:
+        **these are raw data rows**.
+    local_iters : int, default 1
+        Lloyd steps in private mode.
+    recount : bool, default False
+        Count points nearest to the new means (the paper's scikit-learn semantics)
+        instead of the partition that produced them; in both cases a centroid is only
+        uploaded when the partition behind it has at least ``p`` points.
+
+    Returns
+    -------
+    LocalCentroids
+        The upload (``index`` is all ``-1``).
+    """
+    X = check_data(X)
+    if init not in INIT_MODES:
+        raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
+    k_i = min(len(X), k)
+    if k_i == 0:
+        d = X.shape[1]
+        return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    seeds, _ = kmeans_plusplus(X, k_i, random_state=seed_from(rng))
+    index = np.full(k_i, -1, dtype=np.int64)
+    if init == "paper":
+        counts = np.bincount(assign_to_nearest(X, seeds)[0], minlength=k_i).astype(np.int64)
+        return _filtered(seeds, counts, counts, index, p)
+    return _local_lloyd(X, seeds, index, p, max(1, local_iters), recount)
+
+
+def fkm_client_update(
+    X: np.ndarray,
+    global_centroids: np.ndarray,
+    *,
+    p: int = 2,
+    local_iters: int = 1,
+    recount: bool = False,
+) -> LocalCentroids:
+    """Client step of rounds ``r >= 1`` (Algorithm 1, lines 13-19).
+
+    Assign the local points to the global centroids, drop the global centroids that
+    attract no local point, run ``local_iters`` Lloyd steps from the survivors, apply the
+    privacy filter.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n_i, d)
+        The client's data.
+    global_centroids : numpy.ndarray of shape (K, d)
+        The broadcast ``C_g``.
+    p, local_iters, recount
+        As in :func:`fkm_client_init` (``local_iters`` may be 0: then the upload is the
+        surviving global centroids with their local counts, i.e. only evaluation).
+
+    Returns
+    -------
+    LocalCentroids
+        The upload; ``index`` names the global centroid each local one started from.
+    """
+    C = check_data(global_centroids, name="global centroids")
+    X = check_data(X, n_features=C.shape[1])
+    if len(X) == 0:
+        d = C.shape[1]
+        return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    labels, _ = assign_to_nearest(X, C)
+    present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
+    if local_iters == 0:
+        counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)
+        return _filtered(C[present], counts, counts, present, p)
+    return _local_lloyd(X, C[present], present.astype(np.int64), p, local_iters, recount)
+
+
+def check_local_centroids(
+    upload: LocalCentroids, *, n_features: int | None, p: int, k: int | None = None
+) -> LocalCentroids:
+    """Validate an upload received from a client (server side).
+
+    Parameters
+    ----------
+    upload : LocalCentroids
+        The payload.
+    n_features : int or None
+        Expected dimension (``None``: not known yet).
+    p : int
+        Privacy threshold every count must meet.
+    k : int, optional
+        Number of global centroids; ``index`` entries must be in ``[-1, k)``.
+
+    Returns
+    -------
+    LocalCentroids
+        The same upload with canonical dtypes.
+
+    Raises
+    ------
+    ValueError
+        Naming what is malformed: shapes, non-finite values, counts below ``p``.
+    """
+    means = np.asarray(upload.means, dtype=np.float64)
+    counts = np.asarray(upload.counts)
+    index = np.asarray(upload.index)
+    if means.ndim != 2:
+        raise ValueError(f"means must be 2-D (k_i, d), got shape {means.shape}")
+    if counts.shape != (len(means),) or index.shape != (len(means),):
+        raise ValueError(
+            f"counts {counts.shape} and index {index.shape} must have shape ({len(means)},) "
+            f"to match means {means.shape}"
+        )
+    if n_features is not None and len(means) and means.shape[1] != n_features:
+        raise ValueError(f"means have {means.shape[1]} features, expected {n_features}")
+    if not np.isfinite(means).all():
+        raise ValueError("means contain NaN or inf")
+    if len(counts) and (counts < max(p, 1)).any():
+        raise ValueError(f"a count is below the privacy threshold p={p}: {counts.min()}")
+    if k is not None and len(index) and ((index < -1) | (index >= k)).any():
+        raise ValueError(f"index values must lie in [-1, {k}), got {index.min()}..{index.max()}")
+    return LocalCentroids(means, counts.astype(np.int64), index.astype(np.int64))
+
+
+def fkm_server_aggregate(
+    uploads: Sequence[LocalCentroids],
+    k: int,
+    rng: np.random.Generator,
+    *,
+    seeding: str = "weighted",
+    update: str = "kmeans",
+    previous: np.ndarray | None = None,
+    n_init: int = 10,
+) -> np.ndarray:
+    """Server step: global centroids from all clients' local centroids.
+
+    Parameters
+    ----------
+    uploads : sequence of LocalCentroids
+        In a fixed order (sorted by client id): the order changes the k-means++ draws.
+    k : int
+        ``K_g``.
+    rng : numpy.random.Generator
+        The server's generator (one or ``n_init`` draws per call).
+    seeding : {"weighted", "unweighted"}
+        k-means++ seeding of the server k-means (see
+        :func:`~flwr_clustering.algorithms.lloyd.weighted_kmeans`).
+    update : {"kmeans", "lloyd"}
+        ``"kmeans"`` is the paper (Eq. 1): weighted k-means over the ``M`` local
+        centroids, re-seeded every round. ``"lloyd"`` is federated Lloyd: the new global
+        centroid ``j`` is the count-weighted mean of the local centroids that grew from
+        ``previous[j]`` (needs ``previous`` and the ``index`` of each upload); a global
+        centroid no client kept stays where it was. With ``p = 0`` and every client this
+        is exactly one centralized Lloyd step.
+    previous : numpy.ndarray of shape (k, d), optional
+        ``C_g`` of the previous round (required by ``"lloyd"``).
+    n_init : int, default 10
+        Restarts of the server k-means.
+
+    Returns
+    -------
+    numpy.ndarray of shape (k', d)
+        The global centroids; ``k' = k`` unless only ``M <= k`` local centroids were
+        received, in which case the ``M`` local centroids are returned unchanged
+        (spec 002 §2.5 item 4).
+
+    Raises
+    ------
+    ValueError
+        If no client uploaded any centroid.
+    """
+    if update not in SERVER_UPDATES:
+        raise ValueError(f"update must be one of {SERVER_UPDATES}, got {update!r}")
+    uploads = [u for u in uploads if len(u.means)]
+    if not uploads:
+        raise ValueError(
+            "no client uploaded any centroid (every local cluster was below the privacy "
+            "threshold or every client failed)"
+        )
+    means = np.concatenate([u.means for u in uploads])
+    counts = np.concatenate([u.counts for u in uploads]).astype(np.float64)
+    if update == "lloyd":
+        if previous is None:
+            raise ValueError("the 'lloyd' server update needs the previous global centroids")
+        index = np.concatenate([u.index for u in uploads])
+        if (index < 0).any():
+            raise ValueError("the 'lloyd' server update needs uploads indexed by global centroid")
+        new = np.array(previous, dtype=np.float64, copy=True)
+        weight = np.bincount(index, weights=counts, minlength=len(new))
+        sums = np.zeros_like(new)
+        np.add.at(sums, index, means * counts[:, None])
+        hit = weight > 0
+        new[hit] = sums[hit] / weight[hit, None]
+        return new
+    if len(means) <= k:
+        return means
+    return weighted_kmeans(means, counts, k, rng, seeding=seeding, n_init=n_init)
+
+
+@dataclass
+class FKMResult:
+    """Outcome of :func:`run_fkm`.
+
+    Attributes
+    ----------
+    centroids : numpy.ndarray
+        ``C_g`` after the last aggregation.
+    history : list of numpy.ndarray
+        ``C_g`` after every aggregation (``history[r - 1]`` is round ``r``).
+    shifts : list of float
+        Hungarian-matched shift of every round against the previous one.
+    uploads : list of int
+        Number of local centroids ``M`` received in every round.
+    converged : bool
+        Whether the run stopped on ``tol`` rather than on ``max_rounds``.
+    """
+
+    centroids: np.ndarray
+    history: list[np.ndarray] = field(default_factory=list)
+    shifts: list[float] = field(default_factory=list)
+    uploads: list[int] = field(default_factory=list)
+    converged: bool = False
+
+
+def run_fkm(
+    clients: Sequence[np.ndarray],
+    k: int,
+    *,
+    seed: int = 0,
+    max_rounds: int = 20,
+    tol: float = 1e-6,
+    p: int = 2,
+    local_iters: int = 1,
+    init: str = "private",
+    recount: bool = False,
+    seeding: str = "weighted",
+    update: str = "kmeans",
+    n_init: int = 10,
+    initial_centroids: np.ndarray | None = None,
+) -> FKMResult:
+    """Run FKM on in-memory client arrays, with no Flower (the reference loop).
+
+    Parameters
+    ----------
+    clients : sequence of numpy.ndarray
+        ``X_i`` of every client, in client-id order.
+    k : int
+        ``K_g``.
+    seed : int, default 0
+        Seeds the server generator ``default_rng(seed)`` and client ``i``'s generator
+        :func:`client_rng(seed, i) <client_rng>`.
+    max_rounds : int, default 20
+        Number of aggregations ``R`` at most.
+    tol : float, default 1e-6
+        Stop when the Hungarian-matched shift of ``C_g`` falls to ``tol`` or below
+        (``tol < 0`` disables the test).
+    p, local_iters, init, recount
+        Client options (:func:`fkm_client_init`, :func:`fkm_client_update`).
+    seeding, update, n_init
+        Server options (:func:`fkm_server_aggregate`).
+    initial_centroids : numpy.ndarray of shape (k, d), optional
+        A shared starting ``C_g``; then round 1 is a client update from it instead of
+        the client-side k-means++ initialisation.
+
+    Returns
+    -------
+    FKMResult
+        Final and per-round global centroids.
+    """
+    server_rng = np.random.default_rng(seed)
+    client_opts = dict(p=p, local_iters=local_iters, recount=recount)
+    previous = None if initial_centroids is None else np.asarray(initial_centroids, float)
+    if previous is None:
+        uploads = [
+            fkm_client_init(X, k, client_rng(seed, i), init=init, **client_opts)
+            for i, X in enumerate(clients)
+        ]
+    else:
+        uploads = [fkm_client_update(X, previous, **client_opts) for X in clients]
+    result = FKMResult(centroids=previous)
+    for _ in range(max_rounds):
+        server_update = update if previous is not None else "kmeans"
+        new = fkm_server_aggregate(
+            uploads, k, server_rng, seeding=seeding, update=server_update, previous=previous,
+            n_init=n_init,
+        )
+        shift = matched_shift(previous, new)
+        result.history.append(new)
+        result.shifts.append(shift)
+        result.uploads.append(sum(len(u.means) for u in uploads))
+        result.centroids, previous = new, new
+        if shift <= tol:
+            result.converged = True
+            break
+        if len(result.history) < max_rounds:
+            uploads = [fkm_client_update(X, new, **client_opts) for X in clients]
+    return result

@@ -1,0 +1,234 @@
+"""Shared k-means primitives used by every centroid-based algorithm.
+
+Everything here is plain NumPy / SciPy / scikit-learn and takes its randomness from a
+``numpy.random.Generator``. No Flower import, ever (layer 1 of the architecture).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans, kmeans_plusplus
+from sklearn.metrics import pairwise_distances_argmin_min
+
+__all__ = [
+    "assign_to_nearest",
+    "check_data",
+    "cluster_sums",
+    "lloyd_step",
+    "matched_shift",
+    "seed_from",
+    "weighted_kmeans",
+]
+
+
+def seed_from(rng: np.random.Generator) -> int:
+    """Draw an integer seed for a scikit-learn ``random_state`` from ``rng``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The caller's generator; it advances by one draw.
+
+    Returns
+    -------
+    int
+        A seed in ``[0, 2**31 - 1)``.
+    """
+    return int(rng.integers(0, 2**31 - 1))
+
+
+def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None) -> np.ndarray:
+    """Validate a data matrix and return it as C-contiguous float64.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        The data.
+    name : str, default "data"
+        How the error messages name this array (e.g. ``"client 3 data"``).
+    n_features : int, optional
+        The number of features the data must have (e.g. the dimension of the global
+        centroids).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``X`` as float64.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 2-D, holds NaN or inf, or has the wrong number of features.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (n_samples, n_features), got shape {X.shape}")
+    bad = ~np.isfinite(X)
+    if bad.any():
+        rows = np.unique(np.nonzero(bad)[0])
+        raise ValueError(
+            f"{name} contains NaN or inf in {int(bad.sum())} value(s) "
+            f"(first bad row: {int(rows[0])}); clean or impute it before clustering"
+        )
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {X.shape[1]} features but the model has {n_features} "
+            "(feature-count mismatch between clients)"
+        )
+    return X
+
+
+def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Assign every row of ``X`` to its nearest centroid (ties: lowest index).
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Data.
+    C : numpy.ndarray of shape (k, d)
+        Centroids, ``k >= 1``.
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,), int64
+        Index of the nearest centroid.
+    sq_dist : numpy.ndarray of shape (n,), float64
+        Squared Euclidean distance to it.
+    """
+    if len(X) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    labels, dist = pairwise_distances_argmin_min(X, C, metric="sqeuclidean")
+    return labels.astype(np.int64), np.maximum(dist, 0.0)
+
+
+def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster sums and counts, the sufficient statistics of a Lloyd step.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Data.
+    labels : numpy.ndarray of shape (n,)
+        Cluster index of every row, in ``[0, k)``.
+    k : int
+        Number of clusters.
+
+    Returns
+    -------
+    sums : numpy.ndarray of shape (k, d)
+        ``sums[j] = sum of X[labels == j]``.
+    counts : numpy.ndarray of shape (k,), int64
+        ``counts[j] = |{i : labels[i] == j}|``.
+    """
+    n = len(X)
+    onehot = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
+    sums = np.asarray(onehot @ X)
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    return sums, counts
+
+
+def lloyd_step(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One Lloyd iteration: assign to the nearest centroid, then move centroids to means.
+
+    A centroid that attracts no point stays where it is (its count is 0).
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Data.
+    C : numpy.ndarray of shape (k, d)
+        Current centroids.
+
+    Returns
+    -------
+    means : numpy.ndarray of shape (k, d)
+        Updated centroids.
+    counts : numpy.ndarray of shape (k,), int64
+        Size of the partition that produced each mean.
+    labels : numpy.ndarray of shape (n,)
+        The partition (assignment to ``C``).
+    """
+    labels, _ = assign_to_nearest(X, C)
+    sums, counts = cluster_sums(X, labels, len(C))
+    means = np.array(C, dtype=np.float64, copy=True)
+    nz = counts > 0
+    means[nz] = sums[nz] / counts[nz, None]
+    return means, counts, labels
+
+
+def matched_shift(C_old: np.ndarray | None, C_new: np.ndarray) -> float:
+    """Largest centroid displacement after Hungarian matching of two centroid sets.
+
+    Used as the convergence test of algorithms whose server re-clusters from scratch
+    every round, so that cluster indices are not stable (spec 002 §2.5 item 6).
+
+    Parameters
+    ----------
+    C_old, C_new : numpy.ndarray of shape (k, d)
+        Centroids of two consecutive rounds.
+
+    Returns
+    -------
+    float
+        ``max_j ||C_new[j] - C_old[pi(j)]||`` for the optimal matching ``pi``;
+        ``inf`` when there is no previous set or the shapes differ.
+    """
+    if C_old is None or C_old.shape != C_new.shape:
+        return float("inf")
+    cost = ((C_new[:, None, :] - C_old[None, :, :]) ** 2).sum(-1)
+    rows, cols = linear_sum_assignment(cost)
+    return float(np.sqrt(cost[rows, cols].max()))
+
+
+def weighted_kmeans(
+    points: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    rng: np.random.Generator,
+    *,
+    seeding: str = "weighted",
+    n_init: int = 10,
+    max_iter: int = 300,
+    tol: float = 1e-4,
+) -> np.ndarray:
+    """Sample-weighted k-means (Garst & Reinders Eq. 1) over a set of weighted points.
+
+    Parameters
+    ----------
+    points : numpy.ndarray of shape (m, d)
+        The points (for FKM: the local centroids of all clients), ``m >= k``.
+    weights : numpy.ndarray of shape (m,)
+        Non-negative weights (for FKM: the local cluster sizes).
+    k : int
+        Number of clusters.
+    rng : numpy.random.Generator
+        Source of the random state (one draw per call).
+    seeding : {"weighted", "unweighted"}
+        ``"weighted"`` is scikit-learn >= 1.3: the k-means++ seeding uses the weights.
+        ``"unweighted"`` emulates scikit-learn < 1.3, which the paper used: ``n_init``
+        unweighted k-means++ seedings, each refined by weighted Lloyd, keeping the run of
+        lowest weighted inertia (spec 002 §2.5 item 5).
+    n_init, max_iter, tol
+        As in :class:`sklearn.cluster.KMeans`.
+
+    Returns
+    -------
+    numpy.ndarray of shape (k, d)
+        The cluster centres.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if seeding == "weighted":
+        km = KMeans(k, n_init=n_init, max_iter=max_iter, tol=tol, random_state=seed_from(rng))
+        return km.fit(points, sample_weight=weights).cluster_centers_
+    if seeding != "unweighted":
+        raise ValueError(f"seeding must be 'weighted' or 'unweighted', got {seeding!r}")
+    best, best_inertia = None, np.inf
+    for _ in range(n_init):
+        init, _ = kmeans_plusplus(points, k, random_state=seed_from(rng))
+        km = KMeans(k, init=init, n_init=1, max_iter=max_iter, tol=tol)
+        km.fit(points, sample_weight=weights)
+        if km.inertia_ < best_inertia:
+            best, best_inertia = km.cluster_centers_, km.inertia_
+    return best
