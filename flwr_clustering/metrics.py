@@ -1,0 +1,556 @@
+"""Clustering metrics in centralized and exact federated (additive) form.
+
+Federated evaluation: every client calls :func:`local_evaluation_stats` on its own data with
+the global centroids and sends the returned counts and partial sums (never a data row); the
+server calls :func:`aggregate_evaluation_stats`. Contingency tables, SSE and the simplified
+silhouette are sums over points, so the global ARI, NMI, purity, SSE and simplified silhouette
+equal what :func:`centralized_metrics` computes on the pooled data with the same centroids
+(Garst & Reinders, spec 002 §4.4 and §7).
+
+The paper's own ARI for federated methods is different: the sample-weighted mean of per-client
+ARIs, ``sum_i n_i ARI_i / sum_i n_i``. It is reported as ``"ari-client-weighted"``.
+
+Layer 2: NumPy / SciPy / scikit-learn only, no Flower import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
+from sklearn.metrics import (
+    adjusted_rand_score,
+    normalized_mutual_info_score,
+    silhouette_score,
+)
+from sklearn.metrics.cluster import contingency_matrix
+
+from .algorithms.lloyd import check_data
+
+__all__ = [
+    "aggregate_evaluation_stats",
+    "ari_from_contingency",
+    "assign_to_nearest",
+    "centralized_metrics",
+    "contingency",
+    "local_evaluation_stats",
+    "matched_centroid_error",
+    "nmi_from_contingency",
+    "pooled_silhouette",
+    "purity_from_contingency",
+    "simplified_silhouette",
+    "simplified_silhouette_sum",
+    "sse",
+    "sum_contingencies",
+]
+
+
+def _sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Validated squared distances ``(n, k)`` from every row of ``X`` to every centroid.
+
+    ``cdist`` computes each pair directly from the difference vector, so the value for a row
+    does not depend on which other rows share the call (unlike the GEMM expansion, whose
+    rounding depends on blocking) and is never negative. This is what makes a client's
+    assignments bit-identical to the pooled ones, hence federated == centralized exactly.
+    """
+    C = check_data(C, name="centroids")
+    if len(C) == 0:
+        raise ValueError("centroids must hold at least one row (k >= 1)")
+    X = check_data(X, name="data", n_features=C.shape[1])
+    return cdist(X, C, metric="sqeuclidean")
+
+
+def _assign(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.argmin(d2, axis=1)
+    return labels.astype(np.int64), d2[np.arange(len(d2)), labels]
+
+
+def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Assign every row of ``X`` to its nearest centroid (ties: lowest index).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data (may be empty).
+    C : array_like of shape (k, d)
+        Centroids, ``k >= 1``.
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,), int64
+        ``argmin_j ||x_i - c_j||^2``.
+    sq_dist : numpy.ndarray of shape (n,), float64
+        The squared Euclidean distance to that centroid (non-negative).
+
+    Raises
+    ------
+    ValueError
+        On NaN/inf, wrong dimensions, no centroid, or a feature-count mismatch.
+    """
+    return _assign(_sq_distances(X, C))
+
+
+def _check_labels(labels: np.ndarray, size: int, name: str) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {labels.shape}")
+    if labels.dtype.kind not in "iub" and not (
+        labels.dtype.kind == "f" and np.array_equal(labels, np.round(labels))
+    ):
+        raise ValueError(f"{name} must hold integers, got dtype {labels.dtype}")
+    labels = labels.astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= size):
+        raise ValueError(
+            f"{name} must be integers in [0, {size}), got values in "
+            f"[{labels.min()}, {labels.max()}]; pass a larger n_classes/n_clusters or re-encode "
+            "the labels as 0..K-1"
+        )
+    return labels
+
+
+def contingency(
+    labels_pred: np.ndarray, labels_true: np.ndarray, n_clusters: int, n_classes: int
+) -> np.ndarray:
+    """Count points per (predicted cluster, true class) pair.
+
+    Parameters
+    ----------
+    labels_pred : array_like of shape (n,)
+        Predicted cluster of each point, integers in ``[0, n_clusters)``.
+    labels_true : array_like of shape (n,)
+        True class of each point, integers in ``[0, n_classes)``.
+    n_clusters : int
+        Number of rows (all clusters, including empty ones).
+    n_classes : int
+        Number of columns (all classes, including those absent locally).
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_clusters, n_classes), int64
+        ``table[j, c] = #{i : pred_i = j and true_i = c}``; additive over clients.
+
+    Raises
+    ------
+    ValueError
+        If the arrays differ in length or a label is out of range or not an integer.
+    """
+    pred = _check_labels(labels_pred, n_clusters, "labels_pred")
+    true = _check_labels(labels_true, n_classes, "labels_true")
+    if len(pred) != len(true):
+        raise ValueError(
+            f"labels_pred and labels_true differ in length ({len(pred)} != {len(true)})"
+        )
+    flat = np.bincount(pred * n_classes + true, minlength=n_clusters * n_classes)
+    return flat.astype(np.int64).reshape(n_clusters, n_classes)
+
+
+def sum_contingencies(tables: Sequence[np.ndarray]) -> np.ndarray:
+    """Sum contingency tables, zero-padding them to the largest shape first.
+
+    Parameters
+    ----------
+    tables : sequence of array_like of shape (k_i, c_i)
+        Per-client tables (clients may know different numbers of classes).
+
+    Returns
+    -------
+    numpy.ndarray of shape (max k_i, max c_i), int64
+        The global table.
+
+    Raises
+    ------
+    ValueError
+        If there is no table, or one is not a 2-D table of non-negative integers.
+    """
+    if len(tables) == 0:
+        raise ValueError("sum_contingencies needs at least one table")
+    arrays = [_check_table(t) for t in tables]
+    total = np.zeros(np.max([a.shape for a in arrays], axis=0), dtype=np.int64)
+    for a in arrays:
+        total[: a.shape[0], : a.shape[1]] += a
+    return total
+
+
+def _check_table(table: np.ndarray) -> np.ndarray:
+    t = np.asarray(table)
+    if t.ndim != 2:
+        raise ValueError(f"a contingency table must be 2-D, got shape {t.shape}")
+    if t.size and (not np.array_equal(t, np.round(t)) or t.min() < 0):
+        raise ValueError("a contingency table must hold non-negative integer counts")
+    return t.astype(np.int64)
+
+
+def _labels_from_table(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rebuild ``(labels_true, labels_pred)`` arrays with exactly the counts of ``table``.
+
+    sklearn's ARI/NMI depend on the labels only through their contingency table (restricted to
+    non-empty rows/columns, in sorted label order), so calling sklearn on these arrays returns
+    bit-for-bit the value it returns on the pooled labels. This is exact by construction and
+    robust to changes in sklearn's internal formulas, at O(n) memory on the server.
+    """
+    t = _check_table(table)
+    if t.sum() == 0:
+        raise ValueError("the contingency table is empty (no points): the metric is undefined")
+    counts = t.ravel()
+    pred = np.repeat(np.repeat(np.arange(t.shape[0]), t.shape[1]), counts)
+    true = np.repeat(np.tile(np.arange(t.shape[1]), t.shape[0]), counts)
+    return true, pred
+
+
+def ari_from_contingency(table: np.ndarray) -> float:
+    """Adjusted Rand index (Hubert & Arabie 1985) from a cluster x class table.
+
+    Parameters
+    ----------
+    table : array_like of shape (k, c)
+        Counts, rows = predicted clusters, columns = true classes.
+
+    Returns
+    -------
+    float
+        Equal to ``sklearn.metrics.adjusted_rand_score`` on the underlying labels (1.0 when
+        both labelings are a single group, as in sklearn).
+
+    Raises
+    ------
+    ValueError
+        If the table is empty or malformed.
+    """
+    return float(adjusted_rand_score(*_labels_from_table(table)))
+
+
+def nmi_from_contingency(table: np.ndarray) -> float:
+    """Normalized mutual information (arithmetic-mean normalisation) from a table.
+
+    Parameters
+    ----------
+    table : array_like of shape (k, c)
+        Counts, rows = predicted clusters, columns = true classes.
+
+    Returns
+    -------
+    float
+        Equal to ``sklearn.metrics.normalized_mutual_info_score`` on the underlying labels.
+
+    Raises
+    ------
+    ValueError
+        If the table is empty or malformed.
+    """
+    return float(normalized_mutual_info_score(*_labels_from_table(table)))
+
+
+def purity_from_contingency(table: np.ndarray) -> float:
+    """Purity, ``sum_j max_c table[j, c] / n``.
+
+    Parameters
+    ----------
+    table : array_like of shape (k, c)
+        Counts, rows = predicted clusters, columns = true classes.
+
+    Returns
+    -------
+    float
+        The fraction of points whose cluster's majority class is their class.
+
+    Raises
+    ------
+    ValueError
+        If the table is empty or malformed.
+    """
+    t = _check_table(table)
+    n = int(t.sum())
+    if n == 0:
+        raise ValueError("the contingency table is empty (no points): purity is undefined")
+    return int(t.max(axis=1).sum()) / n
+
+
+def sse(X: np.ndarray, C: np.ndarray) -> float:
+    """Sum of squared distances to the nearest centroid (k-means objective, inertia).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data.
+    C : array_like of shape (k, d)
+        Centroids.
+
+    Returns
+    -------
+    float
+        ``sum_i min_j ||x_i - c_j||^2`` (0.0 for empty data).
+    """
+    return math.fsum(assign_to_nearest(X, C)[1])
+
+
+def _silhouette_values(d2: np.ndarray) -> np.ndarray:
+    if d2.shape[1] < 2 or len(d2) == 0:
+        return np.zeros(len(d2))
+    two = np.sqrt(np.partition(d2, 1, axis=1)[:, :2])
+    a, b = two[:, 0], two[:, 1]
+    denom = np.maximum(a, b)
+    return np.divide(b - a, denom, out=np.zeros_like(a), where=denom > 0)
+
+
+def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
+    """Sum of simplified silhouette values (Hruschka et al. 2004).
+
+    ``s_i = (b_i - a_i) / max(a_i, b_i)`` with ``a_i`` the (non-squared) distance to the
+    nearest centroid and ``b_i`` the distance to the second nearest; ``s_i = 0`` when
+    ``max(a_i, b_i) = 0`` or when there is a single centroid. Additive over clients
+    (spec 002 §4.4).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data.
+    C : array_like of shape (k, d)
+        Centroids.
+
+    Returns
+    -------
+    float
+        ``sum_i s_i`` (0.0 for empty data).
+    """
+    return math.fsum(_silhouette_values(_sq_distances(X, C)))
+
+
+def simplified_silhouette(X: np.ndarray, C: np.ndarray) -> float:
+    """Mean simplified silhouette, ``simplified_silhouette_sum(X, C) / n``.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data, ``n >= 1``.
+    C : array_like of shape (k, d)
+        Centroids.
+
+    Returns
+    -------
+    float
+        Mean of ``s_i`` over the rows, in ``[-1, 1]`` (in fact ``[0, 1]``, as ``a_i <= b_i``).
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is empty.
+    """
+    if len(X) == 0:
+        raise ValueError("simplified_silhouette of empty data is undefined")
+    return simplified_silhouette_sum(X, C) / len(X)
+
+
+def matched_centroid_error(C_est: np.ndarray, C_true: np.ndarray) -> tuple[float, np.ndarray]:
+    """Centroid error after optimal one-to-one matching (Hungarian algorithm).
+
+    Pairs rows by ``scipy.optimize.linear_sum_assignment`` on squared distances; when the
+    row counts differ, ``min(k1, k2)`` pairs are matched and the rest ignored.
+
+    Parameters
+    ----------
+    C_est : array_like of shape (k1, d)
+        Estimated centroids.
+    C_true : array_like of shape (k2, d)
+        Reference centroids.
+
+    Returns
+    -------
+    error : float
+        Frobenius norm of the matched differences, ``sqrt(sum ||c_est - c_true||^2)``.
+    match : numpy.ndarray of shape (k1,), int64
+        Row of ``C_true`` matched to each row of ``C_est``; ``-1`` where unmatched.
+
+    Raises
+    ------
+    ValueError
+        On NaN/inf, wrong dimensions or a feature-count mismatch.
+    """
+    C_true = check_data(C_true, name="C_true")
+    C_est = check_data(C_est, name="C_est", n_features=C_true.shape[1])
+    rows, cols = linear_sum_assignment(cdist(C_est, C_true, metric="sqeuclidean"))
+    match = np.full(len(C_est), -1, dtype=np.int64)
+    match[rows] = cols
+    return float(np.linalg.norm(C_est[rows] - C_true[cols])), match
+
+
+def local_evaluation_stats(
+    X: np.ndarray, C: np.ndarray, y: np.ndarray | None = None, n_classes: int | None = None
+) -> dict[str, float | int | np.ndarray]:
+    """Additive evaluation statistics of centroids ``C`` on one client's data.
+
+    Only counts and sums leave the client, never a row.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        The client's data (may be empty).
+    C : array_like of shape (k, d)
+        Global centroids.
+    y : array_like of shape (n,), optional
+        True classes, integers in ``[0, n_classes)``.
+    n_classes : int, optional
+        Width of the contingency table; defaults to ``y.max() + 1`` (0 for empty ``y``).
+        Clients may differ: the server zero-pads.
+
+    Returns
+    -------
+    dict
+        ``"num-examples"`` (int), ``"sse"`` (float), ``"silhouette-sum"`` (float, sum of
+        simplified silhouette values), ``"cluster-counts"`` (int64, length k), and with ``y``:
+        ``"contingency"`` (int64, (k, n_classes)) and ``"ari-local"`` (float, the paper's
+        per-client ARI of the nearest-centroid labels vs ``y``; 0.0 for an empty client,
+        which has weight 0).
+
+    Raises
+    ------
+    ValueError
+        On malformed data, centroids or labels.
+    """
+    d2 = _sq_distances(X, C)
+    labels, dist = _assign(d2)
+    k = d2.shape[1]
+    stats: dict[str, float | int | np.ndarray] = {
+        "num-examples": len(labels),
+        "sse": math.fsum(dist),
+        "silhouette-sum": math.fsum(_silhouette_values(d2)),
+        "cluster-counts": np.bincount(labels, minlength=k).astype(np.int64),
+    }
+    if y is not None:
+        y = np.asarray(y)
+        if n_classes is None:
+            n_classes = int(y.max()) + 1 if y.size else 0
+        table = contingency(labels, y, k, n_classes)
+        stats["contingency"] = table
+        stats["ari-local"] = ari_from_contingency(table) if len(labels) else 0.0
+    return stats
+
+
+def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
+    """Combine clients' :func:`local_evaluation_stats` into global metrics (exactly).
+
+    Parameters
+    ----------
+    stats : sequence of dict
+        One dict per client.
+
+    Returns
+    -------
+    dict
+        ``"num-examples"``, ``"sse"``, ``"inertia"`` (= sse), ``"mean-sq-distance"``
+        (sse / n), ``"simplified-silhouette"`` (sum of silhouette sums / n); when every client
+        sent a contingency table and n > 0, also ``"ari"``, ``"nmi"``, ``"purity"`` from the
+        summed table (equal to the pooled values) and ``"ari-client-weighted"``
+        (``sum_i n_i ARI_i / sum_i n_i``, the paper's reported ARI; clients with no
+        example contribute nothing). Ratios are NaN when n = 0.
+
+    Raises
+    ------
+    ValueError
+        If a dict lacks ``"num-examples"``, ``"sse"`` or ``"silhouette-sum"``.
+    """
+    for i, s in enumerate(stats):
+        missing = {"num-examples", "sse", "silhouette-sum"} - set(s)
+        if missing:
+            raise ValueError(f"evaluation stats of client {i} lack {sorted(missing)}")
+    n = sum(int(s["num-examples"]) for s in stats)
+    total_sse = math.fsum(float(s["sse"]) for s in stats)
+    out: dict[str, float] = {
+        "num-examples": n,
+        "sse": total_sse,
+        "inertia": total_sse,
+        "mean-sq-distance": total_sse / n if n else math.nan,
+        "simplified-silhouette": (
+            math.fsum(float(s["silhouette-sum"]) for s in stats) / n if n else math.nan
+        ),
+    }
+    if n and stats and all("contingency" in s for s in stats):
+        table = sum_contingencies([s["contingency"] for s in stats])
+        out["ari"] = ari_from_contingency(table)
+        out["nmi"] = nmi_from_contingency(table)
+        out["purity"] = purity_from_contingency(table)
+        # The paper's number (spec 002 §4.4); a missing "ari-local" is recomputed from the
+        # client's own table, which gives the same value.
+        weighted = [
+            int(s["num-examples"])
+            * float(s["ari-local"] if "ari-local" in s else ari_from_contingency(s["contingency"]))
+            for s in stats
+            if int(s["num-examples"]) > 0
+        ]
+        out["ari-client-weighted"] = math.fsum(weighted) / n
+    return out
+
+
+def centralized_metrics(
+    X: np.ndarray, C: np.ndarray, y: np.ndarray | None = None
+) -> dict[str, float]:
+    """Metrics of centroids ``C`` on the pooled data, computed directly with scikit-learn.
+
+    The reference that :func:`aggregate_evaluation_stats` must reproduce.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Pooled data, ``n >= 1``.
+    C : array_like of shape (k, d)
+        Centroids.
+    y : array_like of shape (n,), optional
+        True classes (any discrete labels).
+
+    Returns
+    -------
+    dict
+        The keys of :func:`aggregate_evaluation_stats` except ``"ari-client-weighted"``,
+        which has no centralized counterpart.
+
+    Raises
+    ------
+    ValueError
+        On empty or malformed data, or ``y`` of the wrong length.
+    """
+    d2 = _sq_distances(X, C)
+    n = len(d2)
+    if n == 0:
+        raise ValueError("centralized_metrics needs at least one data row")
+    labels, dist = _assign(d2)
+    total_sse = math.fsum(dist)
+    out: dict[str, float] = {
+        "num-examples": n,
+        "sse": total_sse,
+        "inertia": total_sse,
+        "mean-sq-distance": total_sse / n,
+        "simplified-silhouette": math.fsum(_silhouette_values(d2)) / n,
+    }
+    if y is not None:
+        y = np.asarray(y)
+        if y.shape != (n,):
+            raise ValueError(f"y must have shape ({n},) to match the data, got {y.shape}")
+        out["ari"] = float(adjusted_rand_score(y, labels))
+        out["nmi"] = float(normalized_mutual_info_score(y, labels))
+        out["purity"] = int(contingency_matrix(y, labels).max(axis=0).sum()) / n
+    return out
+
+
+def pooled_silhouette(X: np.ndarray, labels: np.ndarray) -> float:
+    """Full silhouette of a labelling on pooled data (simulation only: needs every row).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Pooled data.
+    labels : array_like of shape (n,)
+        Cluster of each row (e.g. nearest global centroid).
+
+    Returns
+    -------
+    float
+        ``sklearn.metrics.silhouette_score(X, labels)`` (Euclidean), or NaN when fewer than 2
+        clusters are used or every point is its own cluster (silhouette undefined).
+    """
+    X = check_data(X, name="data")
+    n_used = len(np.unique(labels))
+    if n_used < 2 or n_used > len(X) - 1:
+        return math.nan
+    return float(silhouette_score(X, labels, metric="euclidean"))
