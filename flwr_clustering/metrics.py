@@ -28,7 +28,7 @@ from sklearn.metrics import (
 )
 from sklearn.metrics.cluster import contingency_matrix
 
-from .algorithms.lloyd import check_data
+from .algorithms.lloyd import assign_to_nearest, check_data, nearest, squared_distances
 
 __all__ = [
     "aggregate_evaluation_stats",
@@ -46,51 +46,6 @@ __all__ = [
     "sse",
     "sum_contingencies",
 ]
-
-
-def _sq_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Validated squared distances ``(n, k)`` from every row of ``X`` to every centroid.
-
-    ``cdist`` computes each pair directly from the difference vector, so the value for a row
-    does not depend on which other rows share the call (unlike the GEMM expansion, whose
-    rounding depends on blocking) and is never negative. This is what makes a client's
-    assignments bit-identical to the pooled ones, hence federated == centralized exactly.
-    """
-    C = check_data(C, name="centroids")
-    if len(C) == 0:
-        raise ValueError("centroids must hold at least one row (k >= 1)")
-    X = check_data(X, name="data", n_features=C.shape[1])
-    return cdist(X, C, metric="sqeuclidean")
-
-
-def _assign(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    labels = np.argmin(d2, axis=1)
-    return labels.astype(np.int64), d2[np.arange(len(d2)), labels]
-
-
-def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Assign every row of ``X`` to its nearest centroid (ties: lowest index).
-
-    Parameters
-    ----------
-    X : array_like of shape (n, d)
-        Data (may be empty).
-    C : array_like of shape (k, d)
-        Centroids, ``k >= 1``.
-
-    Returns
-    -------
-    labels : numpy.ndarray of shape (n,), int64
-        ``argmin_j ||x_i - c_j||^2``.
-    sq_dist : numpy.ndarray of shape (n,), float64
-        The squared Euclidean distance to that centroid (non-negative).
-
-    Raises
-    ------
-    ValueError
-        On NaN/inf, wrong dimensions, no centroid, or a feature-count mismatch.
-    """
-    return _assign(_sq_distances(X, C))
 
 
 def _check_labels(labels: np.ndarray, size: int, name: str) -> np.ndarray:
@@ -315,7 +270,7 @@ def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
     float
         ``sum_i s_i`` (0.0 for empty data).
     """
-    return math.fsum(_silhouette_values(_sq_distances(X, C)))
+    return math.fsum(_silhouette_values(squared_distances(X, C)))
 
 
 def simplified_silhouette(X: np.ndarray, C: np.ndarray) -> float:
@@ -409,8 +364,8 @@ def local_evaluation_stats(
     ValueError
         On malformed data, centroids or labels.
     """
-    d2 = _sq_distances(X, C)
-    labels, dist = _assign(d2)
+    d2 = squared_distances(X, C)
+    labels, dist = nearest(d2)
     k = d2.shape[1]
     stats: dict[str, float | int | np.ndarray] = {
         "num-examples": len(labels),
@@ -510,11 +465,11 @@ def centralized_metrics(
     ValueError
         On empty or malformed data, or ``y`` of the wrong length.
     """
-    d2 = _sq_distances(X, C)
+    d2 = squared_distances(X, C)
     n = len(d2)
     if n == 0:
         raise ValueError("centralized_metrics needs at least one data row")
-    labels, dist = _assign(d2)
+    labels, dist = nearest(d2)
     total_sse = math.fsum(dist)
     out: dict[str, float] = {
         "num-examples": n,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans, kmeans_plusplus
-from sklearn.metrics import pairwise_distances_argmin_min
 
 __all__ = [
     "assign_to_nearest",
@@ -18,7 +18,9 @@ __all__ = [
     "cluster_sums",
     "lloyd_step",
     "matched_shift",
+    "nearest",
     "seed_from",
+    "squared_distances",
     "weighted_kmeans",
 ]
 
@@ -80,6 +82,58 @@ def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = No
     return X
 
 
+def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances ``(n, k)`` from every row of ``X`` to every centroid.
+
+    ``scipy.spatial.distance.cdist`` computes each pair from its difference vector, so a
+    row's value does not depend on which other rows share the call (unlike the GEMM
+    expansion, whose rounding depends on blocking) and is never negative. This is what
+    makes a client's assignments bit-identical to the pooled ones, hence federated
+    statistics equal centralized ones exactly.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data (may be empty).
+    C : array_like of shape (k, d)
+        Centroids, ``k >= 1``.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, k)
+        Squared distances.
+
+    Raises
+    ------
+    ValueError
+        On NaN/inf, wrong dimensions, no centroid, or a feature-count mismatch.
+    """
+    C = check_data(C, name="centroids")
+    if len(C) == 0:
+        raise ValueError("centroids must hold at least one row (k >= 1)")
+    X = check_data(X, name="data", n_features=C.shape[1])
+    return cdist(X, C, metric="sqeuclidean")
+
+
+def nearest(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(argmin per row, min per row)`` of a distance matrix (ties: lowest index).
+
+    Parameters
+    ----------
+    d2 : numpy.ndarray of shape (n, k)
+        Squared distances, e.g. from :func:`squared_distances`.
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,), int64
+        Index of the nearest centroid.
+    sq_dist : numpy.ndarray of shape (n,)
+        Squared distance to it.
+    """
+    labels = np.argmin(d2, axis=1).astype(np.int64)
+    return labels, d2[np.arange(len(d2)), labels]
+
+
 def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Assign every row of ``X`` to its nearest centroid (ties: lowest index).
 
@@ -97,10 +151,7 @@ def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndar
     sq_dist : numpy.ndarray of shape (n,), float64
         Squared Euclidean distance to it.
     """
-    if len(X) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    labels, dist = pairwise_distances_argmin_min(X, C, metric="sqeuclidean")
-    return labels.astype(np.int64), np.maximum(dist, 0.0)
+    return nearest(squared_distances(X, C))
 
 
 def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,156 @@
+"""Run-config handling of the Flower App: defaults, strategy and client factories.
+
+The keys are kebab-case, as in ``[tool.flwr.app.config]`` of ``pyproject.toml``;
+``flwr run . -c "algorithm='kfed' k=8"`` overrides them. In-process runs
+(``run_simulation``, :class:`~flwr_clustering.testing.InProcessGrid`) may see an empty
+run config, so every key has a default here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..clients import FedKMeansClient, KFedClient
+from ..clients.base import ClusteringClient
+from ..strategies import FedKMeans, KFed
+from ..strategies.base import ClusteringStrategy
+
+__all__ = ["ALGORITHMS", "DEFAULTS", "build_client", "build_strategy", "merged_config"]
+
+#: Default run config (mirrors ``[tool.flwr.app.config]``).
+DEFAULTS: dict[str, Any] = {
+    "algorithm": "fkm",
+    "k": 16,
+    "max-rounds": 20,
+    "tol": 1e-6,
+    "min-nodes": 5,
+    "seed": 0,
+    "privacy-threshold": 2,
+    "local-iterations": 1,
+    "server-seeding": "weighted",
+    "init": "private",
+    "server-update": "kmeans",
+    "k-local": 16,
+    "dataset": "garst-grid",
+    "partitioner": "natural",
+    "beta": 0.1,
+    "ppc": 50,
+    "noise": 1.0,
+    "dirichlet-alpha": 0.5,
+    "data-seed": 0,
+    "out-dir": "",
+    "round-timeout": 600.0,
+}
+
+#: Algorithm name -> (strategy class, client class).
+ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] = {
+    "fkm": (FedKMeans, FedKMeansClient),
+    "kfed": (KFed, KFedClient),
+}
+
+
+def merged_config(run_config: dict[str, Any] | None) -> dict[str, Any]:
+    """Return ``DEFAULTS`` overridden by ``run_config`` (unknown keys are rejected).
+
+    Parameters
+    ----------
+    run_config : dict or None
+        ``context.run_config``.
+
+    Returns
+    -------
+    dict
+        The complete configuration.
+
+    Raises
+    ------
+    ValueError
+        On an unknown key or algorithm.
+    """
+    cfg = dict(DEFAULTS)
+    for key, value in dict(run_config or {}).items():
+        if key not in DEFAULTS:
+            raise ValueError(f"unknown run-config key {key!r}; valid keys: {sorted(DEFAULTS)}")
+        cfg[key] = value
+    if cfg["algorithm"] not in ALGORITHMS:
+        raise ValueError(
+            f"unknown algorithm {cfg['algorithm']!r}; choose from {sorted(ALGORITHMS)}"
+        )
+    return cfg
+
+
+def results_dir(cfg: dict[str, Any]) -> Path:
+    """Return the absolute output directory of a run.
+
+    ``out-dir`` if set (made absolute), else
+    ``~/flwr-clustering-results/<algorithm>-<UTC timestamp>``.
+    """
+    if cfg.get("out-dir"):
+        return Path(str(cfg["out-dir"])).expanduser().resolve()
+    stamp = np.datetime64("now").astype(str).replace(":", "").replace("-", "")
+    return Path.home() / "flwr-clustering-results" / f"{cfg['algorithm']}-{stamp}"
+
+
+def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> ClusteringStrategy:
+    """Build the strategy named by ``cfg["algorithm"]`` from a merged run config.
+
+    Parameters
+    ----------
+    cfg : dict
+        Output of :func:`merged_config`.
+    out_dir : str, optional
+        Where the strategy saves its results.
+
+    Returns
+    -------
+    ClusteringStrategy
+        ``FedKMeans`` or ``KFed``.
+    """
+    common = dict(
+        min_nodes=int(cfg["min-nodes"]), seed=int(cfg["seed"]),
+        round_timeout=float(cfg["round-timeout"]), out_dir=out_dir,
+    )
+    if cfg["algorithm"] == "fkm":
+        return FedKMeans(
+            int(cfg["k"]), privacy_threshold=int(cfg["privacy-threshold"]),
+            local_iterations=int(cfg["local-iterations"]),
+            server_seeding=str(cfg["server-seeding"]),
+            init=str(cfg["init"]), server_update=str(cfg["server-update"]),
+            max_rounds=int(cfg["max-rounds"]), tol=float(cfg["tol"]), **common,
+        )
+    return KFed(int(cfg["k"]), k_local=int(cfg["k-local"]),
+                privacy_threshold=int(cfg["privacy-threshold"]), **common)
+
+
+def build_client(
+    cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, client_id: int
+) -> ClusteringClient:
+    """Build the NumPyClient of ``cfg["algorithm"]`` around local data.
+
+    Parameters
+    ----------
+    cfg : dict
+        Output of :func:`merged_config`.
+    X, y : numpy.ndarray
+        Local data and optional labels.
+    client_id : int
+        Stable client id.
+
+    Returns
+    -------
+    ClusteringClient
+        ``FedKMeansClient`` or ``KFedClient``.
+    """
+    return ALGORITHMS[cfg["algorithm"]][1](X, y, client_id=client_id)
+
+
+def dataset_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Return the keyword arguments of :func:`flwr_clustering.data.registry.load_partition`."""
+    return dict(
+        dataset=str(cfg["dataset"]), partitioner=str(cfg["partitioner"]),
+        dirichlet_alpha=float(cfg["dirichlet-alpha"]), seed=int(cfg["data-seed"]),
+        ppc=int(cfg["ppc"]), noise=float(cfg["noise"]), beta=float(cfg["beta"]),
+    )

@@ -1,0 +1,82 @@
+"""The ServerApp of the flwr-clustering Flower App.
+
+Builds the strategy named by the run config, runs it on the grid, and writes the
+results (centroids, history, metrics, plot) to ``out-dir``. When the data is known to the
+server (simulation on a registry dataset, not ``dataset='local'``) it also reports, side
+by side, the same metrics for scikit-learn ``KMeans`` on the pooled data with the same
+``k`` and seed, and per-round metrics of the federated centroids on the pooled data.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flwr.app import Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+from sklearn.cluster import KMeans
+
+from ..algorithms.lloyd import assign_to_nearest
+from ..data.registry import load_pooled
+from ..metrics import centralized_metrics
+from .config import build_strategy, dataset_kwargs, merged_config, results_dir
+
+__all__ = ["app", "run_server"]
+
+logger = logging.getLogger("flwr_clustering")
+
+app = ServerApp()
+
+
+def run_server(grid: Grid, run_config: dict) -> dict:
+    """Run one clustering job on ``grid`` and save its results.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The grid (simulation, deployment or in-process).
+    run_config : dict
+        The run config (missing keys take :data:`~flwr_clustering.app.config.DEFAULTS`).
+
+    Returns
+    -------
+    dict
+        ``{"centroids", "federated", "centralized", "out_dir", "strategy"}``.
+    """
+    cfg = merged_config(run_config)
+    out_dir = results_dir(cfg)
+    strategy = build_strategy(cfg, out_dir=None)
+    pooled = None
+    if cfg["dataset"] != "local":
+        kwargs = dataset_kwargs(cfg)
+        kwargs.pop("partitioner")
+        pooled = load_pooled(**kwargs)
+    evaluate_fn = None
+    if pooled is not None:
+        X, y = pooled
+
+        def evaluate_fn(server_round, arrays):
+            return MetricRecord(centralized_metrics(X, arrays["centroids"].numpy(), y))
+
+    result = strategy.start(grid=grid, evaluate_fn=evaluate_fn)
+    centroids = result.arrays["centroids"].numpy()
+    extra: dict = {"run-config": cfg}
+    if pooled is not None:
+        X, y = pooled
+        km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X)
+        extra["centralized"] = centralized_metrics(X, km.cluster_centers_, y)
+        extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
+        extra["X"] = X
+        extra["labels"] = assign_to_nearest(X, centroids)[0]
+        logger.info("federated on pooled data: %s", extra["federated-on-pooled"])
+        logger.info("centralized k-means:      %s", extra["centralized"])
+    strategy.save(str(out_dir), **extra)
+    return {
+        "centroids": centroids, "federated": strategy.final_metrics,
+        "centralized": extra.get("centralized"), "out_dir": str(out_dir), "strategy": strategy,
+    }
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """ServerApp entry point: run the job named by the run config."""
+    run_server(grid, dict(context.run_config))

@@ -1,0 +1,241 @@
+"""Client-side plumbing shared by every algorithm.
+
+* :class:`ClusteringClient` is the base :class:`flwr.client.NumPyClient` of all our
+  clients: it holds and validates the local data and implements ``evaluate`` (local
+  metric statistics of the received centroids, in additive form).
+* :func:`client_app` is the adapter that turns any of our NumPyClients into a Message-API
+  :class:`flwr.clientapp.ClientApp`: ``ArrayRecord`` <-> list of ndarrays, ``ConfigRecord``
+  <-> dict, ``MetricRecord`` out (array-valued statistics travel in an ``ArrayRecord``
+  named ``"stats"``). A client exception becomes an error reply whose reason names the
+  client, so the server can log why it dropped it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.client import NumPyClient
+from flwr.clientapp import ClientApp
+
+from ..algorithms.lloyd import check_data
+from ..metrics import local_evaluation_stats
+
+__all__ = ["ClusteringClient", "client_app", "client_id_of", "pack_reply"]
+
+logger = logging.getLogger(__name__)
+
+#: Error code of a reply built by :func:`client_app` from a client exception.
+CLIENT_ERROR_CODE = 1
+
+
+def client_id_of(context: Context) -> int:
+    """Return the stable id of a client: its ``partition-id``, else its node id.
+
+    Parameters
+    ----------
+    context : flwr.app.Context
+        The ClientApp context.
+
+    Returns
+    -------
+    int
+        The id used to seed the client and to order replies on the server.
+    """
+    if "partition-id" in context.node_config:
+        return int(context.node_config["partition-id"])
+    return int(context.node_id)
+
+
+class ClusteringClient(NumPyClient):
+    """Base NumPyClient of the clustering algorithms.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        The local data. It never leaves the client.
+    y : array_like of shape (n,), optional
+        Ground-truth labels (simulation and benchmarks only); when present, ``evaluate``
+        also returns a contingency table and the local ARI.
+    client_id : int, default 0
+        Stable id (partition id): seeds the client's generator and orders replies.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not a finite 2-D array, is empty, or ``y`` does not match it.
+    """
+
+    def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0):
+        self.client_id = int(client_id)
+        self.X = check_data(X, name=f"client {self.client_id} data")
+        if len(self.X) == 0:
+            raise ValueError(f"client {self.client_id} data is empty")
+        self.y = None
+        if y is not None:
+            self.y = np.asarray(y).astype(np.int64)
+            if self.y.shape != (len(self.X),):
+                raise ValueError(
+                    f"client {self.client_id}: labels have shape {self.y.shape}, "
+                    f"expected ({len(self.X)},)"
+                )
+
+    def centroids_from(self, parameters: list[np.ndarray]) -> np.ndarray:
+        """Return the global centroids (first array of ``parameters``), validated.
+
+        Parameters
+        ----------
+        parameters : list of numpy.ndarray
+            What the server sent.
+
+        Returns
+        -------
+        numpy.ndarray of shape (k, d)
+            The centroids; their dimension must match the local data.
+        """
+        if not parameters:
+            raise ValueError(f"client {self.client_id}: the server sent no centroids")
+        C = check_data(parameters[0], name="global centroids")
+        check_data(self.X, name=f"client {self.client_id} data", n_features=C.shape[1])
+        return C
+
+    def local_stats(self, C: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
+        """Return additive evaluation statistics of ``C`` on the local data.
+
+        Parameters
+        ----------
+        C : numpy.ndarray of shape (k, d)
+            Centroids to evaluate.
+        config : dict
+            May carry ``"n-classes"`` (width of the contingency table).
+
+        Returns
+        -------
+        dict
+            See :func:`flwr_clustering.metrics.local_evaluation_stats`.
+        """
+        n_classes = int(config["n-classes"]) if config.get("n-classes") else None
+        return local_evaluation_stats(self.X, C, self.y, n_classes)
+
+    def evaluate(self, parameters, config):
+        """Evaluate the global centroids on the local data (statistics, not rows).
+
+        Parameters
+        ----------
+        parameters : list of numpy.ndarray
+            ``[centroids]``.
+        config : dict
+            Evaluation configuration.
+
+        Returns
+        -------
+        tuple
+            ``(mean squared distance, n, statistics)``.
+        """
+        C = self.centroids_from(parameters)
+        stats = self.local_stats(C, config)
+        return float(stats["sse"]) / len(self.X), len(self.X), stats
+
+
+def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    scalars, arrays = {}, {}
+    for key, value in metrics.items():
+        if isinstance(value, np.ndarray):
+            arrays[key] = value
+        elif isinstance(value, bool | np.bool_):
+            scalars[key] = int(value)
+        elif isinstance(value, int | np.integer):
+            scalars[key] = int(value)
+        elif isinstance(value, float | np.floating):
+            scalars[key] = float(value)
+        else:
+            raise TypeError(f"metric {key!r} has unsupported type {type(value).__name__}")
+    return scalars, arrays
+
+
+def pack_reply(
+    msg: Message, arrays: list[np.ndarray] | None, num_examples: int, metrics: dict, client_id: int
+) -> Message:
+    """Build the reply to ``msg`` from a NumPyClient's output.
+
+    Parameters
+    ----------
+    msg : flwr.app.Message
+        The server's message.
+    arrays : list of numpy.ndarray or None
+        The payload (``fit``'s parameters); ``None`` for evaluation replies.
+    num_examples : int
+        Number of local examples.
+    metrics : dict
+        Scalars go into ``MetricRecord "metrics"``, arrays into ``ArrayRecord "stats"``.
+    client_id : int
+        Added to the metrics as ``"client-id"``.
+
+    Returns
+    -------
+    flwr.app.Message
+        The reply.
+    """
+    scalars, stats = _split_metrics(metrics)
+    scalars.update({"num-examples": int(num_examples), "client-id": int(client_id)})
+    content = RecordDict({"metrics": MetricRecord(scalars)})
+    if arrays is not None:
+        content["arrays"] = ArrayRecord([np.ascontiguousarray(a) for a in arrays])
+    if stats:
+        content["stats"] = ArrayRecord(
+            {k: Array(np.ascontiguousarray(v)) for k, v in stats.items()}
+        )
+    return Message(content, reply_to=msg)
+
+
+def _unpack(msg: Message) -> tuple[list[np.ndarray], dict[str, Any]]:
+    params = msg.content["arrays"].to_numpy_ndarrays() if "arrays" in msg.content else []
+    config = dict(msg.content["config"]) if "config" in msg.content else {}
+    return params, config
+
+
+def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
+    """Make a Message-API ClientApp from a function that builds one of our NumPyClients.
+
+    Parameters
+    ----------
+    client_fn : callable
+        ``client_fn(context) -> NumPyClient``. Called for every message; keep data
+        loading cached (see :mod:`flwr_clustering.data.registry`).
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+        Handles ``train`` messages with ``fit`` and ``evaluate`` messages with
+        ``evaluate``. Any exception in the client becomes an error reply whose reason
+        starts with ``"client <id>:"``.
+    """
+    app = ClientApp()
+
+    def _handle(msg: Message, context: Context, evaluate: bool) -> Message:
+        cid = client_id_of(context)
+        try:
+            client = client_fn(context)
+            params, config = _unpack(msg)
+            if evaluate:
+                loss, n, metrics = client.evaluate(params, config)
+                return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
+            arrays, n, metrics = client.fit(params, config)
+            return pack_reply(msg, arrays, n, metrics, cid)
+        except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
+            reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
+            logger.warning("%s (%s)", reason, type(ex).__name__)
+            return Message(Error(code=CLIENT_ERROR_CODE, reason=reason), reply_to=msg)
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        return _handle(msg, context, evaluate=False)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        return _handle(msg, context, evaluate=True)
+
+    return app

@@ -1,0 +1,80 @@
+"""NumPyClient of FKM (Garst & Reinders, Algorithm 1): the client side of FedKMeans."""
+
+from __future__ import annotations
+
+import logging
+
+from ..algorithms.fkm import client_rng, fkm_client_init, fkm_client_update
+from .base import ClusteringClient
+
+__all__ = ["FedKMeansClient"]
+
+logger = logging.getLogger(__name__)
+
+
+class FedKMeansClient(ClusteringClient):
+    """FKM client: k-means++ initialisation, then one local Lloyd step per round.
+
+    The server drives it through ``config``:
+
+    ``phase``
+        ``"init"`` (round 0: seed ``min(n, k)`` local clusters) or ``"update"`` (keep
+        the received global centroids that attract a local point, run the local
+        Lloyd steps).
+    ``k``, ``seed``, ``privacy-threshold``, ``local-iterations``, ``init``, ``recount``
+        See :func:`flwr_clustering.algorithms.fkm.fkm_client_init`.
+    ``evaluate``
+        In ``"update"``, also return the evaluation statistics of the received
+        centroids (the paper scores round ``r`` on the assignment to ``C_g`` before the
+        local step), so no extra message is needed per round.
+
+    ``fit`` returns ``[means (k_i, d), counts (k_i,), index (k_i,)]``. Only means of
+    at least ``privacy-threshold`` points are sent; with ``init="paper"`` the round-0
+    upload is the k-means++ seeds, i.e. raw rows (as in the paper's code).
+
+    Parameters
+    ----------
+    X, y, client_id
+        See :class:`~flwr_clustering.clients.base.ClusteringClient`.
+    """
+
+    def fit(self, parameters, config):
+        """Run the FKM client step named by ``config["phase"]``.
+
+        Parameters
+        ----------
+        parameters : list of numpy.ndarray
+            ``[]`` in the init phase, ``[global centroids]`` afterwards.
+        config : dict
+            See the class docstring.
+
+        Returns
+        -------
+        tuple
+            ``([means, counts, index], n, metrics)``.
+        """
+        phase = config.get("phase", "update")
+        opts = dict(
+            p=int(config.get("privacy-threshold", 2)),
+            local_iters=int(config.get("local-iterations", 1)),
+            recount=bool(config.get("recount", False)),
+        )
+        metrics: dict = {}
+        if phase == "init":
+            k = int(config["k"])
+            if len(self.X) < k:
+                logger.warning(
+                    "client %d has %d points, fewer than k=%d: it seeds %d local clusters",
+                    self.client_id, len(self.X), k, len(self.X),
+                )
+            rng = client_rng(int(config.get("seed", 0)), self.client_id)
+            init = str(config.get("init", "private"))
+            upload = fkm_client_init(self.X, k, rng, init=init, **opts)
+        elif phase == "update":
+            C = self.centroids_from(parameters)
+            if config.get("evaluate", True):
+                metrics = self.local_stats(C, config)
+            upload = fkm_client_update(self.X, C, **opts)
+        else:
+            raise ValueError(f"client {self.client_id}: unknown FKM phase {phase!r}")
+        return upload.to_arrays(), len(self.X), metrics

@@ -1,0 +1,163 @@
+"""Writing run results to disk: centroids (.npz), history and metrics (JSON), a PNG.
+
+Layer 2: used by the strategies (federated runs) and by the reproduction CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["plot_run", "save_run", "to_jsonable"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert NumPy scalars/arrays (recursively) into JSON-serialisable Python values.
+
+    Parameters
+    ----------
+    obj : Any
+        A nested structure of dicts, lists, NumPy values and plain values.
+
+    Returns
+    -------
+    Any
+        The same structure with lists and Python floats/ints; non-finite floats become
+        ``None``.
+    """
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.integer | bool | np.bool_):
+        return obj.item() if hasattr(obj, "item") else obj
+    if isinstance(obj, float | np.floating):
+        value = float(obj)
+        return value if np.isfinite(value) else None
+    return obj
+
+
+def plot_run(
+    path: str | os.PathLike,
+    centroids: np.ndarray,
+    history: list[dict[str, Any]],
+    X: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    title: str = "",
+) -> None:
+    """Save a two-panel PNG: the clusters and the convergence curve.
+
+    Clusters are drawn in 2-D (or on the first two principal components); the curve shows
+    the centroid shift and, if present, federated metrics per round.
+
+    Parameters
+    ----------
+    path : path-like
+        Output file.
+    centroids : numpy.ndarray of shape (k, d)
+        Final centroids.
+    history : list of dict
+        Per-round records with ``"round"``, ``"shift"`` and optional ``"metrics"``.
+    X : numpy.ndarray, optional
+        Pooled data to scatter (simulation only; a deployment server has no data).
+    labels : numpy.ndarray, optional
+        Cluster labels of ``X`` for colouring.
+    title : str
+        Figure title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.decomposition import PCA
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    C = np.asarray(centroids, dtype=float)
+    points = None if X is None else np.asarray(X, dtype=float)
+    if C.shape[1] > 2:
+        pca = PCA(2).fit(points if points is not None else C)
+        C = pca.transform(C)
+        points = None if points is None else pca.transform(points)
+        ax1.set_xlabel("PC 1")
+        ax1.set_ylabel("PC 2")
+    if points is not None:
+        ax1.scatter(points[:, 0], points[:, 1], c=labels, s=6, cmap="tab20", alpha=0.6)
+    ax1.scatter(C[:, 0], C[:, 1], marker="x", c="black", s=60, label="centroids")
+    ax1.legend(loc="best")
+    ax1.set_title("clusters")
+    rounds = [h["round"] for h in history]
+    shifts = [h.get("shift") for h in history]
+    finite = [
+        (r, s) for r, s in zip(rounds, shifts, strict=True) if s is not None and np.isfinite(s)
+    ]
+    if finite:
+        ax2.semilogy([r for r, _ in finite], [max(s, 1e-16) for _, s in finite], "o-",
+                     label="centroid shift")
+        ax2.set_ylabel("Hungarian-matched shift")
+    ax2.set_xlabel("round")
+    ax3 = ax2.twinx()
+    for key in ("ari-client-weighted", "ari", "simplified-silhouette"):
+        pts = [(h["round"], h["metrics"][key]) for h in history if key in h.get("metrics", {})]
+        if pts:
+            ax3.plot([r for r, _ in pts], [v for _, v in pts], "s--", label=key)
+    if ax3.lines:
+        ax3.set_ylabel("metric")
+        ax3.legend(loc="center right")
+    ax2.set_title("convergence")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save_run(
+    out_dir: str | os.PathLike,
+    centroids: np.ndarray,
+    centroid_history: list[np.ndarray],
+    history: list[dict[str, Any]],
+    summary: dict[str, Any],
+    X: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+) -> dict[str, str]:
+    """Write ``centroids.npz``, ``history.json``, ``result.json`` and ``clusters.png``.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        Directory, created if missing.
+    centroids : numpy.ndarray
+        Final model.
+    centroid_history : list of numpy.ndarray
+        Global centroids after every round (stored as ``round_<r>`` in the npz).
+    history : list of dict
+        Per-round records.
+    summary : dict
+        Final metrics, configuration and anything else worth keeping.
+    X, labels : numpy.ndarray, optional
+        Pooled data and labels for the scatter plot.
+
+    Returns
+    -------
+    dict
+        The written paths by kind.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "centroids": str(out / "centroids.npz"),
+        "history": str(out / "history.json"),
+        "result": str(out / "result.json"),
+        "plot": str(out / "clusters.png"),
+    }
+    rounds = {f"round_{i + 1}": np.asarray(c) for i, c in enumerate(centroid_history)}
+    np.savez(paths["centroids"], centroids=np.asarray(centroids), **rounds)
+    Path(paths["history"]).write_text(json.dumps(to_jsonable(history), indent=2))
+    Path(paths["result"]).write_text(json.dumps(to_jsonable({**summary, "files": paths}), indent=2))
+    plot_run(paths["plot"], centroids, history, X, labels, title=str(summary.get("algorithm", "")))
+    return paths

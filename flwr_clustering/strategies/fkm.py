@@ -1,0 +1,164 @@
+"""FedKMeans: the FKM strategy of Garst & Reinders (server side of Algorithm 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..algorithms.fkm import (
+    INIT_MODES,
+    SERVER_UPDATES,
+    LocalCentroids,
+    check_local_centroids,
+    fkm_server_aggregate,
+)
+from ..algorithms.lloyd import matched_shift
+from .base import ClusteringStrategy, Reply, logger
+
+__all__ = ["FedKMeans"]
+
+
+class FedKMeans(ClusteringStrategy):
+    """Federated k-means (FKM), iterative; client side: ``FedKMeansClient``.
+
+    Round 1 asks the clients for ``min(n_i, k)`` k-means++-seeded local clusters (or,
+    given ``initial_arrays``, for one local update from those centroids); every round
+    the server runs a count-weighted k-means with ``k`` clusters over all received local
+    centroids and broadcasts the result; clients keep the global centroids that attract
+    a local point, run ``local_iterations`` Lloyd steps and upload means and counts.
+    Stops when the Hungarian-matched centroid shift is ``<= tol`` or after
+    ``max_rounds`` aggregations.
+
+    Parameters
+    ----------
+    k : int
+        ``K_g``, the number of global clusters.
+    privacy_threshold : int, default 2
+        ``p``: clients withhold clusters of fewer than ``p`` points; the server rejects
+        uploads that break it.
+    local_iterations : int, default 1
+        Lloyd steps per round on each client (the paper: 1).
+    server_seeding : {"weighted", "unweighted"}, default "weighted"
+        k-means++ seeding of the server k-means; ``"unweighted"`` reproduces the paper's
+        scikit-learn < 1.3 behaviour (needed for its cluster-wise figure).
+    init : {"private", "paper"}, default "private"
+        ``"private"`` runs a Lloyd step before the first upload so no raw row is sent;
+        ``"paper"`` uploads the k-means++ seeds, **which are raw data rows**.
+    server_update : {"kmeans", "lloyd"}, default "kmeans"
+        ``"kmeans"`` is the paper; ``"lloyd"`` averages the local centroids by the global
+        centroid they grew from (exactly a centralized Lloyd step when ``p = 0``).
+    recount : bool, default False
+        Count points nearest to the new local means (the paper's scikit-learn
+        semantics) instead of the partition that produced them.
+    n_init : int, default 10
+        Restarts of the server k-means.
+    max_rounds : int, default 20
+        Aggregations at most.
+    tol : float, default 1e-6
+        Convergence tolerance on the Hungarian-matched shift (negative: never).
+    **kwargs
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
+        (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ``out_dir``, ...).
+    """
+
+    name = "fkm"
+
+    def __init__(
+        self,
+        k: int,
+        *,
+        privacy_threshold: int = 2,
+        local_iterations: int = 1,
+        server_seeding: str = "weighted",
+        init: str = "private",
+        server_update: str = "kmeans",
+        recount: bool = False,
+        n_init: int = 10,
+        max_rounds: int = 20,
+        tol: float = 1e-6,
+        **kwargs: Any,
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if privacy_threshold < 0:
+            raise ValueError(f"privacy_threshold must be >= 0, got {privacy_threshold}")
+        if local_iterations < 0:
+            raise ValueError(f"local_iterations must be >= 0, got {local_iterations}")
+        if server_seeding not in ("weighted", "unweighted"):
+            raise ValueError(
+                f"server_seeding must be 'weighted' or 'unweighted', got {server_seeding!r}"
+            )
+        if init not in INIT_MODES:
+            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
+        if server_update not in SERVER_UPDATES:
+            raise ValueError(
+                f"server_update must be one of {SERVER_UPDATES}, got {server_update!r}"
+            )
+        self.k = int(k)
+        self.privacy_threshold = int(privacy_threshold)
+        self.local_iterations = int(local_iterations)
+        self.server_seeding = server_seeding
+        self.init = init
+        self.server_update = server_update
+        self.recount = bool(recount)
+        self.n_init = int(n_init)
+        super().__init__(max_rounds=max_rounds, tol=tol, **kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the configuration as a dict."""
+        return {
+            **super().describe(), "k": self.k, "privacy_threshold": self.privacy_threshold,
+            "local_iterations": self.local_iterations, "server_seeding": self.server_seeding,
+            "init": self.init, "server_update": self.server_update, "recount": self.recount,
+            "n_init": self.n_init,
+        }
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        """Return the client options; ``phase`` is ``init`` until centroids exist."""
+        return {
+            "phase": "init" if self.centroids is None else "update",
+            "k": self.k,
+            "privacy-threshold": self.privacy_threshold,
+            "local-iterations": self.local_iterations,
+            "init": self.init,
+            "recount": self.recount,
+        }
+
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
+        """Decode ``[means, counts, index]`` and check shapes, finiteness and ``p``."""
+        return check_local_centroids(
+            LocalCentroids.from_arrays(arrays), n_features=self.n_features,
+            p=self.privacy_threshold, k=None if self.centroids is None else len(self.centroids),
+        )
+
+    def payload_features(self, payload: LocalCentroids) -> int | None:
+        """Return the dimension of a non-empty upload."""
+        return int(payload.means.shape[1]) if len(payload.means) else None
+
+    def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        """Run the FKM server step on the uploads in client-id order."""
+        previous = self.centroids
+        update = self.server_update if previous is not None else "kmeans"
+        new = fkm_server_aggregate(
+            [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
+            update=update, previous=previous, n_init=self.n_init,
+        )
+        if len(new) < self.k:
+            logger.warning(
+                "round %d: only %d local centroids received (<= k=%d); using them as they are",
+                server_round, len(new), self.k,
+            )
+        return new
+
+    def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Return ``M``, the number of local centroids received."""
+        return {"uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
+
+    def shift(self, previous: np.ndarray | None, new: np.ndarray) -> float:
+        """Return the Hungarian-matched shift (cluster ids are not stable across rounds)."""
+        return matched_shift(previous, new)
+
+    def converged(self, server_round: int) -> bool:
+        """Return whether the matched shift fell to ``tol``."""
+        return self.last_shift <= self.tol

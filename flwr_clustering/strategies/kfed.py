@@ -1,0 +1,84 @@
+"""KFed: the one-shot k-FED strategy of Dennis, Li & Smith (ICML 2021)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..algorithms.fkm import LocalCentroids, check_local_centroids
+from ..algorithms.kfed import kfed_server
+from .base import ClusteringStrategy, Reply
+
+__all__ = ["KFed"]
+
+
+class KFed(ClusteringStrategy):
+    """k-FED, one round; pairs with :class:`~flwr_clustering.clients.KFedClient`.
+
+    Every client uploads ``k'`` local centres once (Awasthi-Sheffet local step); the
+    server seeds ``k`` centres max-from-set from the first client's centres (lowest
+    client id) and runs unweighted k-means over all local centres.
+
+    Parameters
+    ----------
+    k : int
+        Number of global clusters.
+    k_local : int, optional
+        ``k'``, local clusters per client; defaults to ``k`` (the untuned setting).
+    privacy_threshold : int, default 2
+        Local centres of fewer points are withheld.
+    **kwargs
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options.
+    """
+
+    name = "kfed"
+
+    def __init__(
+        self, k: int, *, k_local: int | None = None, privacy_threshold: int = 2, **kwargs: Any
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        self.k = int(k)
+        self.k_local = self.k if k_local is None else int(k_local)
+        if self.k_local < 1:
+            raise ValueError(f"k_local must be at least 1, got {k_local}")
+        self.privacy_threshold = int(privacy_threshold)
+        kwargs["max_rounds"] = 1
+        super().__init__(**kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the configuration as a dict."""
+        return {**super().describe(), "k": self.k, "k_local": self.k_local,
+                "privacy_threshold": self.privacy_threshold}
+
+    def train_config(self, server_round: int) -> dict[str, Any]:
+        """Return ``k-local`` and the privacy threshold."""
+        return {"phase": "kfed", "k-local": self.k_local,
+                "privacy-threshold": self.privacy_threshold}
+
+    def train_arrays(self, server_round: int) -> list[np.ndarray]:
+        """Return nothing: k-FED clients need no model."""
+        return []
+
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
+        """Decode ``[centres, counts, index]`` and validate it."""
+        upload = check_local_centroids(
+            LocalCentroids.from_arrays(arrays), n_features=self.n_features,
+            p=self.privacy_threshold,
+        )
+        if len(upload.means) > self.k_local:
+            raise ValueError(f"{len(upload.means)} centres sent, more than k'={self.k_local}")
+        return upload
+
+    def payload_features(self, payload: LocalCentroids) -> int | None:
+        """Return the dimension of a non-empty upload."""
+        return int(payload.means.shape[1]) if len(payload.means) else None
+
+    def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        """Run the k-FED server step on the uploads in client-id order."""
+        if self.k_local * len(replies) < self.k:
+            raise RuntimeError(
+                f"k-FED needs k' * clients >= k: {self.k_local} * {len(replies)} < {self.k}"
+            )
+        return kfed_server([r.payload for r in replies], self.k)
