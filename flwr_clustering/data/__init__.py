@@ -1,0 +1,57 @@
+"""Data sets, synthetic generators, partitioners and local-file loading (layer 2).
+
+No ``flwr`` import here: only NumPy, SciPy, scikit-learn, ``datasets`` and ``flwr_datasets``.
+Nothing is downloaded at run time.
+
+- :mod:`~flwr_clustering.data.synthetic` -- exact regeneration of Garst & Reinders' data.
+- :mod:`~flwr_clustering.data.partitioners` -- paper-specific Flower Datasets partitioners.
+- :mod:`~flwr_clustering.data.local_file` -- one client's data file (CSV/NPY/NPZ/Parquet).
+- :mod:`~flwr_clustering.data.registry` -- data sets by name and cached client partitions.
+"""
+
+from flwr_clustering.data.local_file import load_local_file, save_local_file
+from flwr_clustering.data.partitioners import (
+    AssignmentPartitioner,
+    BetaSpatialPartitioner,
+    ClusterWisePartitioner,
+    arrays_to_dataset,
+    dataset_to_arrays,
+    partition_arrays,
+)
+from flwr_clustering.data.registry import (
+    DATASETS,
+    PARTITIONERS,
+    load_dataset,
+    load_partition,
+    load_pooled,
+)
+from flwr_clustering.data.synthetic import (
+    GARST_CENTERS,
+    GARST_CLUSTERWISE_AMOUNTS,
+    GARST_OBSERVERS,
+    garst_beta_split,
+    garst_clusterwise,
+    garst_grid,
+)
+
+__all__ = [
+    "AssignmentPartitioner",
+    "BetaSpatialPartitioner",
+    "ClusterWisePartitioner",
+    "DATASETS",
+    "GARST_CENTERS",
+    "GARST_CLUSTERWISE_AMOUNTS",
+    "GARST_OBSERVERS",
+    "PARTITIONERS",
+    "arrays_to_dataset",
+    "dataset_to_arrays",
+    "garst_beta_split",
+    "garst_clusterwise",
+    "garst_grid",
+    "load_dataset",
+    "load_local_file",
+    "load_partition",
+    "load_pooled",
+    "partition_arrays",
+    "save_local_file",
+]

@@ -1,0 +1,400 @@
+"""Data sets by name and their client partitions, cached once per process.
+
+This is what the Flower app calls: the run-config names a data set and a partitioner, and each
+simulated client asks for its ``partition-id`` out of ``num-partitions``. The full partition list
+is built once per process (``functools.lru_cache``) and every call returns copies, so callers may
+modify what they get.
+
+Data sets (:data:`DATASETS`; nothing is downloaded):
+
+- ``"garst-grid"`` -- Garst & Reinders' 4x4 Gaussian grid (always seed 42, as the paper); its
+  natural split is the paper-exact spatial beta split (:func:`garst_beta_split`).
+- ``"garst-clusterwise"`` -- the cluster-wise data of Fig. 4, naturally split 16/1/3/10/7.
+- ``"blobs"`` -- ``sklearn.datasets.make_blobs``.
+- ``"iris"``, ``"wine"``, ``"digits"``, ``"breast-cancer"`` -- scikit-learn's bundled sets,
+  unscaled.
+
+Partitioners (:data:`PARTITIONERS`): ``"natural"`` (the data set's own split), ``"iid"``
+(Flower Datasets' ``IidPartitioner`` on a seeded shuffle), ``"dirichlet"`` (Flower Datasets'
+``DirichletPartitioner`` over the labels) and ``"cluster-wise"`` (:class:`ClusterWisePartitioner`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
+
+from flwr_clustering.data.partitioners import (
+    AssignmentPartitioner,
+    ClusterWisePartitioner,
+    partition_arrays,
+)
+from flwr_clustering.data.synthetic import (
+    GARST_CLUSTERWISE_AMOUNTS,
+    GARST_OBSERVERS,
+    garst_beta_split,
+    garst_clusterwise,
+)
+
+__all__ = [
+    "DATASETS",
+    "PARTITIONERS",
+    "DIRICHLET_MIN_PARTITION_SIZE",
+    "load_dataset",
+    "load_partition",
+    "load_pooled",
+]
+
+#: Names accepted by :func:`load_dataset`.
+DATASETS: tuple[str, ...] = (
+    "garst-grid",
+    "garst-clusterwise",
+    "blobs",
+    "iris",
+    "wine",
+    "digits",
+    "breast-cancer",
+)
+
+#: Names accepted by the ``partitioner`` argument of :func:`load_partition`.
+PARTITIONERS: tuple[str, ...] = ("natural", "iid", "dirichlet", "cluster-wise")
+
+#: ``min_partition_size`` given to Flower Datasets' ``DirichletPartitioner`` (it re-samples the
+#: Dirichlet proportions, up to 10 times, until every client has at least this many rows).
+DIRICHLET_MIN_PARTITION_SIZE = 2
+
+#: Number of clients of each data set's natural split.
+_NATURAL_CLIENTS = {
+    "garst-grid": len(GARST_OBSERVERS),
+    "garst-clusterwise": len(GARST_CLUSTERWISE_AMOUNTS),
+}
+
+_SKLEARN_LOADERS = {
+    "iris": "load_iris",
+    "wine": "load_wine",
+    "digits": "load_digits",
+    "breast-cancer": "load_breast_cancer",
+}
+
+
+def _as_int(name: str, value: Any) -> int:
+    """Return ``value`` as an int, accepting integral floats (run-config values may be floats)."""
+    if isinstance(value, bool) or int(value) != value:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def load_dataset(
+    name: str,
+    *,
+    ppc: int = 50,
+    noise: float = 1.0,
+    beta: float = 0.1,
+    n_samples: int = 1000,
+    n_features: int = 2,
+    centers: int = 16,
+    cluster_std: float = 1.0,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Load a data set by name, with its natural client split if it has one.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    ppc : int, default 50
+        Points per cluster (``garst-*`` only).
+    noise : float, default 1.0
+        Cluster standard deviation (``garst-*`` only).
+    beta : float, default 0.1
+        Spread of the spatial split (``garst-grid`` only).
+    n_samples : int, default 1000
+        Number of points (``blobs`` only).
+    n_features : int, default 2
+        Number of features (``blobs`` only).
+    centers : int, default 16
+        Number of clusters (``blobs`` only).
+    cluster_std : float, default 1.0
+        Cluster standard deviation (``blobs`` only).
+    seed : int, default 0
+        ``random_state`` of ``make_blobs`` (``blobs`` only). The ``garst-*`` data always uses
+        seed 42, as the paper does.
+
+    Returns
+    -------
+    X : numpy.ndarray
+        ``(n, d)`` float64 features.
+    y : numpy.ndarray
+        ``(n,)`` int64 true labels.
+    natural_client : numpy.ndarray or None
+        ``(n,)`` int64 client of every row for data sets with a natural split
+        (``garst-grid``: :func:`garst_beta_split` with ``beta``; ``garst-clusterwise``: the
+        16/1/3/10/7 split), else ``None``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is unknown (the message lists the valid names) or a parameter is invalid.
+    """
+    if name in ("garst-grid", "garst-clusterwise"):
+        ppc = _as_int("ppc", ppc)
+        if name == "garst-grid":
+            X, y, client = garst_beta_split(float(beta), ppc=ppc, noise=float(noise), seed=42)
+        else:
+            X, y, client = garst_clusterwise(ppc=ppc, noise=float(noise), seed=42)
+        return X, y, client
+    if name == "blobs":
+        from sklearn.datasets import make_blobs
+
+        X, y = make_blobs(
+            n_samples=_as_int("n_samples", n_samples),
+            n_features=_as_int("n_features", n_features),
+            centers=_as_int("centers", centers),
+            cluster_std=float(cluster_std),
+            random_state=_as_int("seed", seed),
+        )
+        return X.astype(np.float64), y.astype(np.int64), None
+    if name in _SKLEARN_LOADERS:
+        import sklearn.datasets
+
+        bunch = getattr(sklearn.datasets, _SKLEARN_LOADERS[name])()
+        return (
+            np.asarray(bunch.data, dtype=np.float64),
+            np.asarray(bunch.target, dtype=np.int64),
+            None,
+        )
+    raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+
+
+def _parse_amounts(value: Sequence[int] | str | None, num_partitions: int) -> tuple[int, ...]:
+    """Turn ``cluster_amounts`` (sequence, ``"16,1,3,10,7"`` or None) into a tuple of ints."""
+    if value is None:
+        if num_partitions != len(GARST_CLUSTERWISE_AMOUNTS):
+            raise ValueError(
+                f"partitioner 'cluster-wise' needs cluster_amounts (classes per client) for "
+                f"{num_partitions} partitions; the default {GARST_CLUSTERWISE_AMOUNTS} is for "
+                f"{len(GARST_CLUSTERWISE_AMOUNTS)}"
+            )
+        return GARST_CLUSTERWISE_AMOUNTS
+    if isinstance(value, str):
+        try:
+            amounts = tuple(int(v) for v in value.replace(" ", "").split(",") if v)
+        except ValueError as exc:
+            raise ValueError(
+                f"cluster_amounts must be comma-separated integers, got {value!r}"
+            ) from exc
+    else:
+        amounts = tuple(_as_int("cluster_amounts", v) for v in value)
+    if len(amounts) != num_partitions:
+        raise ValueError(
+            f"cluster_amounts has {len(amounts)} entries but num_partitions is {num_partitions}"
+        )
+    return amounts
+
+
+@functools.lru_cache(maxsize=16)
+def _partitions(
+    num_partitions: int,
+    dataset: str,
+    partitioner: str,
+    dirichlet_alpha: float,
+    seed: int,
+    cluster_amounts: tuple[int, ...] | str | None,
+    dataset_items: tuple[tuple[str, Any], ...],
+) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Load and partition once; the cached result is read-only and copied by the callers."""
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    if partitioner not in PARTITIONERS:
+        raise ValueError(
+            f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
+        )
+    X, y, natural = load_dataset(dataset, seed=seed, **dict(dataset_items))
+
+    extra = None
+    part: Partitioner
+    if partitioner == "natural":
+        if natural is None:
+            raise ValueError(
+                f"dataset {dataset!r} has no natural split; use partitioner 'iid', 'dirichlet' "
+                f"or 'cluster-wise', or a dataset with one ({', '.join(_NATURAL_CLIENTS)})"
+            )
+        n_natural = _NATURAL_CLIENTS[dataset]
+        if num_partitions != n_natural:
+            raise ValueError(
+                f"dataset {dataset!r} has a natural split into {n_natural} clients, but "
+                f"num_partitions is {num_partitions}"
+            )
+        part = AssignmentPartitioner(num_partitions, assignment_column="client")
+        extra = {"client": natural}
+    elif partitioner == "iid":
+        # IidPartitioner takes contiguous shards, so shuffle first (as FederatedDataset does).
+        perm = np.random.default_rng(seed).permutation(len(X))
+        X, y = X[perm], y[perm]
+        part = IidPartitioner(num_partitions)
+    elif partitioner == "dirichlet":
+        part = DirichletPartitioner(
+            num_partitions=num_partitions,
+            partition_by="label",
+            alpha=float(dirichlet_alpha),
+            min_partition_size=DIRICHLET_MIN_PARTITION_SIZE,
+            self_balancing=False,
+            shuffle=True,
+            seed=seed,
+        )
+    else:  # cluster-wise
+        part = ClusterWisePartitioner(_parse_amounts(cluster_amounts, num_partitions))
+
+    result = []
+    for X_i, y_i in partition_arrays(X, y, part, num_partitions, extra=extra):
+        assert y_i is not None
+        X_i.setflags(write=False)
+        y_i.setflags(write=False)
+        result.append((X_i, y_i))
+    return tuple(result)
+
+
+def _cached_partitions(
+    num_partitions: int,
+    dataset: str,
+    partitioner: str,
+    dirichlet_alpha: float,
+    seed: int,
+    dataset_kwargs: dict[str, Any],
+) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Normalise the arguments into a hashable cache key and fetch the partitions."""
+    kwargs = dict(dataset_kwargs)
+    amounts = kwargs.pop("cluster_amounts", None)
+    if amounts is not None and not isinstance(amounts, str):
+        amounts = tuple(amounts)
+    return _partitions(
+        _as_int("num_partitions", num_partitions),
+        dataset,
+        partitioner,
+        float(dirichlet_alpha),
+        _as_int("seed", seed),
+        amounts,
+        tuple(sorted(kwargs.items())),
+    )
+
+
+def load_partition(
+    partition_id: int,
+    num_partitions: int,
+    *,
+    dataset: str,
+    partitioner: str = "natural",
+    dirichlet_alpha: float = 0.5,
+    seed: int = 0,
+    **dataset_kwargs: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return one client's share of a named data set.
+
+    The whole data set is loaded and partitioned once per process for each distinct set of
+    arguments (other than ``partition_id``); later calls are served from the cache.
+
+    Parameters
+    ----------
+    partition_id : int
+        The client, in ``[0, num_partitions)``.
+    num_partitions : int
+        Number of clients.
+    dataset : str
+        One of :data:`DATASETS`.
+    partitioner : str, default "natural"
+        One of :data:`PARTITIONERS`:
+
+        - ``"natural"``: the data set's own split (``garst-grid``: the paper's beta split;
+          ``garst-clusterwise``: 16/1/3/10/7); ``num_partitions`` must be its number of
+          clients (5);
+        - ``"iid"``: a seeded shuffle cut into equal contiguous shards (``IidPartitioner``);
+        - ``"dirichlet"``: ``DirichletPartitioner`` over the labels with ``dirichlet_alpha``
+          and ``min_partition_size`` :data:`DIRICHLET_MIN_PARTITION_SIZE`;
+        - ``"cluster-wise"``: :class:`ClusterWisePartitioner` with ``cluster_amounts`` (a
+          sequence or a string like ``"16,1,3,10,7"``; default ``(16, 1, 3, 10, 7)`` when
+          ``num_partitions`` is 5).
+    dirichlet_alpha : float, default 0.5
+        Concentration of the Dirichlet split.
+    seed : int, default 0
+        Seed of the partitioner (shuffle or Dirichlet draws) and of ``make_blobs``.
+    **dataset_kwargs
+        ``cluster_amounts`` for the cluster-wise partitioner, and any keyword argument of
+        :func:`load_dataset` (``ppc``, ``noise``, ``beta``, ``n_samples``, ...).
+
+    Returns
+    -------
+    X : numpy.ndarray
+        ``(n_i, d)`` float64 features of the client (a fresh copy).
+    y : numpy.ndarray
+        ``(n_i,)`` int64 true labels of the client (a fresh copy).
+
+    Raises
+    ------
+    ValueError
+        If ``partition_id`` is out of range, or the data set, partitioner or their
+        combination is invalid (the message says which).
+    """
+    partition_id = _as_int("partition_id", partition_id)
+    num_partitions = _as_int("num_partitions", num_partitions)
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"partition_id must be in [0, {num_partitions}), got {partition_id}")
+    parts = _cached_partitions(
+        num_partitions, dataset, partitioner, dirichlet_alpha, seed, dataset_kwargs
+    )
+    X_i, y_i = parts[partition_id]
+    return X_i.copy(), y_i.copy()
+
+
+def load_pooled(
+    num_partitions: int,
+    *,
+    dataset: str,
+    partitioner: str = "natural",
+    dirichlet_alpha: float = 0.5,
+    seed: int = 0,
+    **dataset_kwargs: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return all partitions of :func:`load_partition` concatenated in partition order.
+
+    This is the pooled data of a simulated federation, for the centralized baseline. It equals
+    the full data set up to row order, except that a split that discards rows (cluster-wise)
+    leaves them out here too.
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of clients.
+    dataset : str
+        One of :data:`DATASETS`.
+    partitioner : str, default "natural"
+        One of :data:`PARTITIONERS`.
+    dirichlet_alpha : float, default 0.5
+        Concentration of the Dirichlet split.
+    seed : int, default 0
+        Seed of the partitioner and of ``make_blobs``.
+    **dataset_kwargs
+        As for :func:`load_partition`.
+
+    Returns
+    -------
+    X : numpy.ndarray
+        ``(n, d)`` float64 features, partition 0's rows first.
+    y : numpy.ndarray
+        ``(n,)`` int64 true labels.
+
+    Raises
+    ------
+    ValueError
+        As for :func:`load_partition`.
+    """
+    parts = _cached_partitions(
+        num_partitions, dataset, partitioner, dirichlet_alpha, seed, dataset_kwargs
+    )
+    return (
+        np.concatenate([X_i for X_i, _ in parts], axis=0),
+        np.concatenate([y_i for _, y_i in parts]),
+    )
