@@ -97,7 +97,7 @@ def plot_run(
         (r, s) for r, s in zip(rounds, shifts, strict=True) if s is not None and np.isfinite(s)
     ]
     if finite:
-        ax2.semilogy([r for r, _ in finite], [max(s, 1e-16) for _, s in finite], "o-",
+        ax2.semilogy([r for r, _ in finite], [max(s, 1e-16) for _, s in finite], "ko-",
                      label="centroid shift")
         ax2.set_ylabel("Hungarian-matched shift")
     ax2.set_xlabel("round")

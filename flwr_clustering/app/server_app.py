@@ -47,9 +47,10 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     strategy = build_strategy(cfg, out_dir=None)
     pooled = None
     if cfg["dataset"] != "local":
-        kwargs = dataset_kwargs(cfg)
-        kwargs.pop("partitioner")
-        pooled = load_pooled(**kwargs)
+        # The pooled data of the simulated federation (the cluster-wise split drops rows,
+        # so the pooled set depends on the split): num-partitions = connected nodes.
+        num_partitions = len(strategy.wait_for_nodes(grid))
+        pooled = load_pooled(num_partitions, **dataset_kwargs(cfg))
     evaluate_fn = None
     if pooled is not None:
         X, y = pooled

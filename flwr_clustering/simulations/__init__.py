@@ -1,0 +1,1 @@
+"""simulations layer of flwr-clustering."""
