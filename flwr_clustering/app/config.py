@@ -40,6 +40,10 @@ DEFAULTS: dict[str, Any] = {
     "ppc": 50,
     "noise": 1.0,
     "dirichlet-alpha": 0.5,
+    "n-samples": 1000,
+    "n-features": 2,
+    "centers": 16,
+    "cluster-std": 1.0,
     "data-seed": 0,
     "out-dir": "",
     "round-timeout": 600.0,
@@ -153,4 +157,6 @@ def dataset_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         dataset=str(cfg["dataset"]), partitioner=str(cfg["partitioner"]),
         dirichlet_alpha=float(cfg["dirichlet-alpha"]), seed=int(cfg["data-seed"]),
         ppc=int(cfg["ppc"]), noise=float(cfg["noise"]), beta=float(cfg["beta"]),
+        n_samples=int(cfg["n-samples"]), n_features=int(cfg["n-features"]),
+        centers=int(cfg["centers"]), cluster_std=float(cfg["cluster-std"]),
     )
