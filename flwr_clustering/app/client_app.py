@@ -40,6 +40,11 @@ def client_fn(context: Context) -> ClusteringClient:
     cid = client_id_of(context)
     if "data-path" in context.node_config:
         X, y = _load_file(str(context.node_config["data-path"]))
+    elif cfg["dataset"] == "local":
+        raise ValueError(
+            f"client {cid}: the run config says dataset='local' but this node has no "
+            "data-path in its node config"
+        )
     else:
         X, y = load_partition(
             int(context.node_config["partition-id"]),
