@@ -256,3 +256,37 @@ def test_strategy_rejects_bad_parameters():
         KFed(0)
     with pytest.raises(ValueError, match="min_nodes"):
         FedKMeans(4, min_nodes=0)
+
+
+def test_app_with_local_data_files(tmp_path):
+    """The deployment data path, in process: each node reads its own file."""
+    from flwr_clustering.app.client_app import app as client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.data.local_file import save_local_file
+
+    data = _clients(10.0)
+    paths = []
+    for i, (x, y) in enumerate(data):
+        path = tmp_path / (f"site{i}.csv" if i % 2 else f"site{i}.npz")
+        save_local_file(path, x, y)
+        paths.append({"data-path": str(path)})
+    run_config = {"dataset": "local", "out-dir": str(tmp_path / "out"), "max-rounds": 5}
+    grid = InProcessGrid(client, 5, run_config=run_config, node_configs=paths)
+    out = run_server(grid, run_config)
+    ref = run_fkm([x for x, _ in data], 16, seed=0, max_rounds=5)
+    np.testing.assert_allclose(out["centroids"], ref.centroids, atol=1e-12)  # CSV round trip
+    assert out["centralized"] is None and out["federated"]["ari"] > 0.9
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert "centralized" not in result and result["run-config"]["dataset"] == "local"
+
+
+def test_app_simulation_config_reports_centralized_baseline(tmp_path):
+    from flwr_clustering.app.client_app import app as client
+    from flwr_clustering.app.server_app import run_server
+
+    run_config = {"algorithm": "kfed", "beta": 10.0, "out-dir": str(tmp_path)}
+    out = run_server(InProcessGrid(client, 5, run_config=run_config), run_config)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert set(result["centralized"]) >= {"ari", "nmi", "purity", "sse"}
+    assert result["federated-on-pooled"]["ari"] == out["federated"]["ari"]
+    assert result["algorithm"] == "kfed" and result["rounds"] == 1
