@@ -15,8 +15,10 @@ import numpy as np
 
 from ..clients import FedKMeansClient, KFedClient
 from ..clients.base import ClusteringClient
+from ..clients.echo import EchoClient
 from ..strategies import FedKMeans, KFed
 from ..strategies.base import ClusteringStrategy
+from ..strategies.echo import Echo
 
 __all__ = ["ALGORITHMS", "DEFAULTS", "build_client", "build_strategy", "merged_config"]
 
@@ -53,6 +55,8 @@ DEFAULTS: dict[str, Any] = {
 ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] = {
     "fkm": (FedKMeans, FedKMeansClient),
     "kfed": (KFed, KFedClient),
+    # Benchmark only: FedKMeans' messages without computation (simulations/bench.py).
+    "echo": (Echo, EchoClient),
 }
 
 
@@ -123,6 +127,12 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             local_iterations=int(cfg["local-iterations"]),
             server_seeding=str(cfg["server-seeding"]),
             init=str(cfg["init"]), server_update=str(cfg["server-update"]),
+            max_rounds=int(cfg["max-rounds"]), tol=float(cfg["tol"]), **common,
+        )
+    if cfg["algorithm"] == "echo":
+        return Echo(
+            int(cfg["k"]), privacy_threshold=int(cfg["privacy-threshold"]),
+            local_iterations=int(cfg["local-iterations"]), init=str(cfg["init"]),
             max_rounds=int(cfg["max-rounds"]), tol=float(cfg["tol"]), **common,
         )
     return KFed(int(cfg["k"]), k_local=int(cfg["k-local"]),

@@ -1,0 +1,1269 @@
+"""Benchmarks: the FKM client step against scikit-learn, and round time against Flower's floor.
+
+Speed and memory goals live here, never in the unit tests. Three subcommands, each writing
+``<out>/<subcommand>.json`` and ``<out>/<subcommand>.md``:
+
+``client-step``
+    Median wall time (``time.perf_counter``) of the FKM client step
+    :func:`~flwr_clustering.algorithms.fkm.fkm_client_update` ``(X, C, p=2, local_iters=1)``
+    against ``sklearn.cluster.KMeans(n_clusters=k, init=C, n_init=1, max_iter=1).fit(X)`` on
+    the same data, with the BLAS/OpenMP thread pools left alone (``threads=default``) and
+    limited to one thread (``threads=1``, what a Ray actor with ``num_cpus=1`` gets). Goal:
+    ratio ours/sklearn <= 1. Also a per-primitive breakdown, a cProfile of the largest size
+    and "what-if" variants of the step (each checked bit-identical to the current one).
+
+``server-step``
+    The FKM server step :func:`~flwr_clustering.algorithms.fkm.fkm_server_aggregate` (weighted
+    k-means, ``n_init=10``) on ``16 x clients`` local centroids, with default and one-thread
+    pools: it runs in the ServerApp process, between the rounds' message exchanges.
+
+``rounds``
+    ``flwr run`` Ray simulations of FedKMeans (``algorithm='fkm'``) and of its no-computation
+    twin Echo (``algorithm='echo'``, :mod:`flwr_clustering.strategies.echo`) on ``blobs`` data
+    with an ``iid`` split (``n-samples = samples-per-client x clients``), a fixed number of
+    rounds (``tol=-1``) and ``min-nodes = clients``. Round time is the median of the
+    ``"seconds"`` of rounds >= 2 in ``history.json`` (round 1 includes Ray's start-up);
+    goal: FKM/echo <= 1.1. Peak memory is the largest summed PSS (``/proc/<pid>/smaps_rollup``)
+    of the benchmark's own SuperLink and all its descendants (SuperExec, ``flwr-simulation``,
+    Ray's GCS, raylet, dashboard and actors), sampled every ``--sample-interval`` seconds.
+    The harness starts its own local SuperLink on ``--port`` (never the shared 39091) with
+    the command ``flwr`` itself uses, and stops it and its descendants, by PID, at the end.
+
+Usage::
+
+    python -m flwr_clustering.simulations.bench client-step --out bench-results
+    python -m flwr_clustering.simulations.bench server-step --clients 10 100 1000
+    python -m flwr_clustering.simulations.bench rounds --clients 10 100 1000 --out bench-results
+
+Timings on a shared machine are noisy: every result records the load average before and
+after, and the rounds subcommand interleaves FKM and echo runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "PssSampler",
+    "bench_client_step",
+    "bench_server_step",
+    "client_step_breakdown",
+    "descendants",
+    "main",
+    "process_label",
+    "profile_client_step",
+    "pss_kib",
+    "rounds_markdown",
+    "run_rounds",
+    "summarize_history",
+    "time_call",
+]
+
+#: Environment of every Flower process the harness starts (flower-notes G3, G7, G8).
+FLOWER_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    "MPLBACKEND": "Agg",
+    "PYTHONUNBUFFERED": "1",
+}
+
+MIB = 1024.0
+
+
+# =============================================================================== helpers
+def time_call(fn: Callable[[], Any], repeats: int = 7, warmup: int = 1) -> dict[str, float]:
+    """Time ``fn()`` with :func:`time.perf_counter`.
+
+    Parameters
+    ----------
+    fn : callable
+        The work, called without arguments.
+    repeats : int, default 7
+        Timed calls.
+    warmup : int, default 1
+        Untimed calls first (imports, caches, thread pools).
+
+    Returns
+    -------
+    dict
+        ``{"median", "min", "max"}`` in seconds.
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {
+        "median": float(np.median(times)), "min": float(min(times)), "max": float(max(times)),
+    }
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover - non-Unix
+        return []
+
+
+def _machine() -> dict[str, Any]:
+    import scipy
+    import sklearn
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(), "numpy": np.__version__,
+        "scipy": scipy.__version__, "sklearn": sklearn.__version__,
+        "cpus": os.cpu_count(), "platform": platform.platform(),
+    }
+    try:
+        import flwr
+
+        info["flwr"] = flwr.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def _thread_limit(threads: str):
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=None if threads == "default" else int(threads))
+
+
+def _blobs(n: int, d: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=n, n_features=d, centers=k, random_state=seed)
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    C = X[rng.choice(n, size=k, replace=False)].copy()
+    return X, C
+
+
+def _write(out: Path, name: str, result: dict[str, Any], markdown: str) -> dict[str, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{name}.json", out / f"{name}.md"
+    json_path.write_text(json.dumps(result, indent=2, default=_jsonable))
+    md_path.write_text(markdown)
+    return {"json": str(json_path), "markdown": str(md_path)}
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+# =========================================================================== client step
+def bench_client_step(
+    sizes: Sequence[int] = (1_000, 10_000, 100_000),
+    dims: Sequence[int] = (2, 64),
+    k: int = 16,
+    repeats: int = 7,
+    threads: Sequence[str] = ("default", "1"),
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Time the FKM client step and one scikit-learn Lloyd iteration on the same data.
+
+    Parameters
+    ----------
+    sizes, dims : sequence of int
+        Every ``(n, d)`` pair is measured (``make_blobs`` data with ``k`` centers).
+    k : int, default 16
+        Number of centroids; ``C`` is ``k`` distinct rows of ``X``.
+    repeats : int, default 7
+        Timed calls per measurement (the median is reported).
+    threads : sequence of str
+        ``"default"`` (thread pools untouched) and/or a thread count such as ``"1"``
+        (``threadpoolctl.threadpool_limits``, applied to both sides).
+    seed : int, default 0
+        Seed of the data and of the choice of ``C``.
+
+    Returns
+    -------
+    list of dict
+        One row per ``(n, d, threads)``: seconds (median/min) of both and
+        ``ratio = ours / sklearn`` (of the medians).
+    """
+    from sklearn.cluster import KMeans
+
+    from ..algorithms.fkm import fkm_client_update
+
+    rows = []
+    for n in sizes:
+        for d in dims:
+            X, C = _blobs(int(n), int(d), int(k), seed)
+            for thr in threads:
+                with _thread_limit(thr), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ours = time_call(
+                        lambda X=X, C=C: fkm_client_update(X, C, p=2, local_iters=1), repeats
+                    )
+                    skl = time_call(
+                        lambda X=X, C=C: KMeans(
+                            n_clusters=k, init=C, n_init=1, max_iter=1
+                        ).fit(X),
+                        repeats,
+                    )
+                rows.append({
+                    "n": int(n), "d": int(d), "k": int(k), "threads": thr,
+                    "ours_s": ours["median"], "ours_min_s": ours["min"],
+                    "sklearn_s": skl["median"], "sklearn_min_s": skl["min"],
+                    "ratio": ours["median"] / skl["median"],
+                    "ratio_min": ours["min"] / skl["min"],
+                })
+    return rows
+
+
+def _update_reusing_labels(X: np.ndarray, C: np.ndarray, p: int = 2):
+    """What-if: the FKM client step with one assignment instead of two.
+
+    ``fkm_client_update`` assigns ``X`` to ``C``, keeps the ``present`` centroids, then
+    ``lloyd_step`` assigns ``X`` again to ``C[present]``. The second assignment is the first
+    one renumbered (a dropped centroid attracted no point; ties keep the lowest index), so
+    this variant renumbers the labels instead; the benchmark checks it is bit-identical.
+    """
+    from ..algorithms.fkm import LocalCentroids
+    from ..algorithms.lloyd import assign_to_nearest, cluster_sums
+
+    labels, _ = assign_to_nearest(X, C)
+    part = np.bincount(labels, minlength=len(C))
+    present = np.flatnonzero(part)
+    rank = np.cumsum(part > 0) - 1
+    sums, counts = cluster_sums(X, rank[labels], len(present))
+    means = C[present].copy()
+    means[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+    keep = counts >= p
+    return LocalCentroids(
+        np.ascontiguousarray(means[keep]), counts[keep].astype(np.int64),
+        present[keep].astype(np.int64),
+    )
+
+
+def _sums_bincount(X: np.ndarray, labels: np.ndarray, k: int):
+    """What-if: per-cluster sums with one ``np.bincount`` per column (same order of adds)."""
+    sums = np.empty((k, X.shape[1]))
+    for j in range(X.shape[1]):
+        sums[:, j] = np.bincount(labels, weights=X[:, j], minlength=k)
+    return sums, np.bincount(labels, minlength=k).astype(np.int64)
+
+
+def client_step_breakdown(
+    n: int = 100_000, d: int = 64, k: int = 16, repeats: int = 7, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Time the primitives the FKM client step is made of, and what-if variants.
+
+    Parameters
+    ----------
+    n, d, k : int
+        Data size, dimension, number of centroids.
+    repeats : int, default 7
+        Timed calls per item.
+    seed : int, default 0
+        Data seed.
+
+    Returns
+    -------
+    list of dict
+        ``{"item", "calls_per_step", "seconds", "identical"}``; ``calls_per_step`` is how
+        often ``fkm_client_update`` performs the item; ``identical`` (what-if rows only) says
+        whether the variant's output equals the current implementation's bit for bit.
+    """
+    from scipy.spatial.distance import cdist
+
+    from ..algorithms.fkm import fkm_client_update
+    from ..algorithms.lloyd import check_data, cluster_sums, nearest
+
+    X, C = _blobs(n, d, k, seed)
+    d2 = cdist(X, C, metric="sqeuclidean")
+    labels = d2.argmin(axis=1)
+    ref = fkm_client_update(X, C, p=2, local_iters=1)
+    alt = _update_reusing_labels(X, C, p=2)
+    pairs = zip(ref.to_arrays(), alt.to_arrays(), strict=True)
+    same_alt = all(np.array_equal(a, b) for a, b in pairs)
+    s_ref, _ = cluster_sums(X, labels, k)
+    s_alt, _ = _sums_bincount(X, labels, k)
+    items: list[tuple[str, Callable[[], Any], Any, Any]] = [
+        ("fkm_client_update (total)", lambda: fkm_client_update(X, C), 1, None),
+        ("check_data(X) (isfinite + contiguous copy check)", lambda: check_data(X), 3, None),
+        ("cdist sqeuclidean (n x k)", lambda: cdist(X, C, metric="sqeuclidean"), 2, None),
+        ("nearest: argmin + gather", lambda: nearest(d2), 2, None),
+        ("cluster_sums (sparse one-hot @ X)", lambda: cluster_sums(X, labels, k), 1, None),
+        ("what-if: one assignment, labels renumbered",
+         lambda: _update_reusing_labels(X, C), None, same_alt),
+        ("what-if: cluster sums by np.bincount per column",
+         lambda: _sums_bincount(X, labels, k), None, bool(np.array_equal(s_ref, s_alt))),
+    ]
+    with _thread_limit("1"):
+        return [
+            {
+                "item": name, "calls_per_step": calls,
+                "seconds": time_call(fn, repeats)["median"], "identical": same,
+                "n": n, "d": d, "k": k,
+            }
+            for name, fn, calls, same in items
+        ]
+
+
+def profile_client_step(
+    n: int = 100_000, d: int = 64, k: int = 16, calls: int = 10, top: int = 12, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Profile ``calls`` FKM client steps with cProfile; return the functions of largest own time.
+
+    Parameters
+    ----------
+    n, d, k : int
+        Data size, dimension, number of centroids.
+    calls : int, default 10
+        Profiled calls.
+    top : int, default 12
+        Rows returned.
+    seed : int, default 0
+        Data seed.
+
+    Returns
+    -------
+    list of dict
+        ``{"function", "ncalls", "tottime_s", "cumtime_s", "share"}`` sorted by own time;
+        ``share`` is the fraction of the total profiled time.
+    """
+    from ..algorithms.fkm import fkm_client_update
+
+    X, C = _blobs(n, d, k, seed)
+    fkm_client_update(X, C)
+    prof = cProfile.Profile()
+    with _thread_limit("1"):
+        prof.enable()
+        for _ in range(calls):
+            fkm_client_update(X, C, p=2, local_iters=1)
+        prof.disable()
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    total = stats.total_tt or 1.0
+    rows = []
+    for (file, line, func), (_, ncalls, tottime, cumtime, _) in stats.stats.items():
+        where = func if file == "~" else f"{Path(file).name}:{line}({func})"
+        rows.append({
+            "function": where, "ncalls": int(ncalls), "tottime_s": float(tottime),
+            "cumtime_s": float(cumtime), "share": float(tottime / total),
+        })
+    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    return rows[:top]
+
+
+def client_step_markdown(result: dict[str, Any]) -> str:
+    """Render the ``client-step`` result as Markdown tables."""
+    lines = [
+        "# FKM client step vs scikit-learn",
+        "",
+        "`fkm_client_update(X, C, p=2, local_iters=1)` vs "
+        "`KMeans(n_clusters=k, init=C, n_init=1, max_iter=1).fit(X)`; median of "
+        f"{result['repeats']} calls (ms). Goal: ratio <= 1. Load average before/after: "
+        f"{result['load_before']} / {result['load_after']}.",
+        "",
+        "| n | d | k | threads | ours (ms) | sklearn (ms) | ratio ours/sklearn | "
+        "ratio of minima |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['n']} | {r['d']} | {r['k']} | {r['threads']} | {_ms(r['ours_s'])} | "
+            f"{_ms(r['sklearn_s'])} | {r['ratio']:.2f} | {r['ratio_min']:.2f} |"
+        )
+    if result.get("breakdown"):
+        b0 = result["breakdown"][0]
+        lines += [
+            "",
+            f"## Breakdown (n={b0['n']}, d={b0['d']}, k={b0['k']}, one thread)",
+            "",
+            "| item | calls per client step | ms per call | identical output |",
+            "|---|---|---|---|",
+        ]
+        for r in result["breakdown"]:
+            calls = "" if r["calls_per_step"] is None else r["calls_per_step"]
+            same = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
+            lines.append(f"| {r['item']} | {calls} | {_ms(r['seconds'])} | {same} |")
+    if result.get("profile"):
+        lines += [
+            "",
+            f"## cProfile, {result['profile_calls']} client steps "
+            f"(n={result['profile_n']}, d={result['profile_d']}), by own time",
+            "",
+            "| function | calls | own time (ms) | cumulative (ms) | share |",
+            "|---|---|---|---|---|",
+        ]
+        for r in result["profile"]:
+            lines.append(
+                f"| `{r['function']}` | {r['ncalls']} | {_ms(r['tottime_s'])} | "
+                f"{_ms(r['cumtime_s'])} | {r['share']:.0%} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_client_step(args: argparse.Namespace) -> int:
+    load_before = _load()
+    rows = bench_client_step(args.sizes, args.dims, args.k, args.repeats, args.threads, args.seed)
+    n_big, d_big = max(args.sizes), max(args.dims)
+    result: dict[str, Any] = {
+        "benchmark": "client-step", "machine": _machine(), "repeats": args.repeats,
+        "rows": rows, "load_before": load_before,
+    }
+    if not args.no_profile:
+        result["breakdown"] = client_step_breakdown(n_big, d_big, args.k, args.repeats, args.seed)
+        result["profile"] = profile_client_step(n_big, d_big, args.k, seed=args.seed)
+        result.update(profile_calls=10, profile_n=n_big, profile_d=d_big)
+    result["load_after"] = _load()
+    md = client_step_markdown(result)
+    paths = _write(Path(args.out), "client_step", result, md)
+    print(md)
+    print(f"written: {paths}")
+    return 0
+
+
+# =========================================================================== server step
+def bench_server_step(
+    clients: Sequence[int] = (10, 100, 1000),
+    k: int = 16,
+    d: int = 2,
+    repeats: int = 5,
+    threads: Sequence[str] = ("default", "1"),
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Time the FKM server step on ``k`` local centroids per client.
+
+    Parameters
+    ----------
+    clients : sequence of int
+        Numbers of clients ``m``; the server clusters ``M = k m`` weighted points.
+    k, d : int
+        Centroids per client (and global), dimension.
+    repeats : int, default 5
+        Timed calls (median reported).
+    threads : sequence of str
+        As in :func:`bench_client_step`.
+    seed : int, default 0
+        Seed of the synthetic uploads and of the server generator.
+
+    Returns
+    -------
+    list of dict
+        ``{"clients", "points", "threads", "seconds", "min_s"}``.
+    """
+    from ..algorithms.fkm import LocalCentroids, fkm_server_aggregate
+
+    rows = []
+    for m in clients:
+        X, _ = _blobs(int(m) * k, d, k, seed)
+        rng = np.random.default_rng(seed)
+        counts = rng.integers(2, 12, size=len(X)).astype(np.int64)
+        uploads = [
+            LocalCentroids(X[i * k:(i + 1) * k], counts[i * k:(i + 1) * k],
+                           np.arange(k, dtype=np.int64))
+            for i in range(int(m))
+        ]
+        for thr in threads:
+            with _thread_limit(thr), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = time_call(
+                    lambda u=uploads: fkm_server_aggregate(u, k, np.random.default_rng(seed)),
+                    repeats,
+                )
+            rows.append({
+                "clients": int(m), "points": len(X), "k": k, "d": d, "threads": thr,
+                "seconds": t["median"], "min_s": t["min"], "max_s": t["max"],
+            })
+    return rows
+
+
+def _cmd_server_step(args: argparse.Namespace) -> int:
+    load_before = _load()
+    rows = bench_server_step(args.clients, args.k, args.d, args.repeats, args.threads, args.seed)
+    result = {
+        "benchmark": "server-step", "machine": _machine(), "rows": rows,
+        "load_before": load_before, "load_after": _load(),
+    }
+    lines = [
+        "# FKM server step (weighted k-means, n_init=10, on k local centroids per client)",
+        "",
+        f"Median of {args.repeats} calls. Load average before/after: "
+        f"{result['load_before']} / {result['load_after']}.",
+        "",
+        "| clients | points | threads | median (ms) | min (ms) | max (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['clients']} | {r['points']} | {r['threads']} | {_ms(r['seconds'])} | "
+            f"{_ms(r['min_s'])} | {_ms(r['max_s'])} |"
+        )
+    md = "\n".join(lines) + "\n"
+    paths = _write(Path(args.out), "server_step", result, md)
+    print(md)
+    print(f"written: {paths}")
+    return 0
+
+
+# ============================================================================ processes
+def _proc_table() -> dict[int, int]:
+    """Return ``{pid: ppid}`` of every process (Linux ``/proc``)."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # The command name may hold spaces or parentheses: split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        table[int(entry.name)] = int(fields[1])
+    return table
+
+
+def descendants(pid: int, table: dict[int, int] | None = None) -> list[int]:
+    """Return every descendant of ``pid`` (children, grandchildren, ...), sorted.
+
+    Parameters
+    ----------
+    pid : int
+        The root process.
+    table : dict, optional
+        ``{pid: ppid}``; read from ``/proc`` when omitted.
+
+    Returns
+    -------
+    list of int
+        The descendants' PIDs, without ``pid`` itself.
+    """
+    table = _proc_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for child, parent in table.items():
+        children.setdefault(parent, []).append(child)
+    out, stack = [], list(children.get(pid, []))
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        stack.extend(children.get(p, []))
+    return sorted(out)
+
+
+def pss_kib(pid: int) -> int | None:
+    """Return the proportional set size of ``pid`` in KiB (``None`` if it is gone).
+
+    Parameters
+    ----------
+    pid : int
+        Process id.
+
+    Returns
+    -------
+    int or None
+        The ``Pss:`` line of ``/proc/<pid>/smaps_rollup``.
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def process_label(cmdline: Sequence[str]) -> str:
+    """Return a short name for a process from its command line.
+
+    Parameters
+    ----------
+    cmdline : sequence of str
+        ``/proc/<pid>/cmdline`` split at NUL bytes.
+
+    Returns
+    -------
+    str
+        ``"ray::ClientAppActor"``-style titles as they are; for ``python script.py ...`` the
+        script's file name; otherwise the executable's file name (``"?"`` if empty).
+    """
+    if not cmdline:
+        return "?"
+    first = cmdline[0].split()[0] if cmdline[0].split() else cmdline[0]
+    if first.startswith("ray::"):
+        return first
+    name = Path(first).name
+    if name.startswith("python") and len(cmdline) > 1:
+        rest = [a for a in cmdline[1:] if not a.startswith("-")]
+        if rest:
+            return Path(rest[0]).name
+    return name
+
+
+class PssSampler(threading.Thread):
+    """Sample the summed PSS of a process and all its descendants in the background.
+
+    Parameters
+    ----------
+    root : int
+        The root PID (the benchmark's SuperLink).
+    interval : float, default 0.5
+        Seconds between samples.
+
+    Attributes
+    ----------
+    peak_kib : int
+        Largest summed PSS seen.
+    peak_by_label : dict
+        ``{process label: (count, KiB)}`` at the peak sample.
+    samples : int
+        Number of samples taken.
+    """
+
+    def __init__(self, root: int, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = int(root), float(interval)
+        self.peak_kib, self.samples = 0, 0
+        self.peak_by_label: dict[str, list[int]] = {}
+        self._halt = threading.Event()
+
+    def sample(self) -> int:
+        """Take one sample; return its summed PSS in KiB."""
+        pids = [self.root, *descendants(self.root)]
+        total, by_label = 0, {}
+        for pid in pids:
+            kib = pss_kib(pid)
+            if kib is None:
+                continue
+            # Re-read every time: Ray workers retitle themselves (ray::ClientAppActor).
+            label = process_label(_cmdline(pid))
+            total += kib
+            count, size = by_label.get(label, (0, 0))
+            by_label[label] = [count + 1, size + kib]
+        self.samples += 1
+        if total > self.peak_kib:
+            self.peak_kib, self.peak_by_label = total, by_label
+        return total
+
+    def run(self) -> None:
+        """Sample until :meth:`stop`."""
+        while not self._halt.is_set():
+            self.sample()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread."""
+        self._halt.set()
+        self.join(timeout=10)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _bin(name: str) -> str:
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def flower_env(flwr_home: Path, port: int, control_port: int) -> dict[str, str]:
+    """Return the environment of the harness' SuperLink and ``flwr`` CLI calls.
+
+    Parameters
+    ----------
+    flwr_home : pathlib.Path
+        The benchmark's own ``FLWR_HOME``.
+    port, control_port : int
+        The local SuperLink's HTTP and Control API ports (the CLI's ``:local:`` connection
+        then talks to the benchmark's SuperLink, not to a shared one).
+
+    Returns
+    -------
+    dict
+        The environment.
+    """
+    env = dict(os.environ)
+    env.update(FLOWER_ENV)
+    env["FLWR_HOME"] = str(flwr_home)
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(port)
+    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def start_superlink(
+    flwr_home: Path, port: int, control_port: int, env: dict[str, str], timeout: float = 30.0
+) -> subprocess.Popen:
+    """Start a local simulation SuperLink the way ``flwr run`` does, and wait until healthy.
+
+    Parameters
+    ----------
+    flwr_home : pathlib.Path
+        Its ``FLWR_HOME`` (database and log go to ``local-superlink/``).
+    port, control_port : int
+        HTTP and Control API ports; both must be free.
+    env : dict
+        Environment (see :func:`flower_env`).
+    timeout : float, default 30
+        Seconds to wait for ``/health``.
+
+    Returns
+    -------
+    subprocess.Popen
+        The SuperLink process (stop it with :func:`stop_tree`).
+
+    Raises
+    ------
+    RuntimeError
+        If a port is taken or the SuperLink does not come up.
+    """
+    for p in (port, control_port):
+        if _port_open(p):
+            raise RuntimeError(
+                f"port {p} is already in use (another SuperLink?); choose another --port"
+            )
+    run_dir = Path(flwr_home) / "local-superlink"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        _bin("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+        "--control-api-address", f"127.0.0.1:{control_port}", "--host", "127.0.0.1",
+        "--port", str(port), "--log-file", str(run_dir / "superlink.log"),
+        "--database", str(run_dir / "state.db"), "--disable-runtime-dependency-installation",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"flower-superlink exited with code {proc.returncode}; see {run_dir}"
+            )
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=0.5) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.2)
+    stop_tree(proc.pid)
+    raise RuntimeError(f"flower-superlink did not become healthy within {timeout:.0f} s")
+
+
+def stop_tree(pid: int, timeout: float = 15.0) -> list[int]:
+    """Terminate ``pid`` and all its descendants, by PID (SIGTERM, then SIGKILL).
+
+    Parameters
+    ----------
+    pid : int
+        The root (a process this harness started).
+    timeout : float, default 15
+        Seconds to wait after SIGTERM.
+
+    Returns
+    -------
+    list of int
+        The PIDs that were signalled.
+    """
+    pids = [pid, *descendants(pid)]
+    for p in reversed(pids):
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        for p in list(alive):
+            try:
+                os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not Path(f"/proc/{p}").exists() or _zombie(p):
+                alive.remove(p)
+        time.sleep(0.2)
+    for p in alive:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rfind(b")") + 2:].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+# =============================================================================== rounds
+def summarize_history(history: list[dict[str, Any]], skip: int = 1) -> dict[str, Any]:
+    """Summarize per-round ``"seconds"`` of a ``history.json``.
+
+    Parameters
+    ----------
+    history : list of dict
+        The per-round records (each with ``"round"`` and ``"seconds"``).
+    skip : int, default 1
+        Leading rounds left out of the statistics (round 1 includes Ray's start-up and the
+        init phase).
+
+    Returns
+    -------
+    dict
+        ``rounds``, ``round1_s``, ``round_seconds`` (all), and the median, mean, min and
+        max of rounds ``> skip`` (``None`` if there are none).
+    """
+    secs = [float(r["seconds"]) for r in history if "seconds" in r]
+    rest = secs[skip:]
+    out: dict[str, Any] = {
+        "rounds": len(history), "round_seconds": secs,
+        "round1_s": secs[0] if secs else None,
+    }
+    for key, fn in (("median", np.median), ("mean", np.mean), ("min", np.min), ("max", np.max)):
+        out[f"{key}_s"] = float(fn(rest)) if rest else None
+    return out
+
+
+def _flwr_run_command(
+    app: Path, algorithm: str, clients: int, rounds: int, k: int, samples_per_client: int,
+    features: int, out_dir: Path, cpus_per_client: int,
+) -> list[str]:
+    run_config = " ".join([
+        f"algorithm='{algorithm}'", "dataset='blobs'", "partitioner='iid'",
+        f"n-samples={samples_per_client * clients}", f"n-features={features}", f"centers={k}",
+        f"k={k}", f"max-rounds={rounds}", "tol=-1.0", f"min-nodes={clients}",
+        f"out-dir='{out_dir}'",
+    ])
+    federation = f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client}"
+    return [
+        _bin("flwr"), "run", str(app), "--stream", "--federation-config", federation,
+        "--run-config", run_config,
+    ]
+
+
+def _run_status(run_id: str | None, env: dict[str, str]) -> dict[str, Any]:
+    """Ask the SuperLink for the status of a run (``flwr run --stream`` exits 0 anyway)."""
+    if run_id is None:
+        return {"status": "unknown (no run id in the output)"}
+    try:
+        out = subprocess.run(
+            [_bin("flwr"), "ls", "--run-id", run_id, "--format", "json"], env=env,
+            capture_output=True, text=True, timeout=60,
+        ).stdout
+        data = json.loads(out[out.find("{"):])
+        runs = data.get("runs", [])
+        if runs:
+            return {"status": runs[0].get("status"),
+                    "status-details": runs[0].get("status-details")}
+        return {"status": "unknown", "raw": data}
+    except (OSError, ValueError, subprocess.SubprocessError) as ex:
+        return {"status": f"unknown ({ex})"}
+
+
+def run_one(
+    *, app: Path, algorithm: str, clients: int, rounds: int, k: int, samples_per_client: int,
+    features: int, cpus_per_client: int, out_dir: Path, env: dict[str, str], superlink_pid: int,
+    sample_interval: float, timeout: float,
+) -> dict[str, Any]:
+    """Run one ``flwr run`` simulation while sampling memory; return its measurements.
+
+    Parameters
+    ----------
+    app : pathlib.Path
+        The Flower App (the repository root).
+    algorithm : str
+        ``"fkm"`` or ``"echo"``.
+    clients, rounds, k, samples_per_client, features, cpus_per_client : int
+        The run's size (see :func:`run_rounds`).
+    out_dir : pathlib.Path
+        The run's ``out-dir`` (``history.json``, ``result.json``) and ``flwr.log``.
+    env : dict
+        Environment of the CLI.
+    superlink_pid : int
+        Root of the sampled process tree.
+    sample_interval : float
+        Seconds between memory samples.
+    timeout : float
+        Seconds before the CLI call is abandoned.
+
+    Returns
+    -------
+    dict
+        Wall time, per-round seconds (:func:`summarize_history`), ServerApp seconds, peak
+        PSS (MiB, and by process at the peak), run status and load averages.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = _flwr_run_command(
+        app, algorithm, clients, rounds, k, samples_per_client, features, out_dir,
+        cpus_per_client,
+    )
+    log = out_dir / "flwr.log"
+    sampler = PssSampler(superlink_pid, sample_interval)
+    rec: dict[str, Any] = {
+        "algorithm": algorithm, "clients": clients, "rounds_requested": rounds,
+        "command": cmd, "out_dir": str(out_dir), "load_before": _load(),
+    }
+    sampler.start()
+    t0 = time.perf_counter()
+    try:
+        with open(log, "w") as fh:
+            proc = subprocess.run(
+                cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, text=True,
+                cwd=str(app),
+            )
+        rec["returncode"] = proc.returncode
+    except subprocess.TimeoutExpired:
+        rec["returncode"] = None
+        rec["error"] = f"flwr run did not finish within {timeout:.0f} s"
+    rec["wall_s"] = time.perf_counter() - t0
+    sampler.stop()
+    rec["load_after"] = _load()
+    rec["peak_pss_mib"] = sampler.peak_kib / MIB
+    rec["peak_pss_by_process_mib"] = {
+        label: {"count": c, "mib": round(kib / MIB, 1)}
+        for label, (c, kib) in sorted(sampler.peak_by_label.items(), key=lambda x: -x[1][1])
+    }
+    rec["memory_samples"] = sampler.samples
+    text = log.read_text(errors="replace")
+    match = re.search(r"run (?:ID )?(\d{3,})", text)
+    rec["run_id"] = match.group(1) if match else None
+    rec.update(_run_status(rec["run_id"], env))
+    hist_path, res_path = out_dir / "history.json", out_dir / "result.json"
+    if hist_path.exists():
+        rec.update(summarize_history(json.loads(hist_path.read_text())))
+    if res_path.exists():
+        rec["serverapp_s"] = json.loads(res_path.read_text()).get("seconds")
+    rec["ok"] = (
+        hist_path.exists() and rec.get("rounds") == rounds
+        and str(rec.get("status", "")).startswith("finished:completed")
+    )
+    if not rec["ok"]:
+        rec["log_tail"] = text[-3000:]
+    return rec
+
+
+def _median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in runs if r.get("ok") and r.get(key) is not None]
+    return float(np.median(vals)) if vals else None
+
+
+def rounds_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Combine runs into one row per client count: FKM vs echo.
+
+    Parameters
+    ----------
+    runs : list of dict
+        Outputs of :func:`run_one` (possibly several repeats).
+
+    Returns
+    -------
+    list of dict
+        Per client count: medians over the successful repeats of the round time (median of
+        rounds >= 2), round 1, ServerApp and wall seconds, peak PSS, for ``fkm`` and
+        ``echo``, and ``ratio = fkm / echo`` of the round times.
+    """
+    rows = []
+    for clients in sorted({r["clients"] for r in runs}):
+        row: dict[str, Any] = {"clients": clients}
+        for alg in ("fkm", "echo"):
+            sel = [r for r in runs if r["clients"] == clients and r["algorithm"] == alg]
+            row[alg] = {
+                "runs": len(sel), "ok": sum(bool(r.get("ok")) for r in sel),
+                "round_s": _median_of(sel, "median_s"),
+                "round_min_s": _median_of(sel, "min_s"),
+                "round_max_s": _median_of(sel, "max_s"),
+                "round1_s": _median_of(sel, "round1_s"),
+                "serverapp_s": _median_of(sel, "serverapp_s"),
+                "wall_s": _median_of(sel, "wall_s"),
+                "peak_pss_mib": _median_of(sel, "peak_pss_mib"),
+            }
+        f, e = row["fkm"]["round_s"], row["echo"]["round_s"]
+        row["ratio"] = f / e if f is not None and e else None
+        rows.append(row)
+    return rows
+
+
+def rounds_markdown(result: dict[str, Any]) -> str:
+    """Render the ``rounds`` result as a Markdown table."""
+
+    def s(v: float | None, fmt: str = "{:.2f}") -> str:
+        return "n/a" if v is None else fmt.format(v)
+
+    p = result["params"]
+    lines = [
+        "# Round time: FedKMeans vs echo (Flower's floor), `flwr run` Ray simulation",
+        "",
+        f"blobs data, iid split, {p['samples_per_client']} points per client, d="
+        f"{p['features']}, k={p['k']}, {p['rounds']} rounds (tol=-1), "
+        f"client-resources-num-cpus={p['cpus_per_client']}, min-nodes = clients, "
+        f"{p['repeats']} repeat(s). Round time = median of rounds >= 2 from history.json; "
+        "peak PSS = largest summed PSS of the SuperLink and all its descendants. "
+        "Goal: FKM/echo <= 1.1.",
+        "",
+        "| clients | FKM round (s) | echo round (s) | ratio FKM/echo | FKM rounds min-max (s) | "
+        "echo rounds min-max (s) | round 1 FKM / echo (s) | wall FKM / echo (s) | "
+        "peak PSS FKM / echo (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["table"]:
+        f, e = r["fkm"], r["echo"]
+        lines.append(
+            f"| {r['clients']} | {s(f['round_s'], '{:.3f}')} | {s(e['round_s'], '{:.3f}')} | "
+            f"{s(r['ratio'])} | {s(f['round_min_s'], '{:.3f}')}-{s(f['round_max_s'], '{:.3f}')}"
+            f" | {s(e['round_min_s'], '{:.3f}')}-{s(e['round_max_s'], '{:.3f}')} | "
+            f"{s(f['round1_s'], '{:.1f}')} / {s(e['round1_s'], '{:.1f}')} | "
+            f"{s(f['wall_s'], '{:.1f}')} / {s(e['wall_s'], '{:.1f}')} | "
+            f"{s(f['peak_pss_mib'], '{:.0f}')} / {s(e['peak_pss_mib'], '{:.0f}')} |"
+        )
+    failed = [r for r in result["runs"] if not r.get("ok")]
+    if failed:
+        lines += ["", "Failed runs (excluded): " + ", ".join(
+            f"{r['algorithm']}@{r['clients']} ({r.get('status')}, {r.get('error', '')})"
+            for r in failed
+        )]
+    lines += ["", "Per run:", "",
+              "| algorithm | clients | round seconds | peak PSS (MiB) | load before / after |",
+              "|---|---|---|---|---|"]
+    for r in result["runs"]:
+        secs = ", ".join(f"{x:.3f}" for x in r.get("round_seconds", []))
+        lines.append(
+            f"| {r['algorithm']} | {r['clients']} | {secs} | {r['peak_pss_mib']:.0f} | "
+            f"{r['load_before']} / {r['load_after']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_rounds(
+    clients: Sequence[int] = (10, 100, 1000),
+    *,
+    algorithms: Sequence[str] = ("fkm", "echo"),
+    rounds: int = 5,
+    k: int = 16,
+    samples_per_client: int = 100,
+    features: int = 2,
+    cpus_per_client: int = 1,
+    repeats: int = 1,
+    out: Path = Path("bench-results"),
+    app: Path | None = None,
+    port: int = 39291,
+    control_port: int | None = None,
+    sample_interval: float = 0.5,
+    timeout: float = 1800.0,
+) -> dict[str, Any]:
+    """Run the round-time benchmark on a private local SuperLink.
+
+    Parameters
+    ----------
+    clients : sequence of int
+        Numbers of virtual clients (``num-supernodes`` and ``min-nodes``).
+    algorithms : sequence of str
+        Run configs' ``algorithm``; interleaved within each client count and repeat.
+    rounds : int, default 5
+        ``max-rounds`` (``tol=-1``: always all of them).
+    k, samples_per_client, features : int
+        Centroids / blobs centers, points per client, dimension.
+    cpus_per_client : int, default 1
+        ``client-resources-num-cpus`` (1 gives two Ray actors on two cores).
+    repeats : int, default 1
+        Runs per (client count, algorithm).
+    out : pathlib.Path
+        Results directory (runs go to ``out/runs/``, Flower's home to ``out/flwr-home``).
+    app : pathlib.Path, optional
+        The Flower App; defaults to the repository this package lives in.
+    port : int, default 39291
+        The private SuperLink's HTTP port.
+    control_port : int, optional
+        Its Control API port; defaults to ``port + 2``.
+    sample_interval : float, default 0.5
+        Seconds between memory samples.
+    timeout : float, default 1800
+        Seconds per ``flwr run``.
+
+    Returns
+    -------
+    dict
+        ``{"params", "machine", "runs", "table"}``.
+    """
+    out = Path(out).resolve()
+    app = Path(app).resolve() if app else Path(__file__).resolve().parents[2]
+    if not (app / "pyproject.toml").exists():
+        raise FileNotFoundError(f"{app} has no pyproject.toml; pass --app <Flower App dir>")
+    control_port = port + 2 if control_port is None else control_port
+    home = out / "flwr-home"
+    env = flower_env(home, port, control_port)
+    params = dict(
+        clients=list(clients), algorithms=list(algorithms), rounds=rounds, k=k,
+        samples_per_client=samples_per_client, features=features,
+        cpus_per_client=cpus_per_client, repeats=repeats, app=str(app), port=port,
+        control_port=control_port, sample_interval=sample_interval,
+    )
+    runs: list[dict[str, Any]] = []
+    superlink = start_superlink(home, port, control_port, env)
+    params["superlink_pid"] = superlink.pid
+    print(f"SuperLink pid {superlink.pid} on 127.0.0.1:{port}", flush=True)
+    try:
+        for n in clients:
+            for rep in range(repeats):
+                for alg in algorithms:
+                    run_dir = out / "runs" / f"{alg}-{n}-r{rep}"
+                    print(f"[{time.strftime('%H:%M:%S')}] {alg} with {n} clients, repeat {rep}",
+                          flush=True)
+                    rec = run_one(
+                        app=app, algorithm=alg, clients=int(n), rounds=rounds, k=k,
+                        samples_per_client=samples_per_client, features=features,
+                        cpus_per_client=cpus_per_client, out_dir=run_dir, env=env,
+                        superlink_pid=superlink.pid, sample_interval=sample_interval,
+                        timeout=timeout,
+                    )
+                    rec["repeat"] = rep
+                    runs.append(rec)
+                    print(
+                        f"    ok={rec['ok']} wall={rec['wall_s']:.1f}s rounds="
+                        f"{[round(x, 3) for x in rec.get('round_seconds', [])]} "
+                        f"peak PSS={rec['peak_pss_mib']:.0f} MiB status={rec.get('status')}",
+                        flush=True,
+                    )
+                    result = {
+                        "benchmark": "rounds", "params": params, "machine": _machine(),
+                        "runs": runs, "table": rounds_table(runs),
+                    }
+                    _write(out, "rounds", result, rounds_markdown(result))
+    finally:
+        stopped = stop_tree(superlink.pid)
+        print(f"stopped SuperLink tree: {stopped}", flush=True)
+    result = {
+        "benchmark": "rounds", "params": params, "machine": _machine(), "runs": runs,
+        "table": rounds_table(runs),
+    }
+    return result
+
+
+def _cmd_rounds(args: argparse.Namespace) -> int:
+    result = run_rounds(
+        args.clients, algorithms=args.algorithms, rounds=args.rounds, k=args.k,
+        samples_per_client=args.samples_per_client, features=args.features,
+        cpus_per_client=args.cpus_per_client, repeats=args.repeats, out=Path(args.out),
+        app=args.app, port=args.port, control_port=args.control_port,
+        sample_interval=args.sample_interval, timeout=args.timeout,
+    )
+    md = rounds_markdown(result)
+    paths = _write(Path(args.out), "rounds", result, md)
+    print(md)
+    print(f"written: {paths}")
+    return 0 if all(r.get("ok") for r in result["runs"]) else 1
+
+
+# ================================================================================== CLI
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of ``flwr-clustering bench``."""
+    parser = argparse.ArgumentParser(
+        prog="flwr-clustering bench",
+        description="Benchmarks: FKM client/server steps and round time vs Flower's floor.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    cs = sub.add_parser("client-step", help="FKM client step vs one sklearn Lloyd iteration")
+    cs.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    cs.add_argument("--dims", type=int, nargs="+", default=[2, 64])
+    cs.add_argument("--k", type=int, default=16)
+    cs.add_argument("--repeats", type=int, default=7)
+    cs.add_argument("--threads", nargs="+", default=["default", "1"],
+                    help="'default' and/or thread counts for threadpoolctl")
+    cs.add_argument("--seed", type=int, default=0)
+    cs.add_argument("--no-profile", action="store_true",
+                    help="skip the breakdown and cProfile of the largest size")
+    cs.add_argument("--out", default="bench-results")
+    cs.set_defaults(func=_cmd_client_step)
+
+    ss = sub.add_parser("server-step", help="FKM server step (weighted k-means)")
+    ss.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    ss.add_argument("--k", type=int, default=16)
+    ss.add_argument("--d", type=int, default=2)
+    ss.add_argument("--repeats", type=int, default=5)
+    ss.add_argument("--threads", nargs="+", default=["default", "1"])
+    ss.add_argument("--seed", type=int, default=0)
+    ss.add_argument("--out", default="bench-results")
+    ss.set_defaults(func=_cmd_server_step)
+
+    rd = sub.add_parser("rounds", help="FKM vs echo round time in `flwr run` simulations")
+    rd.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    rd.add_argument("--algorithms", nargs="+", default=["fkm", "echo"])
+    rd.add_argument("--rounds", type=int, default=5)
+    rd.add_argument("--k", type=int, default=16)
+    rd.add_argument("--samples-per-client", type=int, default=100)
+    rd.add_argument("--features", type=int, default=2)
+    rd.add_argument("--cpus-per-client", type=int, default=1)
+    rd.add_argument("--repeats", type=int, default=1)
+    rd.add_argument("--app", type=Path, default=None, help="Flower App dir (default: repo root)")
+    rd.add_argument("--port", type=int, default=39291,
+                    help="HTTP port of the benchmark's own SuperLink (not the shared 39091)")
+    rd.add_argument("--control-port", type=int, default=None, help="default: --port + 2")
+    rd.add_argument("--sample-interval", type=float, default=0.5)
+    rd.add_argument("--timeout", type=float, default=1800.0)
+    rd.add_argument("--out", default="bench-results")
+    rd.set_defaults(func=_cmd_rounds)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a benchmark subcommand; return the exit code.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments after ``bench`` (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success; 1 if a ``rounds`` run failed.
+    """
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

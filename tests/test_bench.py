@@ -1,0 +1,291 @@
+"""Fast correctness tests of the benchmark code paths and of the echo strategy/client.
+
+No timing assertions here: speed and memory goals live in
+``flwr_clustering/simulations/bench.py`` and its results, never in unit tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import MessageType
+
+from flwr_clustering.app.client_app import app as client_app
+from flwr_clustering.app.config import ALGORITHMS, build_strategy, merged_config
+from flwr_clustering.app.server_app import run_server
+from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient
+from flwr_clustering.simulations import bench
+from flwr_clustering.strategies import FedKMeans
+from flwr_clustering.strategies.echo import Echo
+from flwr_clustering.testing import InProcessGrid
+
+K = 4
+N_CLIENTS = 3
+
+
+def _run_config(algorithm: str, tmp_path: Path, rounds: int = 3) -> dict:
+    return {
+        "algorithm": algorithm, "dataset": "blobs", "partitioner": "iid",
+        "n-samples": 60 * N_CLIENTS, "n-features": 3, "centers": K, "k": K,
+        "max-rounds": rounds, "tol": -1.0, "min-nodes": N_CLIENTS,
+        "out-dir": str(tmp_path / algorithm),
+    }
+
+
+def _run(algorithm: str, tmp_path: Path, rounds: int = 3) -> tuple[InProcessGrid, dict]:
+    rc = _run_config(algorithm, tmp_path, rounds)
+    grid = InProcessGrid(client_app, N_CLIENTS, run_config=rc)
+    return grid, run_server(grid, rc)
+
+
+def _train_pairs(grid: InProcessGrid):
+    """(sent, reply) pairs of train messages, in sending order."""
+    by_id = {m.metadata.message_id: m for m in grid.sent}
+    pairs = [(by_id[r.metadata.reply_to_message_id], r) for r in grid.received]
+    return [(s, r) for s, r in pairs if s.metadata.message_type == MessageType.TRAIN]
+
+
+# ------------------------------------------------------------------------------- echo
+def test_echo_is_registered_in_the_app():
+    assert ALGORITHMS["echo"] == (Echo, EchoClient)
+    cfg = merged_config({"algorithm": "echo", "k": 7, "max-rounds": 4, "tol": -1.0})
+    strategy = build_strategy(cfg)
+    assert isinstance(strategy, Echo)
+    assert (strategy.k, strategy.max_rounds, strategy.tol) == (7, 4, -1.0)
+
+
+def test_echo_train_config_is_fedkmeans_config():
+    fkm = FedKMeans(5, privacy_threshold=3, local_iterations=2, init="paper", recount=True)
+    echo = Echo(5, privacy_threshold=3, local_iterations=2, init="paper", recount=True)
+    assert echo.train_config(1) == fkm.train_config(1)
+    assert echo.train_config(1)["phase"] == "init"
+    fkm.centroids = echo.centroids = np.zeros((5, 2))
+    assert echo.train_config(2) == fkm.train_config(2)
+    assert echo.train_config(2)["phase"] == "update"
+
+
+def test_echo_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="k must be"):
+        Echo(0)
+    with pytest.raises(ValueError, match="init must be"):
+        Echo(3, init="nope")
+
+
+def test_echo_exchanges_the_same_messages_as_fkm(tmp_path):
+    fkm_grid, _ = _run("fkm", tmp_path)
+    echo_grid, _ = _run("echo", tmp_path)
+    fkm_pairs, echo_pairs = _train_pairs(fkm_grid), _train_pairs(echo_grid)
+    assert len(fkm_pairs) == len(echo_pairs) == 3 * N_CLIENTS
+    for (fs, fr), (es, er) in zip(fkm_pairs, echo_pairs, strict=True):
+        # Down: same config, same array shapes (round 1: none; then C_g of (k, d)).
+        assert dict(es.content["config"]) == dict(fs.content["config"])
+        f_down = fs.content["arrays"].to_numpy_ndarrays()
+        e_down = es.content["arrays"].to_numpy_ndarrays()
+        assert [a.shape for a in e_down] == [a.shape for a in f_down]
+        assert es.metadata.group_id == fs.metadata.group_id
+        # Up: [means (k_i, d), counts (k_i,), index (k_i,)]; echo sends k_i = k (the bound).
+        assert not er.has_error() and not fr.has_error()
+        f_up = fr.content["arrays"].to_numpy_ndarrays()
+        e_up = er.content["arrays"].to_numpy_ndarrays()
+        assert len(e_up) == len(f_up) == 3
+        assert e_up[0].shape[1] == f_up[0].shape[1] == 3
+        assert len(f_up[0]) <= len(e_up[0]) == K
+        assert [a.dtype for a in e_up] == [a.dtype for a in f_up]
+        assert (e_up[1] == ECHO_COUNT).all()
+        # Same metrics and statistics payload (keys, dtypes, shapes).
+        assert set(er.content["metrics"]) == set(fr.content["metrics"])
+        assert ("stats" in er.content) == ("stats" in fr.content)
+        if "stats" in fr.content:
+            f_st = {k: (v.numpy().shape, v.numpy().dtype) for k, v in fr.content["stats"].items()}
+            e_st = {k: (v.numpy().shape, v.numpy().dtype) for k, v in er.content["stats"].items()}
+            assert e_st == f_st
+
+
+def test_echo_echoes_and_records_round_seconds(tmp_path):
+    _, out = _run("echo", tmp_path, rounds=4)
+    history = json.loads((tmp_path / "echo" / "history.json").read_text())
+    assert [r["round"] for r in history] == [1, 2, 3, 4]
+    assert all(r["seconds"] >= 0 for r in history)
+    assert [r["shift"] for r in history[1:]] == [0.0, 0.0, 0.0]
+    # Round 1: the placeholder means of the lowest client id (row j is all j), then kept.
+    expected = np.repeat(np.arange(K, dtype=float)[:, None], 3, axis=1)
+    np.testing.assert_array_equal(out["centroids"], expected)
+    assert out["federated"]["num-examples"] == 60 * N_CLIENTS
+
+
+def test_echo_client_phases_and_evaluate():
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    y = np.arange(10) % 3
+    client = EchoClient(X, y, client_id=4)
+    (means, counts, index), n, metrics = client.fit([], {"phase": "init", "k": 16})
+    assert means.shape == (10, 2) and n == 10 and metrics == {}
+    assert (index == -1).all() and (counts == ECHO_COUNT).all()
+    C = np.ones((5, 2))
+    (means, counts, index), _, metrics = client.fit([C], {"phase": "update", "k": 5})
+    np.testing.assert_array_equal(means, C)
+    np.testing.assert_array_equal(index, np.arange(5))
+    assert metrics["cluster-counts"].shape == (5,)
+    assert metrics["contingency"].shape == (5, 3)
+    _, _, metrics = client.fit([C], {"phase": "update", "evaluate": False})
+    assert metrics == {}
+    loss, n, stats = client.evaluate([C], {"n-classes": 4})
+    assert (loss, n) == (0.0, 10) and stats["contingency"].shape == (5, 4)
+    with pytest.raises(ValueError, match="client 4: unknown echo phase"):
+        client.fit([C], {"phase": "bogus"})
+    with pytest.raises(ValueError, match="features"):
+        client.fit([np.ones((5, 3))], {"phase": "update"})
+
+
+# ------------------------------------------------------------------- bench: compute
+def test_time_call_counts_calls():
+    calls = []
+    t = bench.time_call(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5
+    assert 0 <= t["min"] <= t["median"] <= t["max"]
+
+
+def test_client_step_subcommand_writes_json_and_markdown(tmp_path):
+    argv = ["client-step", "--sizes", "300", "--dims", "2", "3", "--k", "4",
+            "--repeats", "1", "--threads", "default", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    result = json.loads((tmp_path / "client_step.json").read_text())
+    assert len(result["rows"]) == 4
+    for row in result["rows"]:
+        assert row["ours_s"] > 0 and row["sklearn_s"] > 0
+        assert row["ratio"] == pytest.approx(row["ours_s"] / row["sklearn_s"])
+    # The what-if variants must reproduce the current implementation bit for bit.
+    what_ifs = [r for r in result["breakdown"] if r["identical"] is not None]
+    assert what_ifs and all(r["identical"] for r in what_ifs)
+    assert result["profile"] and all(0 <= r["share"] <= 1 for r in result["profile"])
+    md = (tmp_path / "client_step.md").read_text()
+    assert "| 300 | 3 | 4 | 1 |" in md and "cProfile" in md
+
+
+def test_reusing_labels_what_if_matches_fkm_update():
+    from flwr_clustering.algorithms.fkm import fkm_client_update
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(500, 3))
+    C = np.vstack([X[:6], [[50.0, 50.0, 50.0]]])  # the far centroid attracts nothing
+    for p in (0, 2, 40):
+        ref = fkm_client_update(X, C, p=p)
+        alt = bench._update_reusing_labels(X, C, p=p)
+        for a, b in zip(ref.to_arrays(), alt.to_arrays(), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_server_step_subcommand(tmp_path):
+    argv = ["server-step", "--clients", "2", "3", "--k", "4", "--repeats", "1",
+            "--threads", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    rows = json.loads((tmp_path / "server_step.json").read_text())["rows"]
+    assert [(r["clients"], r["points"]) for r in rows] == [(2, 8), (3, 12)]
+    assert "| 3 | 12 | 1 |" in (tmp_path / "server_step.md").read_text()
+
+
+# ------------------------------------------------------------------- bench: rounds
+def test_summarize_history_skips_round_one():
+    hist = [{"round": i + 1, "seconds": s} for i, s in enumerate([9.0, 0.2, 0.4, 0.3])]
+    s = bench.summarize_history(hist)
+    assert s["rounds"] == 4 and s["round1_s"] == 9.0
+    assert s["median_s"] == pytest.approx(0.3)
+    assert (s["min_s"], s["max_s"]) == (0.2, 0.4)
+    assert bench.summarize_history(hist[:1])["median_s"] is None
+
+
+def test_rounds_table_and_markdown():
+    def run(alg, clients, median, ok=True):
+        return {
+            "algorithm": alg, "clients": clients, "ok": ok, "median_s": median,
+            "min_s": median, "max_s": median, "round1_s": 9.0, "serverapp_s": 10.0,
+            "wall_s": 20.0, "peak_pss_mib": 1000.0, "round_seconds": [9.0, median],
+            "load_before": [1.0], "load_after": [1.0], "status": "finished:completed",
+        }
+
+    runs = [run("fkm", 10, 0.3), run("echo", 10, 0.2), run("fkm", 10, 0.5),
+            run("echo", 10, 0.2), run("fkm", 100, 1.0, ok=False), run("echo", 100, 0.5)]
+    table = bench.rounds_table(runs)
+    assert [r["clients"] for r in table] == [10, 100]
+    assert table[0]["fkm"]["round_s"] == pytest.approx(0.4)
+    assert table[0]["ratio"] == pytest.approx(2.0)
+    assert table[1]["fkm"]["round_s"] is None and table[1]["ratio"] is None
+    params = {"samples_per_client": 100, "features": 2, "k": 16, "rounds": 5,
+              "cpus_per_client": 1, "repeats": 2}
+    md = bench.rounds_markdown({"params": params, "table": table, "runs": runs})
+    assert "| 10 | 0.400 | 0.200 | 2.00 |" in md
+    assert "Failed runs (excluded): fkm@100" in md
+
+
+def test_flwr_run_command_follows_the_brief(tmp_path):
+    cmd = bench._flwr_run_command(
+        tmp_path, "echo", clients=100, rounds=5, k=16, samples_per_client=100, features=2,
+        out_dir=tmp_path / "o", cpus_per_client=1,
+    )
+    assert cmd[1:4] == ["run", str(tmp_path), "--stream"]
+    fed = cmd[cmd.index("--federation-config") + 1]
+    assert fed == "num-supernodes=100 client-resources-num-cpus=1"
+    rc = cmd[cmd.index("--run-config") + 1].split()
+    for item in ("algorithm='echo'", "dataset='blobs'", "partitioner='iid'", "n-samples=10000",
+                 "k=16", "max-rounds=5", "tol=-1.0", "min-nodes=100"):
+        assert item in rc
+
+
+def test_flower_env_uses_private_ports(tmp_path):
+    env = bench.flower_env(tmp_path, 40001, 40003)
+    assert env["FLWR_HOME"] == str(tmp_path)
+    assert env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] == "40001"
+    assert env["FLWR_LOCAL_CONTROL_API_PORT"] == "40003"
+    assert env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+
+
+def test_start_superlink_refuses_a_busy_port(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(RuntimeError, match="already in use"):
+            bench.start_superlink(tmp_path, port, port + 2, dict(os.environ))
+
+
+def test_process_label():
+    assert bench.process_label(["ray::ClientAppActor.run"]) == "ray::ClientAppActor.run"
+    assert bench.process_label(["/v/bin/python3", "-u", "/x/dashboard.py", "--a"]) == "dashboard.py"
+    assert bench.process_label(["/v/bin/python3", "/v/bin/flower-superlink", "--insecure"]) == (
+        "flower-superlink"
+    )
+    assert bench.process_label(["/usr/lib/ray/raylet", "--x"]) == "raylet"
+    assert bench.process_label([]) == "?"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_process_tree_pss_and_stop(tmp_path):
+    # A shell with a background child: the tree is ours, so stopping it is allowed.
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    try:
+        for _ in range(50):
+            if bench.descendants(proc.pid):
+                break
+            time.sleep(0.05)
+        kids = bench.descendants(proc.pid)
+        assert kids and proc.pid in bench.descendants(os.getpid())
+        assert bench.pss_kib(os.getpid()) > 0
+        sampler = bench.PssSampler(proc.pid, interval=0.05)
+        total = sampler.sample()
+        assert total > 0 and sampler.peak_kib == total and sampler.samples == 1
+        assert sum(c for c, _ in sampler.peak_by_label.values()) == 1 + len(kids)
+        stopped = bench.stop_tree(proc.pid, timeout=5)
+        assert set(stopped) == {proc.pid, *kids}
+        proc.wait(timeout=5)
+        assert all(not Path(f"/proc/{p}").exists() or bench._zombie(p) for p in kids)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert bench.pss_kib(2**22 + 12345) is None
