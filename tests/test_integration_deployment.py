@@ -1,0 +1,231 @@
+"""End-to-end: a real deployment on 127.0.0.1 (one SuperLink, one SuperNode per data file).
+
+Each SuperNode reads its own local file (``data-path`` in its node config; .npz and .csv
+with labels), the CLI submits ``flwr run . deploy --stream`` with ``dataset='local'``
+(the server has no pooled data), and the result must be exactly the FKM reference loop on
+the files' data. Every process (and its FLWR_HOME, database and port) belongs to this
+test and is stopped by pid at the end.
+
+Deployment rounds are slow (the Grid pulls replies every 3 s and every message starts a
+fresh ``flwr-clientapp`` process), so the run is capped at a few rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flower_processes import (
+    REPO_ROOT,
+    ManagedProcess,
+    describe,
+    executable,
+    flower_env,
+    free_ports,
+    parse_cli_json,
+    parse_run_id,
+    pids_with_port_in_cmdline,
+    port_is_open,
+    run_cli,
+    stop_managed,
+    wait_for_run_finished,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NUM_CLIENTS = 3
+MAX_ROUNDS = 3
+#: One file per client; both loaders (NumPy archive and pandas CSV) are exercised.
+FILE_NAMES = ("client0.npz", "client1.csv", "client2.npz")
+CONNECTION = "deploy"
+RUN_TIMEOUT = 300.0  # about 3 x 7 s of rounds plus start-up; generous for a busy CI box
+
+
+@dataclass
+class Deployment:
+    """The processes, ports and folders of one local deployment."""
+
+    tmp: Path
+    link_port: int
+    node_ports: list[int]
+    data_files: list[Path]
+    cli_env: dict[str, str]
+    superlink: ManagedProcess | None = None
+    supernodes: list[ManagedProcess] = field(default_factory=list)
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        """Every process the test started, SuperNodes first."""
+        return [*self.supernodes, *([self.superlink] if self.superlink else [])]
+
+    def logs(self) -> str:
+        """Every server-side log, for assertion messages."""
+        return "\n".join(p.report() for p in self.processes)
+
+    def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None):
+        """Run ``flwr <args>`` with the CLI's own FLWR_HOME."""
+        return run_cli([executable("flwr"), *args], self.cli_env, cwd or self.tmp, timeout,
+                       context=self.logs)
+
+    def online_nodes(self) -> list[dict]:
+        """The SuperNodes that ``flwr supernode list`` reports online."""
+        res = self.cli("supernode", "list", CONNECTION, "--format", "json")
+        if res.returncode != 0:
+            return []
+        try:
+            nodes = parse_cli_json(res.stdout).get("nodes", [])
+        except ValueError:
+            return []
+        return [n for n in nodes if n.get("status") == "online"]
+
+    def stop(self) -> list:
+        """Stop every process (and its SuperExec / app children) by pid; return survivors."""
+        return stop_managed(self.processes, timeout=20.0)
+
+
+def _write_client_files(tmp: Path) -> tuple[list[Path], list[tuple[np.ndarray, np.ndarray]]]:
+    """Split the Garst grid (beta = 10, near IID) over three clients and save one file each."""
+    from flwr_clustering.data.local_file import save_local_file
+    from flwr_clustering.data.synthetic import GARST_OBSERVERS, garst_beta_split
+
+    X, y, client = garst_beta_split(10.0, observers=GARST_OBSERVERS[:NUM_CLIENTS])
+    data_dir = tmp / "data"
+    data_dir.mkdir()
+    files, parts = [], []
+    for i, name in enumerate(FILE_NAMES):
+        path = data_dir / name
+        save_local_file(path, X[client == i], y[client == i])
+        files.append(path)
+        parts.append((X[client == i], y[client == i]))
+    return files, parts
+
+
+def _node_config(i: int, path: Path) -> str:
+    # --node-config is parsed as TOML values: a string needs quotes; single quotes make a
+    # literal string, so a path needs no escaping (as long as it has no single quote).
+    assert "'" not in str(path)
+    return f"partition-id={i} num-partitions={NUM_CLIENTS} data-path='{path}'"
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    link_port, *node_ports = free_ports(NUM_CLIENTS + 1)
+    files, _ = _write_client_files(tmp_path)
+    cli_home = tmp_path / "cli-home"
+    cli_env = flower_env(cli_home)
+    (cli_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
+    )
+    dep = Deployment(tmp_path, link_port, node_ports, files, cli_env)
+    try:
+        home = tmp_path / "superlink-home"
+        dep.superlink = ManagedProcess(
+            "superlink",
+            [executable("flower-superlink"), "--insecure",
+             "--disable-runtime-dependency-installation",
+             "--host", "127.0.0.1", "--port", str(link_port),
+             "--database", str(home / "state.db")],
+            flower_env(home), tmp_path / "logs" / "superlink.log", cwd=tmp_path,
+        ).start()
+        wait_until(lambda: port_is_open(link_port) or not dep.superlink.alive(), 60,
+                   message=dep.logs)
+        assert dep.superlink.alive(), dep.logs()
+        for i, (port, path) in enumerate(zip(node_ports, files, strict=True)):
+            dep.supernodes.append(ManagedProcess(
+                f"supernode{i}",
+                [executable("flower-supernode"), "--insecure",
+                 "--superlink", f"127.0.0.1:{link_port}",
+                 "--host", "127.0.0.1", "--port", str(port),
+                 "--node-config", _node_config(i, path)],
+                flower_env(tmp_path / f"supernode{i}-home"),
+                tmp_path / "logs" / f"supernode{i}.log", cwd=tmp_path,
+            ).start())
+        yield dep
+    finally:
+        survivors = dep.stop()
+        assert not survivors, f"still running after stop:\n{describe(survivors)}\n{dep.logs()}"
+
+
+def test_deployment_three_supernodes_local_files(deployment):
+    dep = deployment
+    from sklearn.metrics import adjusted_rand_score
+
+    from flwr_clustering.algorithms.fkm import run_fkm
+    from flwr_clustering.algorithms.lloyd import assign_to_nearest
+    from flwr_clustering.data.local_file import load_local_file
+
+    t_nodes = time.monotonic()
+    wait_until(
+        lambda: len(dep.online_nodes()) >= NUM_CLIENTS
+        or not all(p.alive() for p in dep.processes),
+        timeout=120, interval=1.0, message=dep.logs,
+    )
+    assert all(p.alive() for p in dep.processes), dep.logs()
+    assert len(dep.online_nodes()) == NUM_CLIENTS, dep.logs()
+
+    print(f"{NUM_CLIENTS} SuperNodes online after {time.monotonic() - t_nodes:.1f} s")
+    out_dir = dep.tmp / "results"
+    t0 = time.monotonic()
+    run = dep.cli(
+        "run", ".", CONNECTION, "--stream", "--run-config",
+        f"dataset='local' min-nodes={NUM_CLIENTS} max-rounds={MAX_ROUNDS} out-dir='{out_dir}'",
+        timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
+    )
+    seconds = time.monotonic() - t0
+    print(f"flwr run (deployment, {MAX_ROUNDS} rounds max): {seconds:.1f} s")
+    assert run.returncode == 0, f"{run.report()}\n{dep.logs()}"
+    assert "Starting local SuperLink" not in run.output  # the explicit connection was used
+    run_id = parse_run_id(run.output)
+    # G2: `flwr run --stream` exits 0 even when the run failed; ask the SuperLink.
+    status = wait_for_run_finished(run_id, dep.cli_env, dep.tmp, connection=CONNECTION,
+                                   timeout=120, context=lambda: run.report() + dep.logs())
+    assert status["status"] == "finished:completed", (
+        f"{status}\n{run.report()}\n{dep.logs()}"
+    )
+
+    result_file = out_dir / "result.json"
+    assert result_file.is_file(), f"no {result_file} after {seconds:.0f} s\n{run.report()}"
+    res = json.loads(result_file.read_text())
+    assert res["algorithm"] == "fkm"
+    assert res["run-config"]["dataset"] == "local"
+    assert "centralized" not in res  # no pooled data on a real deployment
+    assert 1 <= res["rounds"] <= MAX_ROUNDS
+    history = json.loads((out_dir / "history.json").read_text())
+    assert [h["clients"] for h in history] == [NUM_CLIENTS] * res["rounds"], history
+
+    with np.load(out_dir / "centroids.npz") as npz:
+        centroids = npz["centroids"]
+    assert centroids.shape == (16, 2) and np.all(np.isfinite(centroids))
+
+    # The SuperNodes read their own files: the result is exactly the reference FKM loop
+    # on those files' data (client i = partition-id i) ...
+    parts = [load_local_file(p) for p in dep.data_files]
+    ref = run_fkm([X for X, _ in parts], 16, seed=0, max_rounds=MAX_ROUNDS, tol=1e-6)
+    assert len(ref.history) == res["rounds"]
+    np.testing.assert_allclose(centroids, ref.centroids, rtol=0, atol=1e-9)
+
+    # ... and the federated metrics (the files carry labels) are exact, i.e. equal to the
+    # centralized computation on the union of the files.
+    fed = res["federated"]
+    X = np.vstack([X for X, _ in parts])
+    y = np.concatenate([y for _, y in parts])
+    assert fed["num-examples"] == len(X) == 800
+    ari = adjusted_rand_score(y, assign_to_nearest(X, centroids)[0])
+    assert fed["ari"] == pytest.approx(ari, abs=1e-9)
+    assert fed["ari"] > 0.8, fed
+    assert {"nmi", "purity", "sse"} <= set(fed), fed
+
+    # Stop everything we started, by pid, and check that it is gone.
+    survivors = dep.stop()
+    assert not survivors, describe(survivors)
+    for p in dep.processes:
+        assert not p.alive(), p.report()
+    for port in [dep.link_port, *dep.node_ports]:
+        assert not port_is_open(port), f"port {port} still open"
+        assert not pids_with_port_in_cmdline(port), describe(pids_with_port_in_cmdline(port))

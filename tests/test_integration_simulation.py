@@ -1,0 +1,261 @@
+"""End-to-end: ``flwr run . --stream`` (Ray simulation) on a private local SuperLink.
+
+``flwr run`` with the default ``local`` connection lazily starts a *detached* local
+SuperLink daemon (``flower-superlink`` + ``flower-superexec``) and leaves it running.
+Its ports come from ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` (default 39091, the only port
+it serves in flwr 1.41) and ``FLWR_LOCAL_CONTROL_API_PORT`` (default 39093, passed as the
+deprecated ``--control-api-address``, unused unless gRPC is forced); its state lives in
+``$FLWR_HOME/local-superlink``. This module gives it free ports and a temporary
+``FLWR_HOME``, so it never touches a developer's SuperLink on 39091, reuses it for both
+runs, and stops it (and every child) by pid at the end: Flower has no command or pid
+file for that, so the pid is the process listening on the chosen port.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flower_processes import (
+    REPO_ROOT,
+    CliResult,
+    ProcInfo,
+    describe,
+    executable,
+    flower_env,
+    free_ports,
+    parse_run_id,
+    pids_listening_on,
+    pids_with_port_in_cmdline,
+    port_is_open,
+    proc_info,
+    process_table,
+    read_log,
+    run_cli,
+    stop_processes,
+    tail,
+    wait_for_run_finished,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RUN_TIMEOUT = 300.0  # one `flwr run --stream`: 20-35 s on 2 idle cores, ~50 s when busy
+NUM_SUPERNODES = 5
+FEDERATION_CONFIG = f"num-supernodes={NUM_SUPERNODES} client-resources-num-cpus=1"
+
+
+@pytest.fixture(scope="module")
+def client_data():
+    """The simulated clients' data, as each virtual SuperNode loads it (default run config)."""
+    from flwr_clustering.app.config import dataset_kwargs, merged_config
+    from flwr_clustering.data.registry import load_partition
+
+    cfg = merged_config({})
+    return [load_partition(i, NUM_SUPERNODES, **dataset_kwargs(cfg))[0]
+            for i in range(NUM_SUPERNODES)]
+
+
+def _repo_snapshot() -> dict[str, object]:
+    """Top-level entries of the repo root, and pyproject.toml's content (flwr may migrate it)."""
+    return {
+        "entries": sorted(p.name for p in REPO_ROOT.iterdir()),
+        "pyproject": (REPO_ROOT / "pyproject.toml").read_text(),
+    }
+
+
+@dataclass
+class SimulationRun:
+    """One finished ``flwr run`` and what it produced."""
+
+    cli: CliResult
+    run_id: int
+    status: dict
+    out_dir: Path
+    result: dict
+
+
+@dataclass
+class LocalSuperLink:
+    """A private local SuperLink started lazily by the first ``flwr run``."""
+
+    home: Path
+    tmp: Path
+    http_port: int
+    control_port: int
+    env: dict[str, str]
+    runs: list[SimulationRun] = field(default_factory=list)
+    seen: dict[tuple[int, int], ProcInfo] = field(default_factory=dict)
+
+    @property
+    def log_path(self) -> Path:
+        """The SuperLink's own log file (it is started with stdout/stderr discarded)."""
+        return self.home / "local-superlink" / "superlink.log"
+
+    def server_log(self) -> str:
+        """Tail of the SuperLink log, for assertion messages."""
+        return f"--- local SuperLink log ({self.log_path}):\n{tail(read_log(self.log_path))}"
+
+    def remember_processes(self) -> list[ProcInfo]:
+        """Record the SuperLink (listening on our port) and everything naming our port."""
+        table = process_table()
+        procs = [table[p] for p in pids_listening_on(self.http_port) if p in table]
+        procs += pids_with_port_in_cmdline(self.http_port, table)
+        for info in procs:
+            self.seen.setdefault(info.key, info)
+        return procs
+
+    def submit(self, algorithm: str, out_dir: Path) -> tuple[CliResult, int, dict]:
+        """``flwr run . --stream`` one job from the repo root; return its final ``flwr ls``."""
+        overrides = f"algorithm='{algorithm}' out-dir='{out_dir}'"
+        cli = run_cli(
+            [executable("flwr"), "run", ".", "--stream",
+             "--federation-config", FEDERATION_CONFIG, "--run-config", overrides],
+            self.env, REPO_ROOT, RUN_TIMEOUT, context=self.server_log,
+        )
+        self.remember_processes()
+        print(f"flwr run ({algorithm}, simulation): {cli.seconds:.1f} s")
+        assert cli.returncode == 0, f"{cli.report()}\n{self.server_log()}"
+        run_id = parse_run_id(cli.output)
+        status = wait_for_run_finished(
+            run_id, self.env, self.tmp, timeout=120.0,
+            context=lambda: f"{cli.report()}\n{self.server_log()}",
+        )
+        return cli, run_id, status
+
+    def run(self, algorithm: str) -> SimulationRun:
+        """Run one job that must complete and write its results."""
+        out_dir = self.tmp / f"out-{algorithm}-{len(self.runs)}"
+        cli, run_id, status = self.submit(algorithm, out_dir)
+        # G2: `flwr run --stream` exits 0 even if the ServerApp failed; ask the SuperLink.
+        assert status["status"] == "finished:completed", (
+            f"run {run_id}: {status['status']} ({status.get('status-details')})\n"
+            f"{cli.report()}\n{self.server_log()}"
+        )
+        result_file = out_dir / "result.json"
+        assert result_file.is_file(), f"no {result_file}\n{cli.report()}"
+        run = SimulationRun(cli, run_id, status, out_dir, json.loads(result_file.read_text()))
+        self.runs.append(run)
+        return run
+
+    def stop(self) -> list[ProcInfo]:
+        """Stop the SuperLink, its SuperExec and any simulation process, by pid."""
+        self.remember_processes()
+        roots = [info for info in self.seen.values() if proc_info(info.pid) is not None]
+        return stop_processes(roots, timeout=20.0)
+
+
+@pytest.fixture(scope="module")
+def local_superlink(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("flwr-simulation")
+    http_port, control_port = free_ports(2)
+    env = flower_env(
+        tmp / "flwr-home",
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
+        FLWR_LOCAL_CONTROL_API_PORT=str(control_port),
+    )
+    assert not port_is_open(http_port), f"port {http_port} already taken"
+    before = _repo_snapshot()
+    link = LocalSuperLink(tmp / "flwr-home", tmp, http_port, control_port, env)
+    try:
+        yield link
+    finally:
+        survivors = link.stop()
+        assert not survivors, f"still running after stop:\n{describe(survivors)}"
+        assert _repo_snapshot() == before, "flwr run changed the repo root"
+
+
+@pytest.fixture(scope="module")
+def fkm_run(local_superlink):
+    return local_superlink.run("fkm")
+
+
+def test_fkm_simulation_matches_reference_and_centralized(fkm_run, local_superlink, client_data):
+    run = fkm_run
+    # The first `flwr run` started our own SuperLink, on our port, in our FLWR_HOME.
+    assert f"Starting local SuperLink on 127.0.0.1:{local_superlink.http_port}" in run.cli.output
+    assert (local_superlink.home / "local-superlink" / "state.db").exists()
+    listeners = pids_listening_on(local_superlink.http_port)
+    assert listeners, "no process listens on the local SuperLink port after the run"
+    assert all("flower-superlink" in (proc_info(p).cmdline if proc_info(p) else "")
+               for p in listeners), describe(local_superlink.remember_processes())
+
+    res = run.result
+    assert res["algorithm"] == "fkm"
+    assert res["config"]["min_nodes"] == NUM_SUPERNODES
+    fed = res["federated"]
+    assert fed["num-examples"] == 800  # the whole Garst grid, 16 x 50 points
+    assert fed["ari"] > 0.9, fed  # ~0.957 on this data
+    assert fed["nmi"] > 0.9 and fed["purity"] > 0.9, fed
+    # Side by side with centralized k-means on the pooled data (simulation only).
+    assert res["centralized"]["ari"] > 0.9, res["centralized"]
+    assert res["federated-on-pooled"]["ari"] == pytest.approx(fed["ari"], abs=1e-9)
+    assert 1 <= res["rounds"] <= 20
+
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        centroids = npz["centroids"]
+        assert centroids.shape == (16, 2)
+        assert np.all(np.isfinite(centroids))
+        assert f"round_{res['rounds']}" in npz.files
+    # Through Ray, the SuperLink and 5 ClientApp actors: the same numbers as the pure loop.
+    from flwr_clustering.algorithms.fkm import run_fkm
+
+    ref = run_fkm(client_data, 16, seed=0, max_rounds=20, tol=1e-6)
+    assert len(ref.history) == res["rounds"]
+    np.testing.assert_allclose(centroids, ref.centroids, rtol=0, atol=1e-9)
+    history = json.loads((run.out_dir / "history.json").read_text())
+    assert len(history) == res["rounds"]
+    assert all(h["clients"] == NUM_SUPERNODES for h in history), history
+    assert (run.out_dir / "clusters.png").stat().st_size > 0
+
+
+def test_kfed_simulation_matches_reference(fkm_run, local_superlink, client_data):
+    superlink_before = set(pids_listening_on(local_superlink.http_port))
+    run = local_superlink.run("kfed")
+    assert "Starting local SuperLink" not in run.cli.output  # the running one was reused
+    assert set(pids_listening_on(local_superlink.http_port)) == superlink_before
+    assert run.run_id != fkm_run.run_id
+
+    res = run.result
+    assert res["algorithm"] == "kfed"
+    assert res["rounds"] == 1  # one-shot
+    fed = res["federated"]
+    assert fed["num-examples"] == 800
+    # Untuned k-FED (k' = 16) is weak on this strongly non-IID split (paper: 0.643 +- 0.078
+    # at beta = 0.1; seed 0 gives 0.523), so only check that it clusters at all ...
+    assert 0.3 < fed["ari"] <= 1.0, fed
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        centroids = npz["centroids"]
+    assert centroids.shape == (16, 2)
+    # ... and that it is exactly the reference loop.
+    from flwr_clustering.algorithms.kfed import run_kfed
+
+    np.testing.assert_allclose(centroids, run_kfed(client_data, 16, seed=0), rtol=0, atol=1e-9)
+
+
+def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink):
+    # Gotcha G2, and proof that the status checks above are not vacuous.
+    out_dir = local_superlink.tmp / "out-bad"
+    cli, run_id, status = local_superlink.submit("no-such-algorithm", out_dir)
+    assert cli.returncode == 0
+    assert status["status"] == "finished:failed", status
+    assert "no-such-algorithm" in status["status-details"], status
+    assert "no-such-algorithm" in cli.output  # the ServerApp's ValueError is in the stream
+    assert not (out_dir / "result.json").exists()
+
+
+def test_local_superlink_stops_by_pid(fkm_run, local_superlink):
+    port = local_superlink.http_port
+    procs = local_superlink.remember_processes()
+    names = " ".join(p.cmdline for p in procs)
+    assert "flower-superlink" in names and "flower-superexec" in names, describe(procs)
+    survivors = local_superlink.stop()
+    assert not survivors, f"still running after stop:\n{describe(survivors)}"
+    deadline = time.monotonic() + 10
+    while port_is_open(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not port_is_open(port), f"port {port} still open"
+    assert not pids_with_port_in_cmdline(port), describe(pids_with_port_in_cmdline(port))
