@@ -289,3 +289,18 @@ def test_process_tree_pss_and_stop(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert bench.pss_kib(2**22 + 12345) is None
+
+
+def test_inprocess_subcommand_attributes_time(tmp_path):
+    argv = ["inprocess", "--clients", "3", "--rounds", "3", "--k", "4",
+            "--samples-per-client", "30", "--threads", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    rows = json.loads((tmp_path / "inprocess.json").read_text())["rows"]
+    by_alg = {r["algorithm"]: r for r in rows}
+    assert set(by_alg) == {"fkm", "echo"}
+    assert all(r["rounds"] == 3 and r["median_s"] is not None for r in rows)
+    fkm, echo = by_alg["fkm"]["components"], by_alg["echo"]["components"]
+    assert "server: fkm_server_aggregate (weighted k-means)" in fkm
+    assert "client: fkm_client_update" in fkm
+    assert "client: EchoClient.fit" in echo and "client: fkm_client_update" not in echo
+    assert "| 3 | echo |" in (tmp_path / "inprocess.md").read_text()

@@ -1,6 +1,6 @@
 """Benchmarks: the FKM client step against scikit-learn, and round time against Flower's floor.
 
-Speed and memory goals live here, never in the unit tests. Three subcommands, each writing
+Speed and memory goals live here, never in the unit tests. Four subcommands, each writing
 ``<out>/<subcommand>.json`` and ``<out>/<subcommand>.md``:
 
 ``client-step``
@@ -29,11 +29,17 @@ Speed and memory goals live here, never in the unit tests. Three subcommands, ea
     The harness starts its own local SuperLink on ``--port`` (never the shared 39091) with
     the command ``flwr`` itself uses, and stops it and its descendants, by PID, at the end.
 
+``inprocess``
+    The same FKM and echo runs on :class:`~flwr_clustering.testing.InProcessGrid` (no Ray,
+    no SuperLink; clients run one after the other in this process): the pure compute of a
+    round, and a cProfile attribution of rounds >= 2 to client and server functions.
+
 Usage::
 
     python -m flwr_clustering.simulations.bench client-step --out bench-results
     python -m flwr_clustering.simulations.bench server-step --clients 10 100 1000
     python -m flwr_clustering.simulations.bench rounds --clients 10 100 1000 --out bench-results
+    python -m flwr_clustering.simulations.bench inprocess --clients 10 100 1000
 
 Timings on a shared machine are noisy: every result records the load average before and
 after, and the rounds subcommand interleaves FKM and echo runs.
@@ -69,6 +75,7 @@ __all__ = [
     "bench_server_step",
     "client_step_breakdown",
     "descendants",
+    "bench_inprocess",
     "main",
     "process_label",
     "profile_client_step",
@@ -1039,7 +1046,8 @@ def rounds_markdown(result: dict[str, Any]) -> str:
         f"blobs data, iid split, {p['samples_per_client']} points per client, d="
         f"{p['features']}, k={p['k']}, {p['rounds']} rounds (tol=-1), "
         f"client-resources-num-cpus={p['cpus_per_client']}, min-nodes = clients, "
-        f"{p['repeats']} repeat(s). Round time = median of rounds >= 2 from history.json; "
+        f"{p['repeats']} repeat(s), extra environment {p.get('extra_env') or 'none'}. "
+        "Round time = median of rounds >= 2 from history.json; "
         "peak PSS = largest summed PSS of the SuperLink and all its descendants. "
         "Goal: FKM/echo <= 1.1.",
         "",
@@ -1092,6 +1100,7 @@ def run_rounds(
     control_port: int | None = None,
     sample_interval: float = 0.5,
     timeout: float = 1800.0,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the round-time benchmark on a private local SuperLink.
 
@@ -1121,6 +1130,9 @@ def run_rounds(
         Seconds between memory samples.
     timeout : float, default 1800
         Seconds per ``flwr run``.
+    extra_env : dict, optional
+        Extra environment of the SuperLink (hence of the ServerApp and the Ray actors),
+        e.g. ``{"OMP_NUM_THREADS": "1"}`` to test the effect of thread pools.
 
     Returns
     -------
@@ -1133,8 +1145,9 @@ def run_rounds(
         raise FileNotFoundError(f"{app} has no pyproject.toml; pass --app <Flower App dir>")
     control_port = port + 2 if control_port is None else control_port
     home = out / "flwr-home"
-    env = flower_env(home, port, control_port)
+    env = {**flower_env(home, port, control_port), **dict(extra_env or {})}
     params = dict(
+        extra_env=dict(extra_env or {}),
         clients=list(clients), algorithms=list(algorithms), rounds=rounds, k=k,
         samples_per_client=samples_per_client, features=features,
         cpus_per_client=cpus_per_client, repeats=repeats, app=str(app), port=port,
@@ -1188,12 +1201,147 @@ def _cmd_rounds(args: argparse.Namespace) -> int:
         cpus_per_client=args.cpus_per_client, repeats=args.repeats, out=Path(args.out),
         app=args.app, port=args.port, control_port=args.control_port,
         sample_interval=args.sample_interval, timeout=args.timeout,
+        extra_env=dict(item.split("=", 1) for item in args.env),
     )
     md = rounds_markdown(result)
     paths = _write(Path(args.out), "rounds", result, md)
     print(md)
     print(f"written: {paths}")
     return 0 if all(r.get("ok") for r in result["runs"]) else 1
+
+
+# ============================================================================ in-process
+#: Functions whose cumulative time ``inprocess`` reports: (label, file suffix, function).
+INPROCESS_ITEMS = (
+    ("ClientApp handler, all clients (adapter + client)", "clients/base.py", "_handle"),
+    ("client: FedKMeansClient.fit", "clients/fkm.py", "fit"),
+    ("client: EchoClient.fit", "clients/echo.py", "fit"),
+    ("client: local_evaluation_stats (the 'evaluate' stats)", "metrics.py",
+     "local_evaluation_stats"),
+    ("client+server: ari_from_contingency (sklearn ARI)", "metrics.py", "ari_from_contingency"),
+    ("client: fkm_client_update", "algorithms/fkm.py", "fkm_client_update"),
+    ("server: aggregate_train (all server work)", "strategies/base.py", "aggregate_train"),
+    ("server: collect (decode + validate replies)", "strategies/base.py", "collect"),
+    ("server: aggregate_evaluation_stats", "metrics.py", "aggregate_evaluation_stats"),
+    ("server: fkm_server_aggregate (weighted k-means)", "algorithms/fkm.py",
+     "fkm_server_aggregate"),
+    ("server: matched_shift", "algorithms/lloyd.py", "matched_shift"),
+)
+
+
+def bench_inprocess(
+    clients: Sequence[int] = (10, 100, 1000),
+    algorithms: Sequence[str] = ("fkm", "echo"),
+    rounds: int = 5,
+    k: int = 16,
+    samples_per_client: int = 100,
+    features: int = 2,
+    threads: str = "default",
+) -> list[dict[str, Any]]:
+    """Run FKM and echo on :class:`~flwr_clustering.testing.InProcessGrid` (no Flower runtime).
+
+    The same run config as ``rounds``, but every client runs synchronously in this process,
+    so the per-round time is the pure compute of our code (client steps of all clients in
+    sequence, plus the server step). Each case runs twice: once for the round times, once
+    under cProfile (profiling only rounds >= 2) to say where the time goes.
+
+    Parameters
+    ----------
+    clients, algorithms, rounds, k, samples_per_client, features
+        As in :func:`run_rounds`.
+    threads : str, default "default"
+        Thread-pool limit (see :func:`bench_client_step`).
+
+    Returns
+    -------
+    list of dict
+        Per (clients, algorithm): :func:`summarize_history` of the un-profiled run and
+        ``components``: ``{label: cumulative seconds per round}`` of :data:`INPROCESS_ITEMS`
+        over rounds >= 2 of the profiled run.
+    """
+    from ..app.client_app import app as client_app
+    from ..app.config import build_strategy, merged_config
+    from ..testing import InProcessGrid
+
+    rows = []
+    for n in clients:
+        for alg in algorithms:
+            rc = {
+                "algorithm": alg, "dataset": "blobs", "partitioner": "iid",
+                "n-samples": samples_per_client * int(n), "n-features": features,
+                "centers": k, "k": k, "max-rounds": rounds, "tol": -1.0, "min-nodes": int(n),
+            }
+            cfg = merged_config(rc)
+            with _thread_limit(threads), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                strategy = build_strategy(cfg)
+                strategy.start(grid=InProcessGrid(client_app, int(n), run_config=rc))
+                row = {"clients": int(n), "algorithm": alg, "threads": threads,
+                       **summarize_history(strategy.history)}
+                prof = cProfile.Profile()
+
+                def hook(server_round, arrays, prof=prof):
+                    if server_round == 1:
+                        prof.enable()
+                    elif server_round == rounds:
+                        prof.disable()
+
+                strategy = build_strategy(cfg)
+                strategy.start(
+                    grid=InProcessGrid(client_app, int(n), run_config=rc), evaluate_fn=hook
+                )
+            stats = pstats.Stats(prof, stream=io.StringIO())
+            profiled_rounds = max(1, rounds - 1)
+            comp = {}
+            for label, suffix, func in INPROCESS_ITEMS:
+                total = sum(
+                    v[3] for (file, _, name), v in stats.stats.items()
+                    if name == func and file.replace(os.sep, "/").endswith(suffix)
+                )
+                if total:
+                    comp[label] = total / profiled_rounds
+            row["components"] = comp
+            row["profiled_total_s_per_round"] = (stats.total_tt or 0.0) / profiled_rounds
+            rows.append(row)
+    return rows
+
+
+def _cmd_inprocess(args: argparse.Namespace) -> int:
+    load_before = _load()
+    rows = bench_inprocess(
+        args.clients, args.algorithms, args.rounds, args.k, args.samples_per_client,
+        args.features, args.threads,
+    )
+    result = {
+        "benchmark": "inprocess", "machine": _machine(), "rows": rows,
+        "load_before": load_before, "load_after": _load(),
+    }
+    lines = [
+        "# FKM vs echo without the Flower runtime (InProcessGrid, clients run in sequence)",
+        "",
+        f"Same run config as `rounds`; {args.rounds} rounds, threads={args.threads}. "
+        "Round time = median of rounds >= 2 (un-profiled run). Components: cumulative "
+        "seconds per round under cProfile (which inflates call-heavy code). Load average "
+        f"before/after: {result['load_before']} / {result['load_after']}.",
+        "",
+        "| clients | algorithm | round (s) | rounds min-max (s) |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['clients']} | {r['algorithm']} | {r['median_s']:.4f} | "
+            f"{r['min_s']:.4f}-{r['max_s']:.4f} |"
+        )
+    lines += ["", "| clients | algorithm | component | s per round (profiled) |",
+              "|---|---|---|---|"]
+    for r in rows:
+        for label, sec in r["components"].items():
+            lines.append(f"| {r['clients']} | {r['algorithm']} | {label} | {sec:.4f} |")
+    md = "\n".join(lines) + "\n"
+    paths = _write(Path(args.out), "inprocess", result, md)
+    print(md)
+    print(f"written: {paths}")
+    return 0
 
 
 # ================================================================================== CLI
@@ -1243,8 +1391,21 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--control-port", type=int, default=None, help="default: --port + 2")
     rd.add_argument("--sample-interval", type=float, default=0.5)
     rd.add_argument("--timeout", type=float, default=1800.0)
+    rd.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra environment of the SuperLink, ServerApp and Ray actors")
     rd.add_argument("--out", default="bench-results")
     rd.set_defaults(func=_cmd_rounds)
+
+    ip = sub.add_parser("inprocess", help="FKM vs echo compute without the Flower runtime")
+    ip.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    ip.add_argument("--algorithms", nargs="+", default=["fkm", "echo"])
+    ip.add_argument("--rounds", type=int, default=5)
+    ip.add_argument("--k", type=int, default=16)
+    ip.add_argument("--samples-per-client", type=int, default=100)
+    ip.add_argument("--features", type=int, default=2)
+    ip.add_argument("--threads", default="default", help="'default' or a thread count")
+    ip.add_argument("--out", default="bench-results")
+    ip.set_defaults(func=_cmd_inprocess)
     return parser
 
 
