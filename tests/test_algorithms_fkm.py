@@ -119,6 +119,30 @@ def test_empty_cluster_dropping():
     np.testing.assert_array_equal(np.sort(up.index), [0, 5, 10])
 
 
+def test_client_update_reuses_assignment_bit_for_bit():
+    """The first local step reuses the assignment to C_g; it must equal recomputing it.
+
+    Integer data on a lattice with duplicate centroids forces exact distance ties.
+    """
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        X = rng.integers(-3, 4, size=(60, 2)).astype(float)
+        C = rng.integers(-3, 4, size=(8, 2)).astype(float)
+        C[1] = C[0]  # a duplicate: ties between two present/absent centroids
+        for iters in (1, 3):
+            up = fkm_client_update(X, C, p=1, local_iters=iters, recount=bool(trial % 2))
+            labels, _ = assign_to_nearest(X, C)
+            present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
+            means = C[present]
+            for _ in range(iters):
+                means, counts, _ = lloyd_step(X, means)  # recomputes the distances
+            keep = counts >= 1
+            if trial % 2:
+                keep &= np.bincount(assign_to_nearest(X, means)[0], minlength=len(means)) >= 1
+            np.testing.assert_array_equal(up.means, means[keep])
+            np.testing.assert_array_equal(up.index, present[keep])
+
+
 def test_single_client_one_round_is_lloyd_then_identity():
     """Spec §8.2: N=1, p=1: the server k-means over K_g local means returns those means."""
     X, _ = _blobs(400, k=4)

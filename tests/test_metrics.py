@@ -240,3 +240,18 @@ def test_pooled_silhouette():
     labels, _ = assign_to_nearest(X, C)
     assert pooled_silhouette(X, labels) == silhouette_score(X, labels)
     assert math.isnan(pooled_silhouette(X, np.zeros(len(X), dtype=int)))
+
+
+def test_closed_form_ari_equals_sklearn_exactly_on_random_tables():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        k, c = rng.integers(1, 9, size=2)
+        table = rng.integers(0, 30, size=(k, c)) * (rng.random((k, c)) < 0.6)
+        if table.sum() == 0:
+            continue
+        true, pred = [], []
+        for i in range(k):
+            for j in range(c):
+                true += [j] * int(table[i, j])
+                pred += [i] * int(table[i, j])
+        assert ari_from_contingency(table) == adjusted_rand_score(true, pred)

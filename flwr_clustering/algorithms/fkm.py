@@ -102,10 +102,11 @@ def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
     )
 
 
-def _local_lloyd(X, C, index, p, local_iters, recount) -> LocalCentroids:
+def _local_lloyd(X, C, index, p, local_iters, recount, labels=None) -> LocalCentroids:
     part_counts = np.zeros(len(C), dtype=np.int64)
     for _ in range(local_iters):
-        C, part_counts, _ = lloyd_step(X, C)
+        C, part_counts, _ = lloyd_step(X, C, labels)
+        labels = None
     counts = part_counts
     if recount:
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
@@ -207,7 +208,14 @@ def fkm_client_update(
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)
         return _filtered(C[present], counts, counts, present, p)
-    return _local_lloyd(X, C[present], present.astype(np.int64), p, local_iters, recount)
+    # Dropping centroids that attract no point changes no row's nearest centroid (cdist
+    # values are per pair, ties still go to the lowest index), so the first local step
+    # reuses this assignment, renumbered, instead of computing the distances again.
+    renumber = np.zeros(len(C), dtype=np.int64)
+    renumber[present] = np.arange(len(present))
+    return _local_lloyd(
+        X, C[present], present.astype(np.int64), p, local_iters, recount, renumber[labels]
+    )
 
 
 def check_local_centroids(

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans, kmeans_plusplus
+from threadpoolctl import threadpool_limits
 
 __all__ = [
     "assign_to_nearest",
@@ -180,7 +181,9 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     return sums, counts
 
 
-def lloyd_step(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lloyd_step(
+    X: np.ndarray, C: np.ndarray, labels: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One Lloyd iteration: assign to the nearest centroid, then move centroids to means.
 
     A centroid that attracts no point stays where it is (its count is 0).
@@ -191,6 +194,9 @@ def lloyd_step(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
         Data.
     C : numpy.ndarray of shape (k, d)
         Current centroids.
+    labels : numpy.ndarray of shape (n,), optional
+        The assignment of ``X`` to ``C`` when the caller already has it (it must equal
+        ``assign_to_nearest(X, C)[0]``); skips the distance computation.
 
     Returns
     -------
@@ -201,7 +207,8 @@ def lloyd_step(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     labels : numpy.ndarray of shape (n,)
         The partition (assignment to ``C``).
     """
-    labels, _ = assign_to_nearest(X, C)
+    if labels is None:
+        labels, _ = assign_to_nearest(X, C)
     sums, counts = cluster_sums(X, labels, len(C))
     means = np.array(C, dtype=np.float64, copy=True)
     nz = counts > 0
@@ -270,16 +277,19 @@ def weighted_kmeans(
         The cluster centres.
     """
     weights = np.asarray(weights, dtype=np.float64)
-    if seeding == "weighted":
-        km = KMeans(k, n_init=n_init, max_iter=max_iter, tol=tol, random_state=seed_from(rng))
-        return km.fit(points, sample_weight=weights).cluster_centers_
-    if seeding != "unweighted":
+    if seeding not in ("weighted", "unweighted"):
         raise ValueError(f"seeding must be 'weighted' or 'unweighted', got {seeding!r}")
-    best, best_inertia = None, np.inf
-    for _ in range(n_init):
-        init, _ = kmeans_plusplus(points, k, random_state=seed_from(rng))
-        km = KMeans(k, init=init, n_init=1, max_iter=max_iter, tol=tol)
-        km.fit(points, sample_weight=weights)
-        if km.inertia_ < best_inertia:
-            best, best_inertia = km.cluster_centers_, km.inertia_
-    return best
+    # The server's problem is small (m = sum of k_i points): OpenMP threads cost more to wake
+    # than they save, and under Ray they compete with the simulation for the same cores.
+    with threadpool_limits(1):
+        if seeding == "weighted":
+            km = KMeans(k, n_init=n_init, max_iter=max_iter, tol=tol, random_state=seed_from(rng))
+            return km.fit(points, sample_weight=weights).cluster_centers_
+        best, best_inertia = None, np.inf
+        for _ in range(n_init):
+            init, _ = kmeans_plusplus(points, k, random_state=seed_from(rng))
+            km = KMeans(k, init=init, n_init=1, max_iter=max_iter, tol=tol)
+            km.fit(points, sample_weight=weights)
+            if km.inertia_ < best_inertia:
+                best, best_inertia = km.cluster_centers_, km.inertia_
+        return best
