@@ -24,6 +24,7 @@ from flwr_clustering.algorithms.kfed import (
 from flwr_clustering.algorithms.lloyd import (
     assign_to_nearest,
     check_data,
+    cluster_sums,
     lloyd_step,
     matched_shift,
     weighted_kmeans,
@@ -46,6 +47,22 @@ def test_lloyd_step_keeps_empty_centroid_and_counts_partition():
     np.testing.assert_array_equal(means, [[0.0, 1.0], [10.0, 0.0], [100.0, 100.0]])
     np.testing.assert_array_equal(counts, [2, 1, 0])
     np.testing.assert_array_equal(labels, [0, 0, 1])
+
+
+def test_cluster_sums_paths_agree_bit_for_bit():
+    """cluster_sums uses bincount for d <= 8 and a sparse product above: same values."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1000, 3)) * 1e3
+    labels = rng.integers(0, 7, size=1000)
+    labels[labels == 4] = 5  # an empty cluster
+    small, c_small = cluster_sums(X, labels, 7)
+    wide, c_wide = cluster_sums(np.hstack([X, np.zeros((1000, 9))]), labels, 7)
+    np.testing.assert_array_equal(small, wide[:, :3])
+    np.testing.assert_array_equal(c_small, c_wide)
+    assert c_small[4] == 0 and not small[4].any()
+    ref = np.array([X[labels == j].sum(axis=0) if (labels == j).any() else np.zeros(3)
+                    for j in range(7)])
+    np.testing.assert_allclose(small, ref, rtol=1e-12)
 
 
 def test_assignment_ties_go_to_lowest_index():

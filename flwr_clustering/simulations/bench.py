@@ -9,8 +9,8 @@ Speed and memory goals live here, never in the unit tests. Four subcommands, eac
     against ``sklearn.cluster.KMeans(n_clusters=k, init=C, n_init=1, max_iter=1).fit(X)`` on
     the same data, with the BLAS/OpenMP thread pools left alone (``threads=default``) and
     limited to one thread (``threads=1``, what a Ray actor with ``num_cpus=1`` gets). Goal:
-    ratio ours/sklearn <= 1. Also a per-primitive breakdown, a cProfile of the largest size
-    and "what-if" variants of the step (each checked bit-identical to the current one).
+    ratio ours/sklearn <= 1. Also a per-primitive breakdown and a cProfile of the largest
+    size.
 
 ``server-step``
     The FKM server step :func:`~flwr_clustering.algorithms.fkm.fkm_server_aggregate` (weighted
@@ -253,43 +253,10 @@ def bench_client_step(
     return rows
 
 
-def _update_reusing_labels(X: np.ndarray, C: np.ndarray, p: int = 2):
-    """What-if: the FKM client step with one assignment instead of two.
-
-    ``fkm_client_update`` assigns ``X`` to ``C``, keeps the ``present`` centroids, then
-    ``lloyd_step`` assigns ``X`` again to ``C[present]``. The second assignment is the first
-    one renumbered (a dropped centroid attracted no point; ties keep the lowest index), so
-    this variant renumbers the labels instead; the benchmark checks it is bit-identical.
-    """
-    from ..algorithms.fkm import LocalCentroids
-    from ..algorithms.lloyd import assign_to_nearest, cluster_sums
-
-    labels, _ = assign_to_nearest(X, C)
-    part = np.bincount(labels, minlength=len(C))
-    present = np.flatnonzero(part)
-    rank = np.cumsum(part > 0) - 1
-    sums, counts = cluster_sums(X, rank[labels], len(present))
-    means = C[present].copy()
-    means[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
-    keep = counts >= p
-    return LocalCentroids(
-        np.ascontiguousarray(means[keep]), counts[keep].astype(np.int64),
-        present[keep].astype(np.int64),
-    )
-
-
-def _sums_bincount(X: np.ndarray, labels: np.ndarray, k: int):
-    """What-if: per-cluster sums with one ``np.bincount`` per column (same order of adds)."""
-    sums = np.empty((k, X.shape[1]))
-    for j in range(X.shape[1]):
-        sums[:, j] = np.bincount(labels, weights=X[:, j], minlength=k)
-    return sums, np.bincount(labels, minlength=k).astype(np.int64)
-
-
 def client_step_breakdown(
     n: int = 100_000, d: int = 64, k: int = 16, repeats: int = 7, seed: int = 0
 ) -> list[dict[str, Any]]:
-    """Time the primitives the FKM client step is made of, and what-if variants.
+    """Time the primitives the FKM client step is made of.
 
     Parameters
     ----------
@@ -303,9 +270,8 @@ def client_step_breakdown(
     Returns
     -------
     list of dict
-        ``{"item", "calls_per_step", "seconds", "identical"}``; ``calls_per_step`` is how
-        often ``fkm_client_update`` performs the item; ``identical`` (what-if rows only) says
-        whether the variant's output equals the current implementation's bit for bit.
+        ``{"item", "calls_per_step", "seconds"}``; ``calls_per_step`` is how often
+        ``fkm_client_update`` performs the item.
     """
     from scipy.spatial.distance import cdist
 
@@ -315,31 +281,21 @@ def client_step_breakdown(
     X, C = _blobs(n, d, k, seed)
     d2 = cdist(X, C, metric="sqeuclidean")
     labels = d2.argmin(axis=1)
-    ref = fkm_client_update(X, C, p=2, local_iters=1)
-    alt = _update_reusing_labels(X, C, p=2)
-    pairs = zip(ref.to_arrays(), alt.to_arrays(), strict=True)
-    same_alt = all(np.array_equal(a, b) for a, b in pairs)
-    s_ref, _ = cluster_sums(X, labels, k)
-    s_alt, _ = _sums_bincount(X, labels, k)
-    items: list[tuple[str, Callable[[], Any], Any, Any]] = [
-        ("fkm_client_update (total)", lambda: fkm_client_update(X, C), 1, None),
-        ("check_data(X) (isfinite + contiguous copy check)", lambda: check_data(X), 3, None),
-        ("cdist sqeuclidean (n x k)", lambda: cdist(X, C, metric="sqeuclidean"), 2, None),
-        ("nearest: argmin + gather", lambda: nearest(d2), 2, None),
-        ("cluster_sums (sparse one-hot @ X)", lambda: cluster_sums(X, labels, k), 1, None),
-        ("what-if: one assignment, labels renumbered",
-         lambda: _update_reusing_labels(X, C), None, same_alt),
-        ("what-if: cluster sums by np.bincount per column",
-         lambda: _sums_bincount(X, labels, k), None, bool(np.array_equal(s_ref, s_alt))),
+    items: list[tuple[str, Callable[[], Any], int]] = [
+        ("fkm_client_update (total)", lambda: fkm_client_update(X, C), 1),
+        ("check_data(X) (isfinite + contiguous copy check)", lambda: check_data(X), 2),
+        ("cdist sqeuclidean (n x k)", lambda: cdist(X, C, metric="sqeuclidean"), 1),
+        ("nearest: argmin + gather", lambda: nearest(d2), 1),
+        ("cluster_sums (bincount if d <= 8, else sparse one-hot @ X)",
+         lambda: cluster_sums(X, labels, k), 1),
     ]
     with _thread_limit("1"):
         return [
             {
                 "item": name, "calls_per_step": calls,
-                "seconds": time_call(fn, repeats)["median"], "identical": same,
-                "n": n, "d": d, "k": k,
+                "seconds": time_call(fn, repeats)["median"], "n": n, "d": d, "k": k,
             }
-            for name, fn, calls, same in items
+            for name, fn, calls in items
         ]
 
 
@@ -413,13 +369,11 @@ def client_step_markdown(result: dict[str, Any]) -> str:
             "",
             f"## Breakdown (n={b0['n']}, d={b0['d']}, k={b0['k']}, one thread)",
             "",
-            "| item | calls per client step | ms per call | identical output |",
-            "|---|---|---|---|",
+            "| item | calls per client step | ms per call |",
+            "|---|---|---|",
         ]
         for r in result["breakdown"]:
-            calls = "" if r["calls_per_step"] is None else r["calls_per_step"]
-            same = "" if r["identical"] is None else ("yes" if r["identical"] else "NO")
-            lines.append(f"| {r['item']} | {calls} | {_ms(r['seconds'])} | {same} |")
+            lines.append(f"| {r['item']} | {r['calls_per_step']} | {_ms(r['seconds'])} |")
     if result.get("profile"):
         lines += [
             "",
