@@ -22,7 +22,7 @@ from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.config import ALGORITHMS, build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient
-from flwr_clustering.simulations import bench
+from flwr_clustering.simulations import bench, processes
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.strategies.echo import Echo
 from flwr_clustering.testing import InProcessGrid
@@ -257,20 +257,20 @@ def test_process_tree_pss_and_stop(tmp_path):
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
     try:
         for _ in range(50):
-            if bench.descendants(proc.pid):
+            if processes.descendants([proc.pid]):
                 break
             time.sleep(0.05)
-        kids = bench.descendants(proc.pid)
-        assert kids and proc.pid in bench.descendants(os.getpid())
+        kids = processes.descendants([proc.pid])
+        assert kids and proc.pid in [p.pid for p in processes.descendants([os.getpid()])]
         assert bench.pss_kib(os.getpid()) > 0
         sampler = bench.PssSampler(proc.pid, interval=0.05)
         total = sampler.sample()
         assert total > 0 and sampler.peak_kib == total and sampler.samples == 1
         assert sum(c for c, _ in sampler.peak_by_label.values()) == 1 + len(kids)
         stopped = bench.stop_tree(proc.pid, timeout=5)
-        assert set(stopped) == {proc.pid, *kids}
+        assert set(stopped) == {proc.pid, *(p.pid for p in kids)}
         proc.wait(timeout=5)
-        assert all(not Path(f"/proc/{p}").exists() or bench._zombie(p) for p in kids)
+        assert all(not processes.is_running((p.pid, p.start_time)) for p in kids)
     finally:
         if proc.poll() is None:
             proc.kill()

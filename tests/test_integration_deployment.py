@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_processes import (
-    REPO_ROOT,
+
+from flwr_clustering.simulations.processes import (
     ManagedProcess,
     describe,
     executable,
@@ -35,6 +35,9 @@ from flower_processes import (
     wait_for_run_finished,
     wait_until,
 )
+
+#: The repository root: the Flower App that ``flwr run`` builds into a FAB.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flower_processes import (
-    REPO_ROOT,
+
+from flwr_clustering.simulations.processes import (
     CliResult,
     ProcInfo,
     describe,
@@ -40,6 +40,9 @@ from flower_processes import (
     tail,
     wait_for_run_finished,
 )
+
+#: The repository root: the Flower App that ``flwr run`` builds into a FAB.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -55,8 +55,6 @@ import os
 import platform
 import pstats
 import re
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -69,12 +67,13 @@ from typing import Any
 
 import numpy as np
 
+from . import processes
+
 __all__ = [
     "PssSampler",
     "bench_client_step",
     "bench_server_step",
     "client_step_breakdown",
-    "descendants",
     "bench_inprocess",
     "main",
     "process_label",
@@ -85,16 +84,6 @@ __all__ = [
     "summarize_history",
     "time_call",
 ]
-
-#: Environment of every Flower process the harness starts (flower-notes G3, G7, G8).
-FLOWER_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "MPLBACKEND": "Agg",
-    "PYTHONUNBUFFERED": "1",
-}
 
 MIB = 1024.0
 
@@ -495,50 +484,6 @@ def _cmd_server_step(args: argparse.Namespace) -> int:
 
 
 # ============================================================================ processes
-def _proc_table() -> dict[int, int]:
-    """Return ``{pid: ppid}`` of every process (Linux ``/proc``)."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # The command name may hold spaces or parentheses: split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        table[int(entry.name)] = int(fields[1])
-    return table
-
-
-def descendants(pid: int, table: dict[int, int] | None = None) -> list[int]:
-    """Return every descendant of ``pid`` (children, grandchildren, ...), sorted.
-
-    Parameters
-    ----------
-    pid : int
-        The root process.
-    table : dict, optional
-        ``{pid: ppid}``; read from ``/proc`` when omitted.
-
-    Returns
-    -------
-    list of int
-        The descendants' PIDs, without ``pid`` itself.
-    """
-    table = _proc_table() if table is None else table
-    children: dict[int, list[int]] = {}
-    for child, parent in table.items():
-        children.setdefault(parent, []).append(child)
-    out, stack = [], list(children.get(pid, []))
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        stack.extend(children.get(p, []))
-    return sorted(out)
-
-
 def pss_kib(pid: int) -> int | None:
     """Return the proportional set size of ``pid`` in KiB (``None`` if it is gone).
 
@@ -560,14 +505,6 @@ def pss_kib(pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
-    except OSError:
-        return []
 
 
 def process_label(cmdline: Sequence[str]) -> str:
@@ -626,14 +563,15 @@ class PssSampler(threading.Thread):
 
     def sample(self) -> int:
         """Take one sample; return its summed PSS in KiB."""
-        pids = [self.root, *descendants(self.root)]
+        # Re-read every time: Ray workers retitle themselves (ray::ClientAppActor).
+        root = processes.proc_info(self.root)
+        tree = ([root] if root else []) + processes.descendants([self.root])
         total, by_label = 0, {}
-        for pid in pids:
-            kib = pss_kib(pid)
+        for info in tree:
+            kib = pss_kib(info.pid)
             if kib is None:
                 continue
-            # Re-read every time: Ray workers retitle themselves (ray::ClientAppActor).
-            label = process_label(_cmdline(pid))
+            label = process_label(info.cmdline.split())
             total += kib
             count, size = by_label.get(label, (0, 0))
             by_label[label] = [count + 1, size + kib]
@@ -654,17 +592,6 @@ class PssSampler(threading.Thread):
         self.join(timeout=10)
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _bin(name: str) -> str:
-    path = Path(sys.executable).parent / name
-    return str(path) if path.exists() else name
-
-
 def flower_env(flwr_home: Path, port: int, control_port: int) -> dict[str, str]:
     """Return the environment of the harness' SuperLink and ``flwr`` CLI calls.
 
@@ -679,15 +606,12 @@ def flower_env(flwr_home: Path, port: int, control_port: int) -> dict[str, str]:
     Returns
     -------
     dict
-        The environment.
+        :func:`~flwr_clustering.simulations.processes.flower_env` with those ports.
     """
-    env = dict(os.environ)
-    env.update(FLOWER_ENV)
-    env["FLWR_HOME"] = str(flwr_home)
-    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(port)
-    env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    return processes.flower_env(
+        flwr_home, FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port),
+        FLWR_LOCAL_CONTROL_API_PORT=str(control_port),
+    )
 
 
 def start_superlink(
@@ -717,14 +641,15 @@ def start_superlink(
         If a port is taken or the SuperLink does not come up.
     """
     for p in (port, control_port):
-        if _port_open(p):
+        if processes.port_is_open(p):
             raise RuntimeError(
                 f"port {p} is already in use (another SuperLink?); choose another --port"
             )
     run_dir = Path(flwr_home) / "local-superlink"
     run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
-        _bin("flower-superlink"), "--insecure", "--simulation", "--isolation", "subprocess",
+        processes.executable("flower-superlink"), "--insecure", "--simulation",
+        "--isolation", "subprocess",
         "--control-api-address", f"127.0.0.1:{control_port}", "--host", "127.0.0.1",
         "--port", str(port), "--log-file", str(run_dir / "superlink.log"),
         "--database", str(run_dir / "state.db"), "--disable-runtime-dependency-installation",
@@ -751,52 +676,30 @@ def start_superlink(
 
 
 def stop_tree(pid: int, timeout: float = 15.0) -> list[int]:
-    """Terminate ``pid`` and all its descendants, by PID (SIGTERM, then SIGKILL).
+    """Stop ``pid`` and all its descendants, by PID (SIGTERM, then SIGKILL); reap ``pid``.
 
     Parameters
     ----------
     pid : int
         The root (a process this harness started).
     timeout : float, default 15
-        Seconds to wait after SIGTERM.
+        Seconds to wait for the processes to go.
 
     Returns
     -------
     list of int
-        The PIDs that were signalled.
+        The PIDs of the tree when it was stopped, sorted.
     """
-    pids = [pid, *descendants(pid)]
-    for p in reversed(pids):
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        for p in list(alive):
-            try:
-                os.waitpid(p, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not Path(f"/proc/{p}").exists() or _zombie(p):
-                alive.remove(p)
-        time.sleep(0.2)
-    for p in alive:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return pids
-
-
-def _zombie(pid: int) -> bool:
+    root = processes.proc_info(pid)
+    if root is None:
+        return []
+    tree = [root, *processes.descendants([pid])]
+    processes.stop_processes([root], timeout=timeout)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(b")") + 2:].split()[0] == b"Z"
-    except OSError:
-        return True
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return sorted(p.pid for p in tree)
 
 
 # =============================================================================== rounds
@@ -840,28 +743,21 @@ def _flwr_run_command(
     ])
     federation = f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client}"
     return [
-        _bin("flwr"), "run", str(app), "--stream", "--federation-config", federation,
+        processes.executable("flwr"), "run", str(app), "--stream",
+        "--federation-config", federation,
         "--run-config", run_config,
     ]
 
 
-def _run_status(run_id: str | None, env: dict[str, str]) -> dict[str, Any]:
+def _run_status(run_id: str | None, env: dict[str, str], app: Path) -> dict[str, Any]:
     """Ask the SuperLink for the status of a run (``flwr run --stream`` exits 0 anyway)."""
     if run_id is None:
         return {"status": "unknown (no run id in the output)"}
     try:
-        out = subprocess.run(
-            [_bin("flwr"), "ls", "--run-id", run_id, "--format", "json"], env=env,
-            capture_output=True, text=True, timeout=60,
-        ).stdout
-        data = json.loads(out[out.find("{"):])
-        runs = data.get("runs", [])
-        if runs:
-            return {"status": runs[0].get("status"),
-                    "status-details": runs[0].get("status-details")}
-        return {"status": "unknown", "raw": data}
-    except (OSError, ValueError, subprocess.SubprocessError) as ex:
-        return {"status": f"unknown ({ex})"}
+        record = processes.flwr_ls_run(int(run_id), env, app)
+    except (OSError, RuntimeError) as ex:
+        return {"status": f"unknown ({str(ex).splitlines()[0]})"}
+    return {"status": record.get("status"), "status-details": record.get("status-details")}
 
 
 def run_one(
@@ -931,7 +827,7 @@ def run_one(
     text = log.read_text(errors="replace")
     match = re.search(r"run (?:ID )?(\d{3,})", text)
     rec["run_id"] = match.group(1) if match else None
-    rec.update(_run_status(rec["run_id"], env))
+    rec.update(_run_status(rec["run_id"], env, app))
     hist_path, res_path = out_dir / "history.json", out_dir / "result.json"
     if hist_path.exists():
         rec.update(summarize_history(json.loads(hist_path.read_text())))

@@ -1,12 +1,14 @@
-"""Process helpers for the integration tests that drive real Flower processes.
+"""Driving real Flower processes: environment, ports, ``/proc``, stopping by PID, the CLI.
 
-Used by ``test_integration_simulation.py`` (``flwr run`` on a private local SuperLink)
-and ``test_integration_deployment.py`` (SuperLink + SuperNodes on 127.0.0.1).
+Used by the benchmarks (:mod:`flwr_clustering.simulations.bench`: a private simulation
+SuperLink, memory of its process tree) and by the integration tests (``flwr run`` on a
+private local SuperLink; SuperLink + SuperNodes on 127.0.0.1).
 
 Everything here is Linux-only (it reads ``/proc``), needs no third-party package and
 never matches processes by name alone: a process is only ever signalled if it was
-started by the test, descends from such a process, or listens on / connects to a port
-the test picked itself. Every wait has a timeout and fails with the captured logs.
+started by the caller, descends from such a process, or listens on / connects to a port
+the caller picked itself. Every wait has a timeout and raises ``RuntimeError`` with the
+captured logs.
 """
 
 from __future__ import annotations
@@ -24,11 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The repository root (the Flower App that ``flwr run`` builds into a FAB).
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-#: Environment set for every Flower subprocess.
-FLOWER_TEST_ENV = {
+#: Environment set for every Flower subprocess (flower-notes G3, G7, G8).
+FLOWER_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
@@ -60,7 +59,7 @@ def executable(name: str) -> str:
 def flower_env(flwr_home: Path, **extra: str) -> dict[str, str]:
     """Return the environment of a Flower subprocess.
 
-    The current environment, plus :data:`FLOWER_TEST_ENV`, the given ``FLWR_HOME`` and
+    The current environment, plus :data:`FLOWER_ENV`, the given ``FLWR_HOME`` and
     ``extra``; the venv's ``bin`` goes first on ``PATH`` because Flower itself launches
     ``flower-superlink``, ``flower-superexec``, ``flwr-simulation``, ``flwr-serverapp``
     and ``flwr-clientapp`` by bare name.
@@ -69,7 +68,7 @@ def flower_env(flwr_home: Path, **extra: str) -> dict[str, str]:
     # Never inherit another engineer's local-SuperLink ports or Flower home.
     for key in ("FLWR_LOCAL_SUPERLINK_HTTP_API_PORT", "FLWR_LOCAL_CONTROL_API_PORT"):
         env.pop(key, None)
-    env.update(FLOWER_TEST_ENV)
+    env.update(FLOWER_ENV)
     env["FLWR_HOME"] = str(flwr_home)
     env["PATH"] = os.pathsep.join([str(venv_bin()), env.get("PATH", "")])
     env.update(extra)
@@ -224,7 +223,7 @@ def pids_with_port_in_cmdline(port: int, table: Mapping[int, ProcInfo] | None = 
 ]:
     """Return Flower processes whose command line names ``127.0.0.1:<port>`` or ``--port <port>``.
 
-    The ports are chosen by the tests, so this finds exactly the SuperLink, SuperExec,
+    The ports are chosen by the caller, so this finds exactly the SuperLink, SuperExec,
     ``flwr-simulation`` / ``flwr-serverapp`` / ``flwr-clientapp`` processes of one test
     federation, including orphans whose parent already died.
     """
@@ -302,7 +301,7 @@ def read_log(path: Path) -> str:
 
 @dataclass
 class ManagedProcess:
-    """A long-running Flower process started by a test, with its output in a log file."""
+    """A long-running Flower process started by the caller, with its output in a log file."""
 
     name: str
     args: list[str]
@@ -347,7 +346,7 @@ class ManagedProcess:
 
 
 def stop_managed(procs: Sequence[ManagedProcess], timeout: float = 20.0) -> list[ProcInfo]:
-    """Stop test-started processes and their descendants; reap them; return the survivors."""
+    """Stop processes the caller started and their descendants; reap them; return the survivors."""
     roots = [p.info for p in procs if p.popen is not None and p.info is not None]
     survivors = stop_processes(roots, timeout=timeout)
     for p in procs:
@@ -393,7 +392,7 @@ def run_cli(
     args: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: float,
     context: str | Callable[[], str] = "",
 ) -> CliResult:
-    """Run a CLI command to completion; on timeout kill its process group and fail.
+    """Run a CLI command to completion; on timeout kill its process group and raise.
 
     ``context`` (text, or a function returning it, for example the server logs at the
     time of failure) is appended to the failure message.
@@ -411,7 +410,7 @@ def run_cli(
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        raise AssertionError(
+        raise RuntimeError(
             f"timed out after {timeout:.0f} s: $ {' '.join(args)}\n{tail(out + err)}\n"
             f"{_text(context)}"
         ) from None
@@ -425,7 +424,7 @@ def parse_run_id(output: str) -> int:
     """Return the run id printed by ``flwr run`` ("Successfully started run <id>")."""
     ids = _RUN_ID.findall(output)
     if len(ids) != 1:
-        raise AssertionError(f"expected one 'Successfully started run <id>' line:\n{tail(output)}")
+        raise RuntimeError(f"expected one 'Successfully started run <id>' line:\n{tail(output)}")
     return int(ids[0])
 
 
@@ -448,10 +447,10 @@ def flwr_ls_run(
     try:
         doc = parse_cli_json(res.stdout)
     except ValueError as exc:
-        raise AssertionError(f"{exc}\n{res.report()}") from None
+        raise RuntimeError(f"{exc}\n{res.report()}") from None
     runs = [r for r in doc.get("runs", []) if str(r.get("run-id")) == str(run_id)]
     if res.returncode != 0 or not doc.get("success") or len(runs) != 1:
-        raise AssertionError(f"flwr ls did not report run {run_id}:\n{res.report()}")
+        raise RuntimeError(f"flwr ls did not report run {run_id}:\n{res.report()}")
     return runs[0]
 
 
@@ -470,17 +469,17 @@ def wait_for_run_finished(
         if str(record.get("status", "")).startswith("finished"):
             return record
         time.sleep(1.0)
-    raise AssertionError(
+    raise RuntimeError(
         f"run {run_id} not finished after {timeout:.0f} s; last record: {record}\n"
         f"{_text(context)}"
     )
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.5, message=lambda: "") -> None:
-    """Poll ``predicate()`` until it is truthy, else fail with ``message()``."""
+    """Poll ``predicate()`` until it is truthy, else raise ``RuntimeError`` with ``message()``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval)
-    raise AssertionError(f"condition not met after {timeout:.0f} s\n{message()}")
+    raise RuntimeError(f"condition not met after {timeout:.0f} s\n{message()}")
