@@ -1068,7 +1068,7 @@ INPROCESS_ITEMS = (
     ("client: EchoClient.fit", "clients/echo.py", "fit"),
     ("client: local_evaluation_stats (the 'evaluate' stats)", "metrics.py",
      "local_evaluation_stats"),
-    ("client+server: ari_from_contingency (sklearn ARI)", "metrics.py", "ari_from_contingency"),
+    ("client+server: ari_from_contingency", "metrics.py", "ari_from_contingency"),
     ("client: fkm_client_update", "algorithms/fkm.py", "fkm_client_update"),
     ("server: aggregate_train (all server work)", "strategies/base.py", "aggregate_train"),
     ("server: collect (decode + validate replies)", "strategies/base.py", "collect"),
