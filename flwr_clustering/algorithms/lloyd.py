@@ -6,12 +6,14 @@ Everything here is plain NumPy / SciPy / scikit-learn and takes its randomness f
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans, kmeans_plusplus
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "assign_to_nearest",
@@ -249,6 +251,14 @@ def matched_shift(C_old: np.ndarray | None, C_new: np.ndarray) -> float:
     return float(np.sqrt(cost[rows, cols].max()))
 
 
+@functools.cache
+def _threadpool_controller() -> ThreadpoolController:
+    # Built once: a ThreadpoolController scans the loaded libraries, which costs about as
+    # much as a small server k-means. The libraries (BLAS, scikit-learn's OpenMP) are loaded
+    # by the imports of this module, before the first call.
+    return ThreadpoolController()
+
+
 def weighted_kmeans(
     points: np.ndarray,
     weights: np.ndarray,
@@ -290,7 +300,7 @@ def weighted_kmeans(
         raise ValueError(f"seeding must be 'weighted' or 'unweighted', got {seeding!r}")
     # The server's problem is small (m = sum of k_i points): OpenMP threads cost more to wake
     # than they save, and under Ray they compete with the simulation for the same cores.
-    with threadpool_limits(1):
+    with _threadpool_controller().limit(limits=1):
         if seeding == "weighted":
             km = KMeans(k, n_init=n_init, max_iter=max_iter, tol=tol, random_state=seed_from(rng))
             return km.fit(points, sample_weight=weights).cluster_centers_
