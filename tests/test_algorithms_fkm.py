@@ -49,6 +49,12 @@ def test_lloyd_step_keeps_empty_centroid_and_counts_partition():
     np.testing.assert_array_equal(labels, [0, 0, 1])
 
 
+def test_lloyd_step_rejects_labels_of_the_wrong_length():
+    X = np.zeros((5, 2))
+    with pytest.raises(ValueError, match=r"labels must have shape \(5,\)"):
+        lloyd_step(X, X[:2], labels=np.zeros(4, dtype=np.int64))
+
+
 def test_cluster_sums_paths_agree_bit_for_bit():
     """cluster_sums uses bincount for d <= 8 and a sparse product above: same values."""
     rng = np.random.default_rng(5)

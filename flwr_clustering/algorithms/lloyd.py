@@ -220,6 +220,8 @@ def lloyd_step(
     """
     if labels is None:
         labels, _ = assign_to_nearest(X, C)
+    elif np.shape(labels) != (len(X),):
+        raise ValueError(f"labels must have shape ({len(X)},), got {np.shape(labels)}")
     sums, counts = cluster_sums(X, labels, len(C))
     means = np.array(C, dtype=np.float64, copy=True)
     nz = counts > 0
