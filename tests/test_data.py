@@ -288,6 +288,9 @@ def test_registry_datasets_load():
         "digits": (1797, 64),
         "breast-cancer": (569, 30),
         **{f"sset-{level}": (5000, 2) for level in range(1, 5)},
+        "dim-128": (1024, 128),
+        "digits-037": (537, 64),
+        "digits-46": (362, 64),
     }
     assert set(DATASETS) == set(shapes)
     for name, shape in shapes.items():

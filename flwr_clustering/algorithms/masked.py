@@ -30,7 +30,11 @@ __all__ = [
     "MaskedStats",
     "bounding_box",
     "client_mask",
+    "choose_local_clusters",
+    "client_local_clusters",
     "cluster_stats",
+    "local_clustering",
+    "local_kmedoids",
     "local_kmeans_masked",
     "mask_aware_means",
     "masked_client_update",
@@ -216,6 +220,188 @@ def local_kmeans_masked(
     centroids, labels = local_kmeans(Xo, k, rng, init=init, n_init=n_init, max_iter=max_iter)
     k = len(centroids)
     return labels, cluster_stats(X, labels, k)
+
+
+#: Local clustering algorithms a client may run (spec §1, §3.1 item 3).
+LOCAL_ALGORITHMS = ("kmeans", "kmedoids")
+
+#: Best silhouette below which a client keeps a single local cluster (Kaufman & Rousseeuw:
+#: below 0.25 "no substantial structure"); silhouette itself cannot score K_i = 1.
+MIN_SILHOUETTE = 0.25
+
+
+def local_kmedoids(
+    Xo: np.ndarray, k: int, rng: np.random.Generator, *, init: np.ndarray | None = None,
+    n_init: int = 1, max_iter: int = 300,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Alternating k-medoids (Park & Jun's Voronoi iteration) with Euclidean distance.
+
+    Each start is seeded with scikit-learn's ``kmeans_plusplus`` (whose centres are data
+    points) or, with ``init``, with the rows closest to the given centroids (spec §3.1
+    item 3); then points go to their nearest medoid and each medoid moves to the point of
+    its cluster with the smallest total distance, until nothing changes. Of ``n_init``
+    starts the lowest total distance wins. **Medoids are real rows**: a client that uploads
+    them shares raw data points.
+
+    Parameters
+    ----------
+    Xo : numpy.ndarray of shape (n, d_i)
+        The client's observed columns (no NaN).
+    k : int
+        Number of clusters (``min(k, n)`` are used).
+    rng : numpy.random.Generator
+        One draw per start seeds ``kmeans_plusplus``.
+    init : numpy.ndarray of shape (k, d_i), optional
+        Warm start: the nearest row to each centroid (distinct rows).
+    n_init : int, default 1
+        Starts (ignored with ``init``).
+    max_iter : int, default 300
+        Medoid updates per start.
+
+    Returns
+    -------
+    medoids : numpy.ndarray of shape (k_eff,), int64
+        Row index of every medoid.
+    labels : numpy.ndarray of shape (n,), int64
+        Nearest medoid of every row.
+    """
+    from scipy.spatial.distance import cdist
+    from sklearn.cluster import kmeans_plusplus
+
+    from .lloyd import check_data, seed_from
+
+    Xo = check_data(Xo)
+    n = len(Xo)
+    if n == 0 or k < 1:
+        raise ValueError(f"k-medoids needs n >= 1 and k >= 1, got n={n}, k={k}")
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    starts = 1 if init is not None else max(1, int(n_init))
+    for _ in range(starts):
+        if init is not None:
+            D0 = cdist(np.asarray(init, dtype=np.float64), Xo)
+            medoids = []
+            for row in D0:  # nearest row not taken yet (medoids must be distinct)
+                order = np.argsort(row, kind="stable")
+                medoids.append(int(next(j for j in order if j not in medoids)))
+            medoids = np.array(medoids[:n], dtype=np.int64)
+        else:
+            _, medoids = kmeans_plusplus(Xo, min(k, n), random_state=seed_from(rng))
+            medoids = np.asarray(medoids, dtype=np.int64)
+        for _ in range(max(1, int(max_iter))):
+            labels = np.argmin(cdist(Xo, Xo[medoids]), axis=1)
+            new = medoids.copy()
+            for a in range(len(medoids)):
+                members = np.flatnonzero(labels == a)
+                if len(members):
+                    within = cdist(Xo[members], Xo[members]).sum(axis=1)
+                    new[a] = members[int(np.argmin(within))]
+            if np.array_equal(new, medoids):
+                break
+            medoids = new
+        D = cdist(Xo, Xo[medoids])
+        labels = np.argmin(D, axis=1)
+        cost = float(D[np.arange(n), labels].sum())
+        if best is None or cost < best[0]:
+            best = (cost, medoids, labels.astype(np.int64))
+    assert best is not None
+    return best[1], best[2]
+
+
+def local_clustering(
+    X: np.ndarray, k: int, rng: np.random.Generator, *, algorithm: str = "kmeans",
+    init: np.ndarray | str = "k-means++", n_init: int = 1, max_iter: int = 300,
+) -> tuple[np.ndarray, MaskedStats]:
+    """A client's local clustering on its observed features: k-means or k-medoids.
+
+    k-means returns the clusters' sufficient statistics (centroid = mean). k-medoids
+    returns each cluster's **medoid, a real row**, as its representative: ``sums = size x
+    medoid`` and ``counts = size`` on the observed features, so the count-weighted merge
+    (Eq. 4) averages medoids weighted by cluster size.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Rows, NaN on unobserved features.
+    k : int
+        Local clusters.
+    rng : numpy.random.Generator
+        The client's generator.
+    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        Local algorithm.
+    init, n_init, max_iter
+        As in :func:`local_kmeans_masked`; for k-medoids an array init takes the rows
+        closest to its centroids.
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,), int64
+    stats : MaskedStats
+    """
+    if algorithm == "kmeans":
+        return local_kmeans_masked(X, k, rng, init=init, n_init=n_init, max_iter=max_iter)
+    if algorithm != "kmedoids":
+        raise ValueError(f"local algorithm must be one of {LOCAL_ALGORITHMS}, got {algorithm!r}")
+    mask = client_mask(X)
+    X = np.asarray(X, dtype=np.float64)
+    warm = np.asarray(init, dtype=np.float64)[:, mask] if isinstance(init, np.ndarray) else None
+    medoids, labels = local_kmedoids(X[:, mask], k, rng, init=warm, n_init=n_init,
+                                     max_iter=max_iter)
+    sizes = np.bincount(labels, minlength=len(medoids)).astype(np.float64)
+    observed = np.broadcast_to(mask, (len(medoids), X.shape[1]))
+    sums = np.where(observed, np.nan_to_num(X[medoids]) * sizes[:, None], 0.0)
+    return labels, MaskedStats(sums, observed * sizes[:, None])
+
+
+def choose_local_clusters(
+    X: np.ndarray, k_max: int, rng: np.random.Generator, *, algorithm: str = "kmeans",
+    n_init: int = 10, min_silhouette: float = MIN_SILHOUETTE, sample_size: int = 2000,
+) -> tuple[np.ndarray, MaskedStats]:
+    """Pick ``K_i <= k_max`` by the silhouette score and return that clustering (spec §3.1).
+
+    Clusters the observed columns for every ``K_i`` in ``2..min(k_max, n - 1)`` (in that
+    order, one generator) and keeps the best mean silhouette (scikit-learn, Euclidean; on a
+    seeded sample of ``sample_size`` rows for large clients). Silhouette cannot score a
+    single cluster, so ``K_i = 1`` when the best score is below ``min_silhouette`` (or
+    ``k_max = 1``, or fewer than 3 rows).
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,), int64
+    stats : MaskedStats
+        The chosen clustering (``len(stats) = K_i``).
+    """
+    from sklearn.metrics import silhouette_score
+
+    from .lloyd import seed_from
+
+    mask = client_mask(X)
+    Xo = np.asarray(X, dtype=np.float64)[:, mask]
+    best: tuple[float, np.ndarray, MaskedStats] | None = None
+    for k in range(2, min(int(k_max), len(Xo) - 1) + 1):
+        labels, stats = local_clustering(X, k, rng, algorithm=algorithm, n_init=n_init)
+        if len(np.unique(labels)) < 2:
+            continue
+        score = float(silhouette_score(
+            Xo, labels, sample_size=min(sample_size, len(Xo)), random_state=seed_from(rng)))
+        if best is None or score > best[0]:
+            best = (score, labels, stats)
+    if best is None or best[0] < min_silhouette:
+        return local_clustering(X, 1, rng, algorithm=algorithm, n_init=1)
+    return best[1], best[2]
+
+
+def client_local_clusters(
+    X: np.ndarray, k_local: int | None, k_max: int, rng: np.random.Generator, *,
+    algorithm: str = "kmeans", n_init: int = 10,
+) -> tuple[np.ndarray, MaskedStats]:
+    """The initial local clustering of Algorithms 1 and 2 on one client.
+
+    ``k_local`` fixes ``K_i``; ``None`` (the default everywhere) lets the client choose
+    ``K_i <= k_max`` by silhouette (:func:`choose_local_clusters`).
+    """
+    if k_local is None:
+        return choose_local_clusters(X, k_max, rng, algorithm=algorithm, n_init=n_init)
+    return local_clustering(X, int(k_local), rng, algorithm=algorithm, n_init=n_init)
 
 
 def mask_aware_means(
@@ -563,6 +749,7 @@ def masked_client_update(
     local_iterations: int = 10,
     min_points: int | None = None,
     privacy_threshold: int = 2,
+    algorithm: str = "kmeans",
 ) -> MaskedStats:
     """One federated round of Algorithm 1 on a client (lines 14-18, spec §3.1).
 
@@ -585,6 +772,9 @@ def masked_client_update(
         Compatibility threshold.
     privacy_threshold : int, default 2
         Aligned centroids of fewer points are withheld (count 0).
+    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        Local algorithm; k-medoids starts from the rows closest to the compatible
+        centroids and uploads medoids (real rows).
 
     Returns
     -------
@@ -608,8 +798,8 @@ def masked_client_update(
     warm = np.array(G[compatible], dtype=np.float64)
     warm[:, mask] = P[compatible]
     # A warm start draws no randomness: the generator only satisfies the signature.
-    _, local = local_kmeans_masked(X, len(compatible), np.random.default_rng(0), init=warm,
-                                   max_iter=max(1, int(local_iterations)))
+    _, local = local_clustering(X, len(compatible), np.random.default_rng(0), init=warm,
+                                max_iter=max(1, int(local_iterations)), algorithm=algorithm)
     rows, cols = linear_sum_assignment(cdist(P, np.nan_to_num(local.means[:, mask])))
     sums = np.zeros((K, X.shape[1]))
     counts = np.zeros((K, X.shape[1]))
@@ -655,6 +845,16 @@ def masked_server_update(
     return out
 
 
+def _per_client(k_local: int | Sequence[int | None] | None, n: int) -> list[int | None]:
+    """Broadcast ``k_local`` (None, an int, or one value per client) to ``n`` clients."""
+    if k_local is None or np.isscalar(k_local):
+        return [None if k_local is None else int(k_local)] * n
+    ks = [None if v is None else int(v) for v in k_local]
+    if len(ks) != n:
+        raise ValueError(f"k_local has {len(ks)} entries for {n} clients")
+    return ks
+
+
 @dataclass
 class MaskedFederatedResult:
     """Outcome of :func:`run_masked_federated`.
@@ -690,11 +890,12 @@ def run_masked_federated(
     method: str = "B",
     alpha: float = 0.8,
     rounds: int = 3,
-    k_local: int | Sequence[int] | None = None,
+    k_local: int | Sequence[int | None] | None = None,
     seed: int = 0,
     local_iterations: int = 10,
     privacy_threshold: int = 2,
     n_init: int = 10,
+    algorithm: str = "kmeans",
 ) -> MaskedFederatedResult:
     """Algorithm 1 on in-memory client arrays (the reference loop for the Flower strategy).
 
@@ -711,13 +912,17 @@ def run_masked_federated(
     rounds : int, default 3
         ``F``, federated rounds after the initialisation.
     k_local : int or sequence of int, optional
-        Local clusters at initialisation (default ``k``).
+        Local clusters at initialisation, for all clients or per client; ``None`` (the
+        default) lets every client choose ``K_i <= k`` by silhouette
+        (:func:`choose_local_clusters`).
     seed : int, default 0
         Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
     local_iterations, privacy_threshold
         See :func:`masked_client_update`.
     n_init : int, default 10
-        Restarts of the initial local k-means.
+        Restarts of the initial local clustering.
+    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        Local algorithm (k-medoids uploads real rows).
 
     Returns
     -------
@@ -728,11 +933,11 @@ def run_masked_federated(
 
     if method not in ("A", "B"):
         raise ValueError(f"method must be 'A' or 'B', got {method!r}")
-    ks = [k] * len(clients) if k_local is None else (
-        [int(k_local)] * len(clients) if np.isscalar(k_local) else [int(v) for v in k_local])
+    ks = _per_client(k_local, len(clients))
     uploads, owners, local_labels, uploaded = [], [], [], []
     for i, X in enumerate(clients):
-        labels, stats = local_kmeans_masked(X, ks[i], client_rng(seed, i), n_init=n_init)
+        labels, stats = client_local_clusters(X, ks[i], k, client_rng(seed, i),
+                                              algorithm=algorithm, n_init=n_init)
         keep = np.flatnonzero(stats.sizes >= max(privacy_threshold, 1))
         uploads.append(stats.take(keep))
         owners += [i] * len(keep)
@@ -747,7 +952,8 @@ def run_masked_federated(
     history = [G]
     for _ in range(rounds):
         aligned = [masked_client_update(X, G, local_iterations=local_iterations,
-                                        privacy_threshold=privacy_threshold) for X in clients]
+                                        privacy_threshold=privacy_threshold,
+                                        algorithm=algorithm) for X in clients]
         G = masked_server_update(G, aligned, alpha)
         history.append(G)
     return MaskedFederatedResult(G, history, groups, np.asarray(owners), local_labels, uploaded)
@@ -969,13 +1175,15 @@ def run_masked_oneshot(
     clients: Sequence[np.ndarray],
     k: int,
     *,
-    k_local: int | Sequence[int] | None = None,
+    k_local: int | Sequence[int | None] | None = None,
+    k_max: int | None = None,
     seed: int = 0,
     w: float = 2.0,
     min_size: int = 30,
     max_size: int = 100,
     n_init: int = 10,
     privacy_threshold: int = 2,
+    algorithm: str = "kmeans",
 ) -> MaskedOneShotResult:
     """Algorithm 2 on in-memory client arrays: Gaussian proxies and force agglomeration.
 
@@ -986,7 +1194,11 @@ def run_masked_oneshot(
     k : int
         Number of global clusters.
     k_local : int or sequence of int, optional
-        Local clusters per client (default ``k``; over-clustering, e.g. ``2k``, is allowed).
+        Local clusters, for all clients or per client (over-clustering, e.g. ``2k``, is
+        allowed); ``None`` (the default) lets every client choose ``K_i <= k_max`` by
+        silhouette.
+    k_max : int, optional
+        Largest silhouette choice (default ``k``).
     seed : int, default 0
         Client ``i`` uses ``client_rng(seed, i)``; the server's proxies use
         ``default_rng(seed)``.
@@ -998,6 +1210,9 @@ def run_masked_oneshot(
         Restarts of the local k-means.
     privacy_threshold : int, default 2
         Local clusters of fewer points are not uploaded.
+    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        Local algorithm (only its labels are used: the Gaussians are fitted to the
+        clusters' points).
 
     Returns
     -------
@@ -1006,11 +1221,12 @@ def run_masked_oneshot(
     """
     from .fkm import client_rng
 
-    ks = [k] * len(clients) if k_local is None else (
-        [int(k_local)] * len(clients) if np.isscalar(k_local) else [int(v) for v in k_local])
+    ks = _per_client(k_local, len(clients))
     uploads, local_labels = [], []
     for i, X in enumerate(clients):
-        labels, stats = local_kmeans_masked(X, ks[i], client_rng(seed, i), n_init=n_init)
+        labels, stats = client_local_clusters(X, ks[i], k if k_max is None else int(k_max),
+                                              client_rng(seed, i), algorithm=algorithm,
+                                              n_init=n_init)
         up = fit_gaussians(X, labels, len(stats))
         keep = up.counts >= max(privacy_threshold, 1)
         uploads.append(GaussianUpload(up.mask, up.means[keep], up.covariances[keep],

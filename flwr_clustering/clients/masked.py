@@ -12,9 +12,9 @@ import numpy as np
 
 from ..algorithms.fkm import client_rng
 from ..algorithms.masked import (
+    client_local_clusters,
     client_mask,
     fit_gaussians,
-    local_kmeans_masked,
     masked_client_update,
     masked_squared_distances,
 )
@@ -64,6 +64,17 @@ class MaskedClient(ClusteringClient):
             )
         return G
 
+    def local_clusters(self, config: dict[str, Any]) -> tuple[np.ndarray, Any]:
+        """The initial local clustering: ``k-local`` clusters, or (``k-local`` 0) ``K_i <=
+        k-max`` chosen by silhouette; ``local-algorithm`` k-means or k-medoids."""
+        k_local = int(config.get("k-local", 0)) or None
+        return client_local_clusters(
+            self.X, k_local, int(config.get("k-max", k_local or 1)),
+            client_rng(int(config.get("seed", 0)), self.client_id),
+            algorithm=str(config.get("local-algorithm", "kmeans")),
+            n_init=int(config.get("n-init", 10)),
+        )
+
     def local_stats(self, G: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
         """Additive evaluation statistics of ``G`` on the observed features."""
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
@@ -74,8 +85,8 @@ class MaskedClient(ClusteringClient):
 class MaskedFederatedClient(MaskedClient):
     """Client of Algorithm 1 (federated K-clustering of masked data).
 
-    ``config["phase"]``: ``"init"`` runs local k-means with ``k-local`` clusters (restarts
-    ``n-init``) and uploads the per-feature sums and counts of the clusters of at least
+    ``config["phase"]``: ``"init"`` runs the local clustering (:meth:`local_clusters`) and
+    uploads the per-feature sums and counts of the clusters of at least
     ``privacy-threshold`` points; ``"update"`` runs one federated round from the received
     global centroids (:func:`~flwr_clustering.algorithms.masked.masked_client_update`) and
     uploads ``K`` aligned rows. Payload: ``[sums (k, d), counts (k, d)]``.
@@ -86,11 +97,7 @@ class MaskedFederatedClient(MaskedClient):
         p = int(config.get("privacy-threshold", 2))
         metrics: dict[str, Any] = {}
         if config.get("phase") == "init":
-            _, stats = local_kmeans_masked(
-                self.X, int(config["k-local"]),
-                client_rng(int(config.get("seed", 0)), self.client_id),
-                n_init=int(config.get("n-init", 10)),
-            )
+            _, stats = self.local_clusters(config)
             stats = stats.take(np.flatnonzero(stats.sizes >= max(p, 1)))
         else:
             G = self.centroids_from(parameters)
@@ -98,7 +105,7 @@ class MaskedFederatedClient(MaskedClient):
                 metrics = self.local_stats(G, config)
             stats = masked_client_update(
                 self.X, G, local_iterations=int(config.get("local-iterations", 10)),
-                privacy_threshold=p,
+                privacy_threshold=p, algorithm=str(config.get("local-algorithm", "kmeans")),
             )
         return [stats.sums, stats.counts], len(self.X), metrics
 
@@ -112,11 +119,7 @@ class MaskedOneShotClient(MaskedClient):
 
     def fit(self, parameters, config):
         """Cluster locally, fit the Gaussians, upload their parameters."""
-        labels, stats = local_kmeans_masked(
-            self.X, int(config["k-local"]),
-            client_rng(int(config.get("seed", 0)), self.client_id),
-            n_init=int(config.get("n-init", 10)),
-        )
+        labels, stats = self.local_clusters(config)
         up = fit_gaussians(self.X, labels, len(stats))
         keep = up.counts >= max(int(config.get("privacy-threshold", 2)), 1)
         return ([up.mask.astype(np.uint8), up.means[keep], up.covariances[keep],

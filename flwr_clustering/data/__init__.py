@@ -7,23 +7,30 @@ Nothing is downloaded at run time.
 - :mod:`~flwr_clustering.data.ssets` -- S-set look-alikes (FeCA paper), their overlap measure
   and a loader for the real S-set files.
 - :mod:`~flwr_clustering.data.partitioners` -- paper-specific Flower Datasets partitioners.
-- :mod:`~flwr_clustering.data.masks` -- feature masks (chain, shared block) and the DIM look-alike.
+- :mod:`~flwr_clustering.data.masks` -- feature masks (chain, shared block), the DIM look-alike and
+  pseudo-writer groups.
 - :mod:`~flwr_clustering.data.local_file` -- one client's data file (CSV/NPY/NPZ/Parquet).
 - :mod:`~flwr_clustering.data.registry` -- data sets by name and cached client partitions.
 """
 
 from flwr_clustering.data.local_file import load_local_file, save_local_file
 from flwr_clustering.data.masks import (
+    MASK_SCHEMES,
     apply_mask,
     chain_masks,
+    dim_assignment,
     dim_federation,
     dim_lookalike,
+    feature_masks,
     shared_block_masks,
+    style_groups,
 )
 from flwr_clustering.data.partitioners import (
     AssignmentPartitioner,
     BetaSpatialPartitioner,
     ClusterWisePartitioner,
+    FeatureMaskPartitioner,
+    SortedChunkPartitioner,
     arrays_to_dataset,
     dataset_to_arrays,
     partition_arrays,
@@ -55,12 +62,18 @@ from flwr_clustering.data.synthetic import (
 )
 
 __all__ = [
+    "MASK_SCHEMES",
     "apply_mask",
     "chain_masks",
+    "dim_assignment",
     "dim_federation",
     "dim_lookalike",
+    "feature_masks",
     "shared_block_masks",
+    "style_groups",
     "AssignmentPartitioner",
+    "FeatureMaskPartitioner",
+    "SortedChunkPartitioner",
     "BetaSpatialPartitioner",
     "ClusterWisePartitioner",
     "DATASETS",

@@ -14,7 +14,10 @@ others. This module builds the paper's two mask schemes and the DIM-set look-ali
 - :func:`dim_federation` -- the paper's DIM client split: every cluster goes to a subset of
   the clients (a run of consecutive clients under chain masks, any subset under shared-block
   masks), split evenly at random ("iid") or by the sorted first coordinate ("sorted", biased
-  local clusters).
+  local clusters); :func:`dim_assignment` gives the same dealing as a client per row;
+- :func:`style_groups` -- pseudo-writer ids (per-class k-means sub-styles) for the offline
+  stand-ins of QMNIST (writers) and HAR (subjects);
+- :func:`feature_masks` -- a mask scheme by name (``"none"``, ``"chain"``, ``"shared"``).
 
 No Flower import (layer 2).
 """
@@ -26,11 +29,15 @@ import math
 import numpy as np
 
 __all__ = [
+    "MASK_SCHEMES",
     "apply_mask",
     "chain_masks",
+    "dim_assignment",
     "dim_federation",
     "dim_lookalike",
+    "feature_masks",
     "shared_block_masks",
+    "style_groups",
 ]
 
 
@@ -129,6 +136,84 @@ def dim_lookalike(
     return X, y.astype(np.int64), centres
 
 
+MASK_SCHEMES = ("none", "chain", "shared")
+
+
+def feature_masks(
+    scheme: str, d: int, n: int, *, overlap: float = 0.3, shared: float = 0.1, seed: int = 0
+) -> np.ndarray | None:
+    """Masks by scheme name: ``"chain"`` (:func:`chain_masks`), ``"shared"``
+    (:func:`shared_block_masks`) or ``"none"`` (every client sees everything: ``None``)."""
+    if scheme == "none":
+        return None
+    if scheme == "chain":
+        return chain_masks(d, n, overlap, seed=seed)
+    if scheme == "shared":
+        return shared_block_masks(d, n, shared, seed=seed)
+    raise ValueError(f"unknown feature mask {scheme!r}; choose from {', '.join(MASK_SCHEMES)}")
+
+
+def style_groups(X: np.ndarray, y: np.ndarray, n_groups: int, *, seed: int = 0) -> np.ndarray:
+    """Pseudo-writer ids for data without writer or subject ids (stand-in for QMNIST/HAR).
+
+    Every class is split by k-means into ``n_groups`` sub-styles (scikit-learn ``KMeans``,
+    ``n_init=10``); sub-style ``j`` of class ``c`` goes to group ``perm_c[j]`` with a
+    seeded permutation per class. So every group holds every class (as a writer or a
+    subject holds every digit or activity), but only one style of it: the local clusters
+    are biased, as under Maritan & Schenato's Assumption 2.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,), int64
+        Group of every row, in ``[0, n_groups)``.
+    """
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(seed)
+    group = np.empty(len(y), dtype=np.int64)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        if len(idx) < n_groups:
+            raise ValueError(f"class {c} has {len(idx)} rows, fewer than {n_groups} groups")
+        sub = KMeans(n_groups, n_init=10, random_state=seed).fit_predict(X[idx])
+        group[idx] = rng.permutation(n_groups)[sub]
+    return group
+
+
+def dim_assignment(
+    X: np.ndarray,
+    y: np.ndarray,
+    n: int,
+    *,
+    scheme: str = "chain",
+    split: str = "iid",
+    holders: tuple[int, int] = (3, 6),
+    seed: int = 0,
+) -> np.ndarray:
+    """The client of every row under the paper's DIM dealing (see :func:`dim_federation`)."""
+    if scheme not in ("chain", "shared") or split not in ("iid", "sorted"):
+        raise ValueError(f"scheme must be chain|shared and split iid|sorted, got {scheme}, {split}")
+    if n < holders[0]:
+        raise ValueError(f"need at least {holders[0]} clients, got {n}")
+    rng = np.random.default_rng(seed)
+    client = np.empty(len(y), dtype=np.int64)
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        m = int(rng.integers(holders[0], min(holders[1], n) + 1))
+        if scheme == "chain":
+            start = int(rng.integers(0, n - m + 1))
+            who = list(range(start, start + m))
+        else:
+            who = sorted(rng.choice(n, size=m, replace=False).tolist())
+        if split == "sorted":
+            idx = idx[np.argsort(X[idx, 0], kind="stable")]
+        else:
+            idx = rng.permutation(idx)
+        for i, chunk in zip(who, np.array_split(idx, m), strict=True):
+            client[chunk] = i
+    return client
+
+
 def dim_federation(
     X: np.ndarray,
     y: np.ndarray,
@@ -163,23 +248,6 @@ def dim_federation(
     list of (numpy.ndarray, numpy.ndarray)
         Per client: masked rows (NaN outside its mask) and true labels.
     """
-    if scheme not in ("chain", "shared") or split not in ("iid", "sorted"):
-        raise ValueError(f"scheme must be chain|shared and split iid|sorted, got {scheme}, {split}")
-    rng = np.random.default_rng(seed)
-    n = len(masks)
-    rows: list[list[int]] = [[] for _ in range(n)]
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        m = int(rng.integers(holders[0], min(holders[1], n) + 1))
-        if scheme == "chain":
-            start = int(rng.integers(0, n - m + 1))
-            who = list(range(start, start + m))
-        else:
-            who = sorted(rng.choice(n, size=m, replace=False).tolist())
-        if split == "sorted":
-            idx = idx[np.argsort(X[idx, 0], kind="stable")]
-        else:
-            idx = rng.permutation(idx)
-        for client, chunk in zip(who, np.array_split(idx, m), strict=True):
-            rows[client] += chunk.tolist()
-    return [(apply_mask(X[r], masks[i]), y[r]) for i, r in enumerate(rows)]
+    client = dim_assignment(X, y, len(masks), scheme=scheme, split=split, holders=holders,
+                            seed=seed)
+    return [(apply_mask(X[client == i], masks[i]), y[client == i]) for i in range(len(masks))]

@@ -8,7 +8,11 @@ same place:
 
 - :class:`BetaSpatialPartitioner` -- Garst & Reinders' spatial beta split (Eq. 2), any data;
 - :class:`ClusterWisePartitioner` -- client ``i`` gets ``amounts[i]`` whole classes (Fig. 4);
-- :class:`AssignmentPartitioner` -- a precomputed client column (e.g. a generator's split).
+- :class:`AssignmentPartitioner` -- a precomputed client column (e.g. a generator's split);
+- :class:`SortedChunkPartitioner` -- every class sorted by one feature and cut into contiguous
+  chunks, one per client (biased local clusters, Maritan & Schenato's Assumption 2);
+- :class:`FeatureMaskPartitioner` -- wraps any row partitioner and gives client ``i`` only the
+  features of its mask (NaN elsewhere): partially overlapping feature spaces.
 
 and two converters between NumPy arrays and an in-memory ``datasets.Dataset``
 (:func:`arrays_to_dataset`, :func:`dataset_to_arrays`) plus :func:`partition_arrays`, which runs
@@ -32,6 +36,8 @@ __all__ = [
     "BetaSpatialPartitioner",
     "ClusterWisePartitioner",
     "AssignmentPartitioner",
+    "FeatureMaskPartitioner",
+    "SortedChunkPartitioner",
     "partition_arrays",
 ]
 
@@ -383,6 +389,129 @@ class AssignmentPartitioner(Partitioner):
         self._determine_if_needed()
         assert self._indices is not None
         return self.dataset.select(self._indices[partition_id])
+
+
+class SortedChunkPartitioner(Partitioner):
+    """Every class sorted by one feature, cut into ``num_partitions`` contiguous chunks.
+
+    Client ``i`` gets chunk ``i`` of every class (``numpy.array_split`` sizes), so each
+    client holds every class, but only one end of it along the sort feature: its local
+    cluster means are biased (Maritan & Schenato, Assumption 2 / Fig. 5).
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of clients.
+    feature : int, default 0
+        Index of the sort feature.
+    label_column, features_column : str
+        Column names.
+    """
+
+    def __init__(self, num_partitions: int, feature: int = 0,
+                 label_column: str = LABEL_COLUMN,
+                 features_column: str = FEATURES_COLUMN) -> None:
+        super().__init__()
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+        self._num_partitions = int(num_partitions)
+        self._feature = int(feature)
+        self._label_column, self._features_column = label_column, features_column
+        self._indices: list[np.ndarray] | None = None
+
+    @property
+    def num_partitions(self) -> int:
+        """Total number of partitions."""
+        return self._num_partitions
+
+    def _determine_if_needed(self) -> None:
+        if self._indices is not None:
+            return
+        X, y = dataset_to_arrays(self.dataset, self._features_column, self._label_column)
+        if y is None:
+            raise ValueError(f"SortedChunkPartitioner needs a {self._label_column!r} column")
+        if not 0 <= self._feature < X.shape[1]:
+            raise ValueError(f"sort feature {self._feature} out of range for d={X.shape[1]}")
+        parts: list[list[np.ndarray]] = [[] for _ in range(self._num_partitions)]
+        for c in np.unique(y):
+            idx = np.flatnonzero(y == c)
+            idx = idx[np.argsort(X[idx, self._feature], kind="stable")]
+            for i, chunk in enumerate(np.array_split(idx, self._num_partitions)):
+                parts[i].append(chunk)
+        self._indices = [np.sort(np.concatenate(p)) for p in parts]
+
+    def load_partition(self, partition_id: int) -> datasets.Dataset:
+        """Load client ``partition_id``'s chunks (rows in data set order)."""
+        _check_partition_id(partition_id, self._num_partitions)
+        self._determine_if_needed()
+        assert self._indices is not None
+        return self.dataset.select(self._indices[partition_id])
+
+
+class FeatureMaskPartitioner(Partitioner):
+    """A row partitioner whose partition ``i`` keeps only the features of ``masks[i]``.
+
+    The rows come from ``inner`` (any Flower Datasets partitioner); the features outside
+    client ``i``'s mask become NaN, the representation of partially overlapping feature
+    spaces (Maritan & Schenato).
+
+    Parameters
+    ----------
+    inner : flwr_datasets.partitioner.Partitioner
+        The row split (its data set is set through this partitioner).
+    masks : numpy.ndarray of shape (num_partitions, d), bool
+        The observed features of every client.
+    features_column : str, default "features"
+        The list-of-floats column.
+    """
+
+    def __init__(self, inner: Partitioner, masks: np.ndarray,
+                 features_column: str = FEATURES_COLUMN) -> None:
+        super().__init__()
+        self._inner = inner
+        self._masks = np.asarray(masks, dtype=bool)
+        if self._masks.ndim != 2 or not self._masks.any(axis=1).all():
+            raise ValueError("masks must be (num_partitions, d) with a feature per client")
+        self._features_column = features_column
+
+    @property
+    def dataset(self) -> datasets.Dataset:
+        """The data set (shared with the inner partitioner)."""
+        return self._inner.dataset
+
+    @dataset.setter
+    def dataset(self, value: datasets.Dataset) -> None:
+        self._inner.dataset = value
+
+    def is_dataset_assigned(self) -> bool:
+        """Whether the inner partitioner has its data set."""
+        return self._inner.is_dataset_assigned()
+
+    @property
+    def num_partitions(self) -> int:
+        """Total number of partitions (that of the inner partitioner)."""
+        return self._inner.num_partitions
+
+    def load_partition(self, partition_id: int) -> datasets.Dataset:
+        """Client ``partition_id``'s rows with NaN outside its mask."""
+        _check_partition_id(partition_id, len(self._masks))
+        part = self._inner.load_partition(partition_id)
+        d = len(self._masks[partition_id])
+        hidden = ~self._masks[partition_id]
+        column = self._features_column
+
+        def hide(batch: dict) -> dict:
+            X = np.asarray(batch[column], dtype=np.float64).reshape(-1, d)
+            X[:, hidden] = np.nan
+            return {column: X.tolist()}
+
+        shown = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            return part.map(hide, batched=True, features=part.features)
+        finally:
+            if shown:
+                datasets.enable_progress_bars()
 
 
 def partition_arrays(

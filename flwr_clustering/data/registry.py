@@ -16,10 +16,30 @@ Data sets (:data:`DATASETS`; nothing is downloaded):
   9/22/41/44 %), drawn with ``seed``; no natural split.
 - ``"iris"``, ``"wine"``, ``"digits"``, ``"breast-cancer"`` -- scikit-learn's bundled sets,
   unscaled.
+- ``"dim-128"`` -- the DIM-set look-alike of the masked-feature paper (1024 points, d = 128,
+  16 well-separated clusters; :func:`~flwr_clustering.data.masks.dim_lookalike`). Its natural
+  split is the paper's dealing (:func:`~flwr_clustering.data.masks.dim_assignment`): with
+  ``feature_mask="chain"`` every cluster goes to a run of 3-6 consecutive clients, split at
+  random (Assumption 1); otherwise to 3-6 random clients, sorted by the first coordinate
+  (Assumption 2).
+- ``"digits-037"`` -- scikit-learn digits of classes 0, 3, 7 (labels 0, 1, 2; 537 rows, 64
+  features): the offline stand-in for the paper's QMNIST {0, 3, 7}.
+- ``"digits-46"`` -- digits of classes 4, 6 (labels 0, 1; 362 rows): the offline stand-in for
+  the paper's two-class HAR subset (two very separable classes: centralized k-means reaches
+  99.7 % here, 99.9 % on HAR). Both digits sets' natural split is by pseudo-writer
+  (:func:`~flwr_clustering.data.masks.style_groups`, one group per client), standing in for
+  QMNIST's writers and HAR's subjects, which the bundled digits do not record.
 
 Partitioners (:data:`PARTITIONERS`): ``"natural"`` (the data set's own split), ``"iid"``
 (Flower Datasets' ``IidPartitioner`` on a seeded shuffle), ``"dirichlet"`` (Flower Datasets'
-``DirichletPartitioner`` over the labels) and ``"cluster-wise"`` (:class:`ClusterWisePartitioner`).
+``DirichletPartitioner`` over the labels), ``"cluster-wise"`` (:class:`ClusterWisePartitioner`)
+and ``"sorted"`` (:class:`SortedChunkPartitioner`: every class sorted by the first feature and
+dealt in contiguous chunks).
+
+Feature masks (``feature_mask``): ``"none"`` (every client sees every feature), ``"chain"``
+(consecutive clients share ``mask_overlap`` of their block) or ``"shared"`` (a block of
+``mask_shared`` of the features seen by all plus disjoint private blocks); the row split is
+wrapped in a :class:`FeatureMaskPartitioner`, so a client's unobserved features are NaN.
 """
 
 from __future__ import annotations
@@ -31,9 +51,18 @@ from typing import Any
 import numpy as np
 from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
 
+from flwr_clustering.data.masks import (
+    MASK_SCHEMES,
+    dim_assignment,
+    dim_lookalike,
+    feature_masks,
+    style_groups,
+)
 from flwr_clustering.data.partitioners import (
     AssignmentPartitioner,
     ClusterWisePartitioner,
+    FeatureMaskPartitioner,
+    SortedChunkPartitioner,
     partition_arrays,
 )
 from flwr_clustering.data.ssets import sset_lookalike
@@ -67,10 +96,16 @@ DATASETS: tuple[str, ...] = (
     "wine",
     "digits",
     "breast-cancer",
+    "dim-128",
+    "digits-037",
+    "digits-46",
 )
 
 #: Names accepted by the ``partitioner`` argument of :func:`load_partition`.
-PARTITIONERS: tuple[str, ...] = ("natural", "iid", "dirichlet", "cluster-wise")
+PARTITIONERS: tuple[str, ...] = ("natural", "iid", "dirichlet", "cluster-wise", "sorted")
+
+#: Digit classes of the stand-ins of the masked-feature paper's real data sets.
+_DIGIT_SUBSETS = {"digits-037": (0, 3, 7), "digits-46": (4, 6)}
 
 #: ``min_partition_size`` given to Flower Datasets' ``DirichletPartitioner`` (it re-samples the
 #: Dirichlet proportions, up to 10 times, until every client has at least this many rows).
@@ -183,7 +218,30 @@ def load_dataset(
             np.asarray(bunch.target, dtype=np.int64),
             None,
         )
+    if name == "dim-128":
+        X, y, _ = dim_lookalike(seed=_as_int("seed", seed))
+        return X, y, None
+    if name in _DIGIT_SUBSETS:
+        from sklearn.datasets import load_digits
+
+        X, y = load_digits(return_X_y=True)
+        classes = np.array(_DIGIT_SUBSETS[name])
+        keep = np.isin(y, classes)
+        return (X[keep].astype(np.float64), np.searchsorted(classes, y[keep]).astype(np.int64),
+                None)
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+
+
+def _natural_split(dataset: str, X: np.ndarray, y: np.ndarray, num_partitions: int,
+                   feature_mask: str, seed: int) -> np.ndarray | None:
+    """The natural split of the masked-feature data sets, which depends on the clients."""
+    if dataset == "dim-128":
+        chain = feature_mask == "chain"
+        return dim_assignment(X, y, num_partitions, scheme="chain" if chain else "shared",
+                              split="iid" if chain else "sorted", seed=seed)
+    if dataset in _DIGIT_SUBSETS:
+        return style_groups(X, y, num_partitions, seed=seed)
+    return None
 
 
 def _parse_amounts(value: Sequence[int] | str | None, num_partitions: int) -> tuple[int, ...]:
@@ -221,8 +279,12 @@ def _partitions(
     seed: int,
     cluster_amounts: tuple[int, ...] | str | None,
     dataset_items: tuple[tuple[str, Any], ...],
+    mask_items: tuple[str, float, float, bool] = ("none", 0.3, 0.1, True),
 ) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-    """Load and partition once; the cached result is read-only and copied by the callers."""
+    """Load and partition once; the cached result is read-only and copied by the callers.
+
+    ``mask_items`` is ``(feature_mask, mask_overlap, mask_shared, apply)``; with ``apply``
+    false the same rows come back complete (the centralized baseline's data)."""
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     if partitioner not in PARTITIONERS:
@@ -230,13 +292,18 @@ def _partitions(
             f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
         )
     X, y, natural = load_dataset(dataset, seed=seed, **dict(dataset_items))
-
-    if partitioner == "natural":
-        if natural is None:
-            raise ValueError(
-                f"dataset {dataset!r} has no natural split; use partitioner 'iid', 'dirichlet' "
-                f"or 'cluster-wise', or a dataset with one ({', '.join(_NATURAL_CLIENTS)})"
-            )
+    feature_mask, overlap, shared, apply = mask_items
+    masks = feature_masks(feature_mask, X.shape[1], num_partitions, overlap=overlap,
+                          shared=shared, seed=seed)
+    if partitioner == "natural" and natural is None:
+        natural = _natural_split(dataset, X, y, num_partitions, feature_mask, seed)
+    if partitioner == "natural" and natural is None:
+        raise ValueError(
+            f"dataset {dataset!r} has no natural split; use partitioner 'iid', 'dirichlet', "
+            f"'cluster-wise' or 'sorted', or a dataset with one "
+            f"({', '.join([*_NATURAL_CLIENTS, 'dim-128', *_DIGIT_SUBSETS])})"
+        )
+    if partitioner == "natural" and dataset in _NATURAL_CLIENTS:
         n_natural = _NATURAL_CLIENTS[dataset]
         if num_partitions != n_natural:
             raise ValueError(
@@ -247,6 +314,7 @@ def _partitions(
     for X_i, y_i in split_arrays(
         X, y, num_partitions, partitioner=partitioner, dirichlet_alpha=dirichlet_alpha,
         seed=seed, cluster_amounts=cluster_amounts, natural=natural,
+        masks=masks if apply else None,
     ):
         X_i.setflags(write=False)
         y_i.setflags(write=False)
@@ -264,6 +332,7 @@ def split_arrays(
     seed: int = 0,
     cluster_amounts: Sequence[int] | str | None = None,
     natural: np.ndarray | None = None,
+    masks: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Split labelled arrays into client partitions with a named partitioner.
 
@@ -289,6 +358,9 @@ def split_arrays(
         Classes per client of the cluster-wise split.
     natural : numpy.ndarray of shape (n,), optional
         The client of every row, for ``partitioner="natural"``.
+    masks : numpy.ndarray of shape (num_partitions, d), bool, optional
+        Feature masks: client ``i`` gets NaN outside ``masks[i]``
+        (:class:`FeatureMaskPartitioner` around the row split).
 
     Returns
     -------
@@ -326,10 +398,16 @@ def split_arrays(
         )
     elif partitioner == "cluster-wise":
         part = ClusterWisePartitioner(_parse_amounts(cluster_amounts, num_partitions))
+    elif partitioner == "sorted":
+        part = SortedChunkPartitioner(num_partitions)
     else:
         raise ValueError(
             f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
         )
+    if masks is not None:
+        if len(masks) != num_partitions:
+            raise ValueError(f"{len(masks)} masks for {num_partitions} partitions")
+        part = FeatureMaskPartitioner(part, masks)
     out = []
     for X_i, y_i in partition_arrays(X, y, part, num_partitions, extra=extra):
         assert y_i is not None
@@ -344,9 +422,16 @@ def _cached_partitions(
     dirichlet_alpha: float,
     seed: int,
     dataset_kwargs: dict[str, Any],
+    apply_masks: bool = True,
 ) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """Normalise the arguments into a hashable cache key and fetch the partitions."""
     kwargs = dict(dataset_kwargs)
+    feature_mask = str(kwargs.pop("feature_mask", "none"))
+    if feature_mask not in MASK_SCHEMES:
+        raise ValueError(f"unknown feature mask {feature_mask!r}; valid names: "
+                         f"{', '.join(MASK_SCHEMES)}")
+    mask_items = (feature_mask, float(kwargs.pop("mask_overlap", 0.3)),
+                  float(kwargs.pop("mask_shared", 0.1)), bool(apply_masks))
     amounts = kwargs.pop("cluster_amounts", None)
     if amounts is not None and not isinstance(amounts, str):
         amounts = tuple(amounts)
@@ -358,6 +443,7 @@ def _cached_partitions(
         _as_int("seed", seed),
         amounts,
         tuple(sorted(kwargs.items())),
+        mask_items,
     )
 
 
@@ -402,8 +488,11 @@ def load_partition(
         Seed of the partitioner (shuffle or Dirichlet draws) and of the ``blobs`` and
         ``sset-*`` generators.
     **dataset_kwargs
-        ``cluster_amounts`` for the cluster-wise partitioner, and any keyword argument of
-        :func:`load_dataset` (``ppc``, ``noise``, ``beta``, ``n_samples``, ...).
+        ``cluster_amounts`` for the cluster-wise partitioner; ``feature_mask`` (``"none"``,
+        ``"chain"`` or ``"shared"``), ``mask_overlap`` (0.3) and ``mask_shared`` (0.1) for
+        partially overlapping feature spaces (NaN on unobserved features; the masks are
+        drawn with ``seed``); and any keyword argument of :func:`load_dataset` (``ppc``,
+        ``noise``, ``beta``, ``n_samples``, ...).
 
     Returns
     -------
@@ -436,6 +525,7 @@ def load_pooled(
     partitioner: str = "natural",
     dirichlet_alpha: float = 0.5,
     seed: int = 0,
+    complete: bool = False,
     **dataset_kwargs: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return all partitions of :func:`load_partition` concatenated in partition order.
@@ -456,6 +546,9 @@ def load_pooled(
         Concentration of the Dirichlet split.
     seed : int, default 0
         Seed of the partitioner and of the ``blobs`` and ``sset-*`` generators.
+    complete : bool, default False
+        With feature masks: return the rows unmasked (the complete data that the
+        centralized baseline clusters), in the same order.
     **dataset_kwargs
         As for :func:`load_partition`.
 
@@ -472,7 +565,8 @@ def load_pooled(
         As for :func:`load_partition`.
     """
     parts = _cached_partitions(
-        num_partitions, dataset, partitioner, dirichlet_alpha, seed, dataset_kwargs
+        num_partitions, dataset, partitioner, dirichlet_alpha, seed, dataset_kwargs,
+        apply_masks=not complete,
     )
     return (
         np.concatenate([X_i for X_i, _ in parts], axis=0),

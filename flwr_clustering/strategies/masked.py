@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms.masked import (
+    LOCAL_ALGORITHMS,
     GaussianUpload,
     MaskedStats,
     force_agglomeration,
@@ -37,6 +38,22 @@ def _stats_payload(arrays: list[np.ndarray], k: int | None) -> MaskedStats:
     return stats
 
 
+def _check_k_local(k_local: int | None, k: int, *, allow_above: bool) -> int | None:
+    """Validate a fixed local cluster count (None: clients choose by silhouette)."""
+    if k_local is None or int(k_local) == 0:
+        return None
+    if int(k_local) < 1 or (not allow_above and int(k_local) > k):
+        raise ValueError(f"k_local must be in [1, {'...' if allow_above else k}] or None "
+                         f"(silhouette), got {k_local}")
+    return int(k_local)
+
+
+def _check_algorithm(name: str) -> str:
+    if name not in LOCAL_ALGORITHMS:
+        raise ValueError(f"local_algorithm must be one of {LOCAL_ALGORITHMS}, got {name!r}")
+    return name
+
+
 class MaskedFederated(ClusteringStrategy):
     """Algorithm 1 of Maritan & Schenato: federated K-clustering of masked data.
 
@@ -56,9 +73,12 @@ class MaskedFederated(ClusteringStrategy):
     federated_rounds : int, default 3
         ``F``.
     k_local : int, optional
-        Local clusters at initialisation (default ``k``).
+        Local clusters at initialisation; by default every client chooses ``K_i <= k`` by
+        silhouette.
     local_iterations : int, default 10
-        Warm-started k-means steps per round.
+        Warm-started local clustering steps per round.
+    local_algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        The clients' algorithm. **k-medoids uploads medoids, which are real rows.**
     privacy_threshold : int, default 2
         Clusters of fewer points are never uploaded.
     n_init : int, default 10
@@ -72,13 +92,16 @@ class MaskedFederated(ClusteringStrategy):
     def __init__(self, k: int, *, method: str = "B", alpha: float = 0.8,
                  federated_rounds: int = 3, k_local: int | None = None,
                  local_iterations: int = 10, privacy_threshold: int = 2, n_init: int = 10,
-                 **kwargs: Any) -> None:
+                 local_algorithm: str = "kmeans", **kwargs: Any) -> None:
         if method not in ("A", "B"):
             raise ValueError(f"method must be 'A' or 'B', got {method!r}")
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        if int(federated_rounds) < 0:
+            raise ValueError(f"federated_rounds must be >= 0, got {federated_rounds}")
         self.k, self.method, self.alpha = int(k), method, float(alpha)
-        self.k_local = self.k if k_local is None else int(k_local)
+        self.k_local = _check_k_local(k_local, self.k, allow_above=False)
+        self.local_algorithm = _check_algorithm(local_algorithm)
         self.local_iterations = int(local_iterations)
         self.privacy_threshold = int(privacy_threshold)
         self.n_init = int(n_init)
@@ -88,14 +111,17 @@ class MaskedFederated(ClusteringStrategy):
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Init phase in round 1, federated update afterwards."""
-        return {"phase": "init" if self.centroids is None else "update", "k-local": self.k_local,
+        return {"phase": "init" if self.centroids is None else "update",
+                "k-local": self.k_local or 0, "k-max": self.k,
+                "local-algorithm": self.local_algorithm,
                 "local-iterations": self.local_iterations, "n-init": self.n_init,
                 "privacy-threshold": self.privacy_threshold}
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MaskedStats:
-        """Decode ``[sums, counts]``: at most ``k_local`` rows at init, exactly ``k`` after."""
+        """Decode ``[sums, counts]``: at most ``k_local`` (or ``k``) rows at init, exactly
+        ``k`` after."""
         if self.centroids is None:
-            return _stats_payload(arrays, self.k_local)
+            return _stats_payload(arrays, self.k_local or self.k)
         stats = _stats_payload(arrays, self.k)
         if len(stats) != self.k or stats.sums.shape[1] != self.centroids.shape[1]:
             raise ValueError(f"aligned upload of shape {stats.sums.shape}, expected "
@@ -136,7 +162,12 @@ class MaskedOneShot(ClusteringStrategy):
     k : int
         Global clusters.
     k_local : int, optional
-        Local clusters (over-clustering allowed; default ``k``).
+        Local clusters (over-clustering allowed); by default every client chooses ``K_i <=
+        k_max`` by silhouette.
+    k_max : int, optional
+        Largest silhouette choice (default ``k``).
+    local_algorithm : {"kmeans", "kmedoids"}, default "kmeans"
+        The clients' algorithm (only its labels shape the uploaded Gaussians).
     w : float, default 2.0
         Force exponent.
     min_size, max_size : int
@@ -151,11 +182,20 @@ class MaskedOneShot(ClusteringStrategy):
 
     name = "masked-oneshot"
 
-    def __init__(self, k: int, *, k_local: int | None = None, w: float = 2.0,
-                 min_size: int = 30, max_size: int = 100, privacy_threshold: int = 2,
-                 n_init: int = 10, **kwargs: Any) -> None:
+    def __init__(self, k: int, *, k_local: int | None = None, k_max: int | None = None,
+                 w: float = 2.0, min_size: int = 30, max_size: int = 100,
+                 privacy_threshold: int = 2, n_init: int = 10, local_algorithm: str = "kmeans",
+                 **kwargs: Any) -> None:
         self.k = int(k)
-        self.k_local = self.k if k_local is None else int(k_local)
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k_local = _check_k_local(k_local, self.k, allow_above=True)
+        self.k_max = self.k if k_max is None else _check_k_local(k_max, self.k, allow_above=True)
+        self.local_algorithm = _check_algorithm(local_algorithm)
+        if float(w) <= 1.0:
+            raise ValueError(f"w must be > 1 (the paper uses 2), got {w}")
+        if not 1 <= int(min_size) <= int(max_size):
+            raise ValueError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
         self.w, self.min_size, self.max_size = float(w), int(min_size), int(max_size)
         self.privacy_threshold, self.n_init = int(privacy_threshold), int(n_init)
         kwargs["max_rounds"] = 1
@@ -163,7 +203,8 @@ class MaskedOneShot(ClusteringStrategy):
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Local clustering options."""
-        return {"k-local": self.k_local, "n-init": self.n_init,
+        return {"k-local": self.k_local or 0, "k-max": self.k_max,
+                "local-algorithm": self.local_algorithm, "n-init": self.n_init,
                 "privacy-threshold": self.privacy_threshold}
 
     def train_arrays(self, server_round: int) -> list[np.ndarray]:
@@ -182,8 +223,9 @@ class MaskedOneShot(ClusteringStrategy):
                 or counts.shape != (len(means),):
             raise ValueError(f"inconsistent shapes: mask {mask.shape} ({d_i} observed), means "
                              f"{means.shape}, covariances {covs.shape}, counts {counts.shape}")
-        if len(means) > self.k_local:
-            raise ValueError(f"{len(means)} clusters sent, more than k-local={self.k_local}")
+        limit = self.k_local or self.k_max
+        if len(means) > limit:
+            raise ValueError(f"{len(means)} clusters sent, more than {limit}")
         return GaussianUpload(mask, means.astype(np.float64), covs.astype(np.float64), counts)
 
     def payload_features(self, payload: GaussianUpload) -> int | None:
