@@ -22,7 +22,7 @@ Data sets (:data:`DATASETS`; nothing is downloaded):
   ``feature_mask="chain"`` every cluster goes to a run of 3-6 consecutive clients, split at
   random (Assumption 1); otherwise to 3-6 random clients, sorted by the first coordinate
   (Assumption 2).
-- ``"digits-037"`` -- scikit-learn digits of classes 0, 3, 7 (labels 0, 1, 2; 537 rows, 64
+- ``"digits-037"`` -- scikit-learn digits of classes 0, 3, 7 (labels 0, 1, 2; 540 rows, 64
   features): the offline stand-in for the paper's QMNIST {0, 3, 7}.
 - ``"digits-46"`` -- digits of classes 4, 6 (labels 0, 1; 362 rows): the offline stand-in for
   the paper's two-class HAR subset (two very separable classes: centralized k-means reaches
