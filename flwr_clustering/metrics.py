@@ -39,6 +39,7 @@ __all__ = [
     "centroid_agreement",
     "contingency",
     "evaluation_stats_from_distances",
+    "accuracy_from_contingency",
     "hungarian_accuracy",
     "local_evaluation_stats",
     "matched_centroid_error",
@@ -495,7 +496,7 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
         ``"num-examples"``, ``"sse"``, ``"inertia"`` (= sse), ``"mean-sq-distance"``
         (sse / n), ``"simplified-silhouette"`` (sum of silhouette sums / n); when every client
         sent a contingency table and n > 0, also ``"ari"``, ``"nmi"``, ``"purity"``,
-        ``"purity-per-cluster"`` from the
+        ``"purity-per-cluster"``, ``"accuracy"`` (Hungarian-matched) from the
         summed table (equal to the pooled values) and ``"ari-client-weighted"``
         (``sum_i n_i ARI_i / sum_i n_i``, the paper's reported ARI; clients with no
         example contribute nothing). Ratios are NaN when n = 0.
@@ -526,6 +527,7 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
         out["nmi"] = nmi_from_contingency(table)
         out["purity"] = purity_from_contingency(table)
         out["purity-per-cluster"] = purity_per_cluster_from_contingency(table)
+        out["accuracy"] = accuracy_from_contingency(table)
         # The paper's number (spec 002 §4.4); a missing "ari-local" is recomputed from the
         # client's own table, which gives the same value.
         weighted = [
@@ -548,7 +550,8 @@ def centralized_metrics(
     Parameters
     ----------
     X : array_like of shape (n, d)
-        Pooled data, ``n >= 1``.
+        Pooled data, ``n >= 1``; rows with NaN (partially overlapping feature spaces) are
+        measured on their observed features only.
     C : array_like of shape (k, d)
         Centroids.
     y : array_like of shape (n,), optional
@@ -565,7 +568,14 @@ def centralized_metrics(
     ValueError
         On empty or malformed data, or ``y`` of the wrong length.
     """
-    d2 = squared_distances(X, C)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 2 and np.isnan(X).any():
+        # Rows of partially overlapping feature spaces: distances on each row's features.
+        from .algorithms.masked import pooled_masked_squared_distances
+
+        d2 = pooled_masked_squared_distances(X, np.asarray(C, dtype=np.float64))
+    else:
+        d2 = squared_distances(X, C)
     n = len(d2)
     if n == 0:
         raise ValueError("centralized_metrics needs at least one data row")
@@ -587,6 +597,7 @@ def centralized_metrics(
         table = contingency_matrix(y, labels)
         out["purity"] = int(table.max(axis=0).sum()) / n
         out["purity-per-cluster"] = float(np.mean(table.max(axis=0) / table.sum(axis=0)))
+        out["accuracy"] = accuracy_from_contingency(table)
     return out
 
 
@@ -613,6 +624,20 @@ def pooled_silhouette(X: np.ndarray, labels: np.ndarray) -> float:
     return float(silhouette_score(X, labels, metric="euclidean"))
 
 
+def accuracy_from_contingency(table: np.ndarray) -> float:
+    """Accuracy after the best one-to-one cluster-to-class matching, from a contingency table.
+
+    ``linear_sum_assignment`` on the table (either orientation); the federated form of
+    :func:`hungarian_accuracy`, exact because the table is additive over clients.
+    """
+    table = np.asarray(table)
+    total = table.sum()
+    if total == 0:
+        return math.nan
+    rows, cols = linear_sum_assignment(-table)
+    return float(table[rows, cols].sum() / total)
+
+
 def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Accuracy after the best one-to-one cluster-to-class matching (Hungarian method).
 
@@ -628,9 +653,7 @@ def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> floa
     float
         Fraction of points whose cluster is matched to their class.
     """
-    table = contingency_matrix(labels_true, labels_pred)
-    rows, cols = linear_sum_assignment(-table)
-    return float(table[rows, cols].sum() / table.sum())
+    return accuracy_from_contingency(contingency_matrix(labels_true, labels_pred))
 
 
 def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray) -> float:

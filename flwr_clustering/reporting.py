@@ -80,6 +80,11 @@ def plot_run(
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     C = np.asarray(centroids, dtype=float)
     points = None if X is None else np.asarray(X, dtype=float)
+    if np.isnan(C).any():
+        # Masked-feature centroids may lack coordinates that no contributor observed: plot
+        # them at the data's (or the other centroids') mean there.
+        fill = np.nanmean(points if points is not None else C, axis=0)
+        C = np.where(np.isnan(C), np.nan_to_num(fill)[None, :], C)
     if C.shape[1] > 2:
         pca = PCA(2).fit(points if points is not None else C)
         C = pca.transform(C)

@@ -354,3 +354,55 @@ def test_oneshot_on_separated_blobs_groups_every_local_cluster_by_class(full):
     o = mask_aware_means(clients, [yi for _, yi in parts], 4)
     err, _ = matched_centroid_error(res.centroids, o)
     assert err < 1e-8 * np.abs(o).max()
+
+
+# ------------------------------------------------ local clustering: K_i, k-medoids
+
+
+def test_silhouette_chooses_the_local_cluster_count_and_one_cluster_without_structure():
+    from sklearn.datasets import make_blobs
+
+    from flwr_clustering.algorithms.masked import choose_local_clusters
+
+    X, _ = make_blobs(300, n_features=5, centers=3, cluster_std=0.3, center_box=(-20, 20),
+                      random_state=1)
+    labels, stats = choose_local_clusters(X, 8, np.random.default_rng(0))
+    assert len(stats) == 3 and len(np.unique(labels)) == 3
+    # one Gaussian: no substantial structure (best silhouette < 0.25) -> K_i = 1
+    G = np.random.default_rng(1).standard_normal((300, 5))
+    labels, stats = choose_local_clusters(G, 8, np.random.default_rng(0))
+    assert len(stats) == 1 and (labels == 0).all()
+    np.testing.assert_allclose(stats.means[0], G.mean(axis=0), rtol=1e-12)
+    # K_i never exceeds k_max
+    _, stats = choose_local_clusters(X, 2, np.random.default_rng(0))
+    assert len(stats) == 2
+
+
+def test_kmedoids_medoids_are_rows_and_its_federation_recovers_separated_blobs():
+    from sklearn.datasets import make_blobs
+
+    from flwr_clustering.algorithms.masked import local_clustering, run_masked_federated
+    from flwr_clustering.data.masks import apply_mask, chain_masks
+    from flwr_clustering.metrics import hungarian_accuracy
+
+    X, y = make_blobs(400, n_features=12, centers=4, cluster_std=0.5, center_box=(-30, 30),
+                      random_state=3)
+    masks = chain_masks(12, 4, seed=0)
+    parts = [(apply_mask(X[i::4], masks[i]), y[i::4]) for i in range(4)]
+    labels, stats = local_clustering(parts[0][0], 4, np.random.default_rng(0),
+                                     algorithm="kmedoids", n_init=3)
+    obs = masks[0]
+    Xo = parts[0][0][:, obs]
+    for m in stats.means[:, obs]:  # medoids are real rows (up to size * x / size rounding)
+        assert np.abs(Xo - m).max(axis=1).min() <= 1e-12 * np.abs(Xo).max()
+    assert np.isnan(stats.means[:, ~obs]).all()
+    assert hungarian_accuracy(parts[0][1], labels) == 1.0
+    res = run_masked_federated([p for p, _ in parts], 4, method="A", k_local=4,
+                               algorithm="kmedoids")
+    from flwr_clustering.algorithms.masked import masked_squared_distances
+
+    pred = np.concatenate([masked_squared_distances(p, res.centroids).argmin(1)
+                           for p, _ in parts])
+    assert hungarian_accuracy(np.concatenate([t for _, t in parts]), pred) == 1.0
+    with pytest.raises(ValueError, match="local algorithm"):
+        local_clustering(parts[0][0], 2, np.random.default_rng(0), algorithm="dbscan")

@@ -458,3 +458,50 @@ def test_data_layer_does_not_import_flwr():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_sorted_chunks_and_feature_masks_as_flower_partitioners():
+    from flwr_clustering.data.masks import chain_masks
+    from flwr_clustering.data.partitioners import (
+        FeatureMaskPartitioner,
+        SortedChunkPartitioner,
+        partition_arrays,
+    )
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 6))
+    y = np.repeat([0, 1, 2], 20)
+    parts = partition_arrays(X, y, SortedChunkPartitioner(4))
+    assert sorted(np.concatenate([Xi[:, 0] for Xi, _ in parts])) == sorted(X[:, 0])
+    for c in range(3):  # client i holds the i-th quarter of every class along feature 0
+        firsts = [np.sort(Xi[yi == c, 0]) for Xi, yi in parts]
+        assert all(len(f) == 5 for f in firsts)
+        assert all(firsts[i].max() < firsts[i + 1].min() for i in range(3))
+    masks = chain_masks(6, 3, 0.3, seed=1)
+    masked = partition_arrays(X, y, FeatureMaskPartitioner(SortedChunkPartitioner(3), masks))
+    plain = partition_arrays(X, y, SortedChunkPartitioner(3))
+    for (Xm, ym), (Xp, yp), m in zip(masked, plain, masks, strict=True):
+        assert np.isnan(Xm[:, ~m]).all() and np.array_equal(Xm[:, m], Xp[:, m])
+        assert np.array_equal(ym, yp)
+
+
+def test_registry_feature_masks_and_complete_pooled_rows():
+    from flwr_clustering.algorithms.masked import client_mask
+
+    parts = [load_partition(i, 4, dataset="digits-037", partitioner="iid",
+                            feature_mask="shared", mask_shared=0.25) for i in range(4)]
+    masks = np.array([client_mask(X) for X, _ in parts])
+    shared = masks.all(axis=0)
+    assert shared.sum() == 16 and (masks.sum(axis=0)[~shared] == 1).all()
+    X, y = load_pooled(4, dataset="digits-037", partitioner="iid", feature_mask="shared",
+                       mask_shared=0.25)
+    Xc, yc = load_pooled(4, dataset="digits-037", partitioner="iid", feature_mask="shared",
+                         mask_shared=0.25, complete=True)
+    obs = ~np.isnan(X)
+    assert np.array_equal(X[obs], Xc[obs]) and np.array_equal(y, yc) and not np.isnan(Xc).any()
+    # natural split of the stand-ins: one pseudo-writer per client, every class at each
+    nat = [load_partition(i, 5, dataset="digits-46", partitioner="natural") for i in range(5)]
+    assert sum(len(Xi) for Xi, _ in nat) == 362
+    assert all(set(np.unique(yi)) == {0, 1} for _, yi in nat)
+    with pytest.raises(ValueError, match="feature mask"):
+        load_partition(0, 4, dataset="digits-46", partitioner="iid", feature_mask="diagonal")

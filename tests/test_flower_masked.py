@@ -3,7 +3,6 @@ message hygiene (spec 000 §11 item 15), bad clients dropped."""
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord
 
 from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
 from flwr_clustering.clients import client_app
@@ -70,33 +69,44 @@ def test_masked_oneshot_through_flower_equals_pure_loop_in_one_round():
             assert means.shape[1] == int(mask.sum())
 
 
-def test_dim_method_a_through_flower_is_exact_and_equals_the_pure_loop():
+@pytest.mark.parametrize("algorithm,feature_mask,method", [
+    ("masked-federated", "chain", "A"), ("masked-oneshot", "shared", "B")])
+def test_the_flower_app_on_dim_is_exact_with_silhouette_k_i(tmp_path, algorithm, feature_mask,
+                                                            method):
+    """The whole App (registry partitions, feature masks, silhouette K_i, strategy, results)
+    equals the pure loop and reproduces the paper's DIM row; centralized k-means beside it."""
+    import json
+
     from flwr_clustering.algorithms.masked import mask_aware_means
+    from flwr_clustering.app.client_app import app as app_client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.data import load_partition
 
-    parts = _parts(1)
-    k_local = [len(np.unique(y)) for _, y in parts]
-
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return MaskedFederatedClient(*parts[i], client_id=i)
-
-    class PerClientK(MaskedFederated):
-        def configure_train(self, server_round, arrays, config, grid):
-            msgs = super().configure_train(server_round, arrays, config, grid)
-            for m in msgs:  # the messages share one ConfigRecord: give each its own
-                cfg = {**dict(m.content["config"]), "k-local": k_local[m.metadata.dst_node_id - 100]}
-                m.content["config"] = ConfigRecord(cfg)
-            return msgs
-
-    strategy = PerClientK(16, method="A", min_nodes=10)
-    strategy.start(grid=InProcessGrid(client_app(client_fn), 10, shuffle_seed=4))
-    ref = run_masked_federated([x for x, _ in parts], 16, method="A", k_local=k_local)
-    for ours, theirs in zip(strategy.centroid_history, ref.history, strict=True):
-        np.testing.assert_array_equal(ours, theirs)
-    o = mask_aware_means([x for x, _ in parts], [y for _, y in parts], 16)
-    cos, rel = centroid_agreement(strategy.centroids, o)
+    rc = {"algorithm": algorithm, "dataset": "dim-128", "feature-mask": feature_mask,
+          "method": method, "k": 16, "min-nodes": 10, "tol": -1.0,
+          "out-dir": str(tmp_path / "run")}
+    out = run_server(InProcessGrid(app_client, 10, run_config=rc, shuffle_seed=4), rc)
+    parts = [load_partition(i, 10, dataset="dim-128", feature_mask=feature_mask)
+             for i in range(10)]
+    clients = [x for x, _ in parts]
+    if algorithm == "masked-federated":
+        ref = run_masked_federated(clients, 16, method=method)
+        for ours, theirs in zip(out["strategy"].centroid_history, ref.history, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+    else:
+        ref = run_masked_oneshot(clients, 16)
+        np.testing.assert_array_equal(out["centroids"], ref.centroids)
+    # silhouette picked every client's true local cluster count (the paper's oracle K_i)
+    assert [len(np.unique(lab)) for lab in ref.local_labels] == \
+        [len(np.unique(y)) for _, y in parts]
+    o = mask_aware_means(clients, [y for _, y in parts], 16)
+    cos, rel = centroid_agreement(out["centroids"], o)
     assert cos == pytest.approx(1.0, abs=1e-12) and rel < 1e-12
-    assert strategy.final_metrics["purity"] == 1.0
+    assert out["federated"]["accuracy"] == 1.0
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert saved["federated-on-pooled"]["accuracy"] == 1.0
+    assert saved["centralized"]["accuracy"] == 1.0  # k-means on the complete rows
+    assert (tmp_path / "run" / "clusters.png").stat().st_size > 0
 
 
 def test_a_client_with_holes_in_its_features_is_dropped(caplog):
@@ -143,3 +153,21 @@ def test_a_misaligned_update_is_dropped(caplog):
         logger.removeHandler(caplog.handler)
     assert "aligned upload of shape (15, 128), expected (16, 128)" in caplog.text
     assert [h["clients"] for h in strategy.history] == [10, 9]
+
+
+def test_bad_options_get_clear_errors():
+    from flwr_clustering.app.config import build_strategy, merged_config
+
+    with pytest.raises(ValueError, match="method"):
+        MaskedFederated(4, method="C")
+    with pytest.raises(ValueError, match="k_local"):
+        MaskedFederated(4, k_local=5)  # Algorithm 1: K_i <= K
+    assert MaskedOneShot(4, k_local=8).k_local == 8  # Algorithm 2 may over-cluster
+    with pytest.raises(ValueError, match="w must be"):
+        MaskedOneShot(4, w=1.0)
+    with pytest.raises(ValueError, match="local_algorithm"):
+        MaskedOneShot(4, local_algorithm="dbscan")
+    s = build_strategy(merged_config({"algorithm": "masked-federated", "k": 3}))
+    assert (s.k_local, s.n_init, s.local_iterations, s.method) == (None, 10, 10, "B")
+    s = build_strategy(merged_config({"algorithm": "feca", "k": 3}))
+    assert s.n_init == 1  # n-init 0 = the algorithm's default

@@ -244,14 +244,19 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert {"nmi", "purity", "sse"} <= set(fed), fed
 
     # A one-shot FeCA run, then FFCM (a moments exchange and two rounds of fuzzy c-means),
-    # on the same SuperNodes: the reference loops' results.
+    # then Algorithms 1 and 2 of the masked-feature paper, on the same SuperNodes: the
+    # reference loops' results.
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
+    from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
 
     local = [X for X, _ in parts]
     for algorithm, overrides, rounds, ref in (
         ("feca", "", 1, run_feca(local, 16).centroids),
         ("ffcm", "max-rounds=2 tol=-1.0", 2, run_ffcm(local, 16, rounds=2).centroids),
+        ("masked-federated", "federated-rounds=2 tol=-1.0", 3,
+         run_masked_federated(local, 16, rounds=2).centroids),
+        ("masked-oneshot", "", 1, run_masked_oneshot(local, 16).centroids),
     ):
         res, centroids = _deploy_run(dep, algorithm, overrides)
         assert res["algorithm"] == algorithm and res["rounds"] == rounds

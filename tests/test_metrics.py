@@ -60,7 +60,7 @@ def test_federated_equals_centralized(seed):
 
     assert set(fed) == set(cen) | {"ari-client-weighted"}
     assert fed["num-examples"] == cen["num-examples"] == len(X)
-    for key in ("ari", "nmi", "purity", "purity-per-cluster"):
+    for key in ("ari", "nmi", "purity", "purity-per-cluster", "accuracy"):
         assert fed[key] == cen[key], key
     for key in ("sse", "inertia", "mean-sq-distance", "simplified-silhouette"):
         assert fed[key] == pytest.approx(cen[key], rel=1e-12, abs=1e-12), key

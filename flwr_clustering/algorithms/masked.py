@@ -39,6 +39,7 @@ __all__ = [
     "mask_aware_means",
     "masked_client_update",
     "masked_squared_distances",
+    "pooled_masked_squared_distances",
     "merge_groups",
     "masked_server_update",
     "method_a",
@@ -740,6 +741,22 @@ def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     mask = client_mask(X)
     X = np.asarray(X, dtype=np.float64)
     return cdist(X[:, mask], _fill_projection(G, X, mask), metric="sqeuclidean")
+
+
+def pooled_masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """:func:`masked_squared_distances` for rows of several masks (pooled evaluation data).
+
+    Rows are grouped by their observed-feature pattern and each group is measured on its
+    own features (a NaN centroid coordinate takes the group's column mean, as on a
+    client). Simulation-only: a real server never holds rows.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    patterns, group = np.unique(~np.isnan(X), axis=0, return_inverse=True)
+    out = np.empty((len(X), len(G)))
+    for p in range(len(patterns)):
+        rows = np.flatnonzero(group.ravel() == p)
+        out[rows] = masked_squared_distances(X[rows], G)
+    return out
 
 
 def masked_client_update(

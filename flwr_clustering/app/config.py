@@ -13,10 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from ..clients import FeCAClient, FedKMeansClient, FFCMClient, KFedClient, MAvgClient
+from ..clients import (
+    FeCAClient,
+    FedKMeansClient,
+    FFCMClient,
+    KFedClient,
+    MaskedFederatedClient,
+    MaskedOneShotClient,
+    MAvgClient,
+)
 from ..clients.base import ClusteringClient
 from ..clients.echo import EchoClient
-from ..strategies import FFCM, FeCA, FedKMeans, KFed, MAvg
+from ..strategies import FFCM, FeCA, FedKMeans, KFed, MaskedFederated, MaskedOneShot, MAvg
 from ..strategies.base import ClusteringStrategy
 from ..strategies.echo import Echo
 
@@ -31,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "min-nodes": 5,
     "seed": 0,
     "privacy-threshold": 2,
-    "local-iterations": 1,
+    "local-iterations": 0,
     "server-seeding": "weighted",
     "init": "private",
     "server-update": "kmeans",
@@ -40,10 +48,17 @@ DEFAULTS: dict[str, Any] = {
     "radius": "empirical",
     "eliminate": True,
     "local-init": "k-means++",
-    "n-init": 1,
+    "n-init": 0,
     "mavg-reference": "first",
     "ffcm-version": 1,
     "fuzzifier": 2.0,
+    "method": "B",
+    "alpha": 0.8,
+    "federated-rounds": 3,
+    "local-algorithm": "kmeans",
+    "force-w": 2.0,
+    "proxy-min": 30,
+    "proxy-max": 100,
     "dataset": "garst-grid",
     "partitioner": "natural",
     "beta": 0.1,
@@ -55,9 +70,20 @@ DEFAULTS: dict[str, Any] = {
     "centers": 16,
     "cluster-std": 1.0,
     "data-seed": 0,
+    "feature-mask": "none",
+    "mask-overlap": 0.3,
+    "mask-shared": 0.1,
     "out-dir": "",
     "round-timeout": 600.0,
 }
+
+#: Default of ``local-iterations`` (run-config value 0) per algorithm: FKM's paper uses one
+#: Lloyd step per round, the masked federated rounds a few warm-started steps (spec 000 §3.1).
+LOCAL_ITERATIONS: dict[str, int] = {"fkm": 1, "echo": 1, "masked-federated": 10}
+
+#: Default of ``n-init`` (run-config value 0) per algorithm: FeCA and M-Avg rely on single-start
+#: local optima (spec 001 A4); the masked algorithms choose K_i from well-fitted clusterings.
+N_INIT: dict[str, int] = {"feca": 1, "mavg": 1, "masked-federated": 10, "masked-oneshot": 10}
 
 #: Algorithm name -> (strategy class, client class).
 ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] = {
@@ -66,6 +92,8 @@ ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] =
     "feca": (FeCA, FeCAClient),
     "mavg": (MAvg, MAvgClient),
     "ffcm": (FFCM, FFCMClient),
+    "masked-federated": (MaskedFederated, MaskedFederatedClient),
+    "masked-oneshot": (MaskedOneShot, MaskedOneShotClient),
     # Benchmark only: FedKMeans' messages without computation (simulations/bench.py).
     "echo": (Echo, EchoClient),
 }
@@ -126,16 +154,35 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
     Returns
     -------
     ClusteringStrategy
-        ``FedKMeans``, ``KFed``, ``FeCA``, ``MAvg`` or ``FFCM``.
+        ``FedKMeans``, ``KFed``, ``FeCA``, ``MAvg``, ``FFCM``, ``MaskedFederated`` or
+        ``MaskedOneShot``.
     """
     common = dict(
         min_nodes=int(cfg["min-nodes"]), seed=int(cfg["seed"]),
         round_timeout=float(cfg["round-timeout"]), out_dir=out_dir,
     )
+    # 0 means "the algorithm's default" for these two keys.
+    local_iterations = int(cfg["local-iterations"]) or LOCAL_ITERATIONS.get(cfg["algorithm"], 1)
+    n_init = int(cfg["n-init"]) or N_INIT.get(cfg["algorithm"], 1)
+    if cfg["algorithm"] == "masked-federated":
+        return MaskedFederated(
+            int(cfg["k"]), method=str(cfg["method"]), alpha=float(cfg["alpha"]),
+            federated_rounds=int(cfg["federated-rounds"]), k_local=int(cfg["k-local"]) or None,
+            local_iterations=local_iterations, privacy_threshold=int(cfg["privacy-threshold"]),
+            n_init=n_init, local_algorithm=str(cfg["local-algorithm"]), tol=float(cfg["tol"]),
+            **common,
+        )
+    if cfg["algorithm"] == "masked-oneshot":
+        return MaskedOneShot(
+            int(cfg["k"]), k_local=int(cfg["k-local"]) or None, w=float(cfg["force-w"]),
+            min_size=int(cfg["proxy-min"]), max_size=int(cfg["proxy-max"]),
+            privacy_threshold=int(cfg["privacy-threshold"]), n_init=n_init,
+            local_algorithm=str(cfg["local-algorithm"]), **common,
+        )
     if cfg["algorithm"] == "fkm":
         return FedKMeans(
             int(cfg["k"]), privacy_threshold=int(cfg["privacy-threshold"]),
-            local_iterations=int(cfg["local-iterations"]),
+            local_iterations=local_iterations,
             server_seeding=str(cfg["server-seeding"]),
             init=str(cfg["init"]), server_update=str(cfg["server-update"]),
             max_rounds=int(cfg["max-rounds"]), tol=float(cfg["tol"]), **common,
@@ -143,7 +190,7 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
     if cfg["algorithm"] == "echo":
         return Echo(
             int(cfg["k"]), privacy_threshold=int(cfg["privacy-threshold"]),
-            local_iterations=int(cfg["local-iterations"]), init=str(cfg["init"]),
+            local_iterations=local_iterations, init=str(cfg["init"]),
             max_rounds=int(cfg["max-rounds"]), tol=float(cfg["tol"]), **common,
         )
     k_local = int(cfg["k-local"]) or None  # 0: the same as k
@@ -152,7 +199,7 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             int(cfg["k"]), k_local=k_local, std_mode=str(cfg["std-mode"]),
             radius=str(cfg["radius"]), eliminate=bool(cfg["eliminate"]),
             privacy_threshold=int(cfg["privacy-threshold"]), init=str(cfg["local-init"]),
-            n_init=int(cfg["n-init"]), **common,
+            n_init=n_init, **common,
         )
     if cfg["algorithm"] == "ffcm":
         return FFCM(
@@ -164,7 +211,7 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
         return MAvg(
             int(cfg["k"]), reference=str(cfg["mavg-reference"]),
             privacy_threshold=int(cfg["privacy-threshold"]), init=str(cfg["local-init"]),
-            n_init=int(cfg["n-init"]), **common,
+            n_init=n_init, **common,
         )
     return KFed(int(cfg["k"]), k_local=k_local,
                 privacy_threshold=int(cfg["privacy-threshold"]), **common)
@@ -200,4 +247,6 @@ def dataset_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
         ppc=int(cfg["ppc"]), noise=float(cfg["noise"]), beta=float(cfg["beta"]),
         n_samples=int(cfg["n-samples"]), n_features=int(cfg["n-features"]),
         centers=int(cfg["centers"]), cluster_std=float(cfg["cluster-std"]),
+        feature_mask=str(cfg["feature-mask"]), mask_overlap=float(cfg["mask-overlap"]),
+        mask_shared=float(cfg["mask-shared"]),
     )

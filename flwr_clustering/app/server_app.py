@@ -4,18 +4,22 @@ Builds the strategy named by the run config, runs it on the grid, and writes the
 results (centroids, history, metrics, plot) to ``out-dir``. When the data is known to the
 server (simulation on a registry dataset, not ``dataset='local'``) it also reports, side
 by side, the same metrics for scikit-learn ``KMeans`` on the pooled data with the same
-``k`` and seed, and per-round metrics of the federated centroids on the pooled data.
+``k`` and seed, and per-round metrics of the federated centroids on the pooled data. With
+feature masks (``feature-mask``) the federated centroids are measured on each row's observed
+features, and the centralized ``KMeans`` runs on the same rows complete (unmasked).
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 from flwr.app import Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from sklearn.cluster import KMeans
 
 from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import load_pooled
 from ..metrics import centralized_metrics
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
@@ -45,12 +49,16 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     cfg = merged_config(run_config)
     out_dir = results_dir(cfg)
     strategy = build_strategy(cfg, out_dir=None)
-    pooled = None
+    pooled = complete = None
     if cfg["dataset"] != "local":
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
-        # so the pooled set depends on the split): num-partitions = connected nodes.
+        # so the pooled set depends on the split): num-partitions = connected nodes. With
+        # feature masks the pooled rows carry NaN where their client does not look, and the
+        # centralized baseline clusters the same rows complete (spec 000 §7.3).
         num_partitions = len(strategy.wait_for_nodes(grid))
         pooled = load_pooled(num_partitions, **dataset_kwargs(cfg))
+        complete = (load_pooled(num_partitions, complete=True, **dataset_kwargs(cfg))
+                    if cfg["feature-mask"] != "none" else pooled)
     evaluate_fn = None
     if pooled is not None:
         X, y = pooled
@@ -61,13 +69,16 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     result = strategy.start(grid=grid, evaluate_fn=evaluate_fn)
     centroids = result.arrays["centroids"].numpy()
     extra: dict = {"run-config": cfg}
-    if pooled is not None:
+    if pooled is not None and complete is not None:
         X, y = pooled
-        km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X)
-        extra["centralized"] = centralized_metrics(X, km.cluster_centers_, y)
+        X_complete = complete[0]
+        km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
+        extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
         extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
-        extra["X"] = X
-        extra["labels"] = assign_to_nearest(X, centroids)[0]
+        extra["X"] = X_complete
+        extra["labels"] = (pooled_masked_squared_distances(X, centroids).argmin(axis=1)
+                           if np.isnan(X).any() or np.isnan(centroids).any()
+                           else assign_to_nearest(X, centroids)[0])
         logger.info("federated on pooled data: %s", extra["federated-on-pooled"])
         logger.info("centralized k-means:      %s", extra["centralized"])
     strategy.save(str(out_dir), **extra)

@@ -5,6 +5,7 @@ from .feca import FeCAClient, MAvgClient
 from .ffcm import FFCMClient
 from .fkm import FedKMeansClient
 from .kfed import KFedClient
+from .masked import MaskedFederatedClient, MaskedOneShotClient
 
 __all__ = [
     "ClusteringClient",
@@ -13,5 +14,7 @@ __all__ = [
     "FedKMeansClient",
     "KFedClient",
     "MAvgClient",
+    "MaskedFederatedClient",
+    "MaskedOneShotClient",
     "client_app",
 ]

@@ -65,8 +65,11 @@ class MaskedClient(ClusteringClient):
         return G
 
     def local_clusters(self, config: dict[str, Any]) -> tuple[np.ndarray, Any]:
-        """The initial local clustering: ``k-local`` clusters, or (``k-local`` 0) ``K_i <=
-        k-max`` chosen by silhouette; ``local-algorithm`` k-means or k-medoids."""
+        """Run the initial local clustering.
+
+        ``k-local`` clusters, or (``k-local`` 0) ``K_i <= k-max`` chosen by silhouette;
+        ``local-algorithm`` k-means or k-medoids.
+        """
         k_local = int(config.get("k-local", 0)) or None
         return client_local_clusters(
             self.X, k_local, int(config.get("k-max", k_local or 1)),

@@ -142,8 +142,11 @@ MASK_SCHEMES = ("none", "chain", "shared")
 def feature_masks(
     scheme: str, d: int, n: int, *, overlap: float = 0.3, shared: float = 0.1, seed: int = 0
 ) -> np.ndarray | None:
-    """Masks by scheme name: ``"chain"`` (:func:`chain_masks`), ``"shared"``
-    (:func:`shared_block_masks`) or ``"none"`` (every client sees everything: ``None``)."""
+    """Return the masks of a scheme by name.
+
+    ``"chain"`` (:func:`chain_masks`), ``"shared"`` (:func:`shared_block_masks`) or
+    ``"none"`` (every client sees everything: ``None``).
+    """
     if scheme == "none":
         return None
     if scheme == "chain":

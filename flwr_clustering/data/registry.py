@@ -284,7 +284,8 @@ def _partitions(
     """Load and partition once; the cached result is read-only and copied by the callers.
 
     ``mask_items`` is ``(feature_mask, mask_overlap, mask_shared, apply)``; with ``apply``
-    false the same rows come back complete (the centralized baseline's data)."""
+    false the same rows come back complete (the centralized baseline's data).
+    """
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     if partitioner not in PARTITIONERS:

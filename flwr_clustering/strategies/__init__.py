@@ -5,5 +5,7 @@ from .feca import FeCA, MAvg
 from .ffcm import FFCM
 from .fkm import FedKMeans
 from .kfed import KFed
+from .masked import MaskedFederated, MaskedOneShot
 
-__all__ = ["FFCM", "ClusteringStrategy", "FeCA", "FedKMeans", "KFed", "MAvg"]
+__all__ = ["FFCM", "ClusteringStrategy", "FeCA", "FedKMeans", "KFed", "MAvg", "MaskedFederated",
+           "MaskedOneShot"]

@@ -118,8 +118,10 @@ class MaskedFederated(ClusteringStrategy):
                 "privacy-threshold": self.privacy_threshold}
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MaskedStats:
-        """Decode ``[sums, counts]``: at most ``k_local`` (or ``k``) rows at init, exactly
-        ``k`` after."""
+        """Decode ``[sums, counts]``.
+
+        At most ``k_local`` (or ``k``) rows at init, exactly ``k`` after.
+        """
         if self.centroids is None:
             return _stats_payload(arrays, self.k_local or self.k)
         stats = _stats_payload(arrays, self.k)
