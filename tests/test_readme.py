@@ -57,3 +57,14 @@ def test_readme_feca_snippet_runs_and_equals_the_pure_loop(capsys):
     clients = [load_partition(i, 10, dataset="sset-1", partitioner="dirichlet",
                               dirichlet_alpha=0.3)[0] for i in range(10)]
     np.testing.assert_array_equal(ns["centroids"], run_feca(clients, 15).centroids)
+
+
+def test_readme_masked_snippet_runs_and_is_exact(capsys):
+    ns = {}
+    exec(compile(_snippet("masked"), "README-masked", "exec"), ns)
+    assert "Algorithm 2: (16, 128) accuracy 1.0" in capsys.readouterr().out
+    from flwr_clustering.algorithms.masked import run_masked_oneshot
+
+    clients = [load_partition(i, 10, dataset="dim-128", feature_mask="shared")[0]
+               for i in range(10)]
+    np.testing.assert_array_equal(ns["centroids"], run_masked_oneshot(clients, 16).centroids)

@@ -718,12 +718,34 @@ def _fill_projection(G: np.ndarray, X: np.ndarray, mask: np.ndarray) -> np.ndarr
     return P
 
 
+def _partial_sqdist(A: np.ndarray, P: np.ndarray) -> np.ndarray:
+    """Squared distances of NaN-free rows ``A`` to centroids ``P`` that may hold NaN.
+
+    A fully defined centroid gets the plain squared Euclidean distance. A centroid defined
+    on only ``q`` of the ``d_i`` coordinates gets the distance over those, scaled by
+    ``d_i / q`` (the same mean squared difference per coordinate), and one defined nowhere
+    gets ``inf``: an undefined coordinate never makes a centroid look close.
+    """
+    from scipy.spatial.distance import cdist
+
+    defined = ~np.isnan(P)
+    full = defined.all(axis=1)
+    out = np.full((len(A), len(P)), np.inf)
+    if full.any():
+        out[:, full] = cdist(A, P[full], metric="sqeuclidean")
+    for a in np.flatnonzero(~full & defined.any(axis=1)):
+        m = defined[a]
+        out[:, a] = ((A[:, m] - P[a, m]) ** 2).sum(axis=1) * (P.shape[1] / m.sum())
+    return out
+
+
 def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     """Squared distances of a client's rows to global centroids, on its observed features.
 
-    The centroids' missing values on those features are filled with the client's column
-    means (see :func:`masked_client_update`). Used for the compatibility check, the final
-    labels and the federated evaluation.
+    A centroid with no value on some of those features (no contributor observed them; the
+    paper assumes this away) is measured on the features it has, rescaled to the client's
+    dimension, and is never closest if it has none (:func:`_partial_sqdist`). Used for the
+    compatibility check, the final labels and the federated evaluation.
 
     Parameters
     ----------
@@ -736,11 +758,9 @@ def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray of shape (n, K)
     """
-    from scipy.spatial.distance import cdist
-
     mask = client_mask(X)
     X = np.asarray(X, dtype=np.float64)
-    return cdist(X[:, mask], _fill_projection(G, X, mask), metric="sqeuclidean")
+    return _partial_sqdist(X[:, mask], np.asarray(G, dtype=np.float64)[:, mask])
 
 
 def pooled_masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
@@ -799,7 +819,6 @@ def masked_client_update(
         ``K`` rows aligned to ``G``.
     """
     from scipy.optimize import linear_sum_assignment
-    from scipy.spatial.distance import cdist
 
     X = np.asarray(X, dtype=np.float64)
     mask = client_mask(X)
@@ -817,7 +836,13 @@ def masked_client_update(
     # A warm start draws no randomness: the generator only satisfies the signature.
     _, local = local_clustering(X, len(compatible), np.random.default_rng(0), init=warm,
                                 max_iter=max(1, int(local_iterations)), algorithm=algorithm)
-    rows, cols = linear_sum_assignment(cdist(P, np.nan_to_num(local.means[:, mask])))
+    # Alignment cost: the same partial distance, from every local centroid to all K
+    # projected global centroids (inf -> a finite cost above every finite one).
+    cost = np.sqrt(_partial_sqdist(np.nan_to_num(local.means[:, mask]),
+                                   np.asarray(G, dtype=np.float64)[:, mask]).T)
+    finite = np.isfinite(cost)
+    cost[~finite] = (cost[finite].max() + 1.0) * 10 if finite.any() else 1.0
+    rows, cols = linear_sum_assignment(cost)
     sums = np.zeros((K, X.shape[1]))
     counts = np.zeros((K, X.shape[1]))
     keep = local.sizes[cols] >= max(privacy_threshold, 1)
