@@ -79,6 +79,7 @@ __all__ = [
     "DEFAULT_TOL",
     "EXPERIMENTS",
     "ROW_KEYS",
+    "RUNNERS",
     "Experiment",
     "FederatedData",
     "Method",
@@ -87,6 +88,7 @@ __all__ = [
     "Setting",
     "client_weighted_ari",
     "register",
+    "register_kind",
     "reproduce",
     "run_experiment",
     "run_method",
@@ -109,6 +111,36 @@ ROW_KEYS = ("experiment", "method", "setting", "metric", "ours_mean", "ours_std"
 
 #: Method kinds the runner knows.
 KINDS = ("central", "fkm", "kfed", "feca", "mavg", "ffcm")
+
+#: Method kinds added by later papers (:func:`register_kind`): kind ->
+#: ``runner(data, k, seed, **options) -> dict`` of metric values (multi-metric experiments).
+RUNNERS: dict[str, Callable[..., dict[str, float]]] = {}
+
+
+def register_kind(kind: str, runner: Callable[..., dict[str, float]]) -> None:
+    """Add a method kind whose runner scores a run itself.
+
+    For algorithms whose scores need more than output centroids (e.g. the grouping of the
+    clients' local clusters): :func:`run_method` calls ``runner(data, k, seed, **options)``
+    instead of a centroid runner and the experiment's ``scorer``, and takes every metric of
+    the experiment from the returned dict.
+
+    Parameters
+    ----------
+    kind : str
+        New kind name (not one of :data:`KINDS`, not registered yet).
+    runner : callable
+        ``runner(data, k, seed, **options) -> dict`` with a value for every metric of the
+        experiments that use the kind; ``options`` are the method's options without ``"k"``.
+
+    Raises
+    ------
+    ValueError
+        If the kind exists.
+    """
+    if kind in KINDS or kind in RUNNERS:
+        raise ValueError(f"method kind {kind!r} exists")
+    RUNNERS[kind] = runner
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,10 +219,10 @@ class Method:
     ----------
     name : str
         Short name, the ``"method"`` of the result rows (e.g. ``"fkm-unweighted"``).
-    kind : {"central", "fkm", "kfed", "feca", "mavg", "ffcm"}
+    kind : {"central", "fkm", "kfed", "feca", "mavg", "ffcm"} or a key of RUNNERS
         Which runner: pooled scikit-learn k-means, or the pure loop of the algorithm
         (:func:`run_fkm`, :func:`run_kfed`, :func:`run_feca`, :func:`run_mavg`,
-        :func:`run_ffcm`).
+        :func:`run_ffcm`), or a kind added by :func:`register_kind`.
     label : str
         Human-readable description for the Markdown table.
     options : dict
@@ -209,8 +241,9 @@ class Method:
     tolerance: float = 0.02
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"method kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in KINDS and self.kind not in RUNNERS:
+            raise ValueError(f"method kind must be one of {KINDS + tuple(RUNNERS)}, got "
+                             f"{self.kind!r}")
 
     @property
     def metric(self) -> str:
@@ -283,7 +316,9 @@ class Experiment:
         ``(method, setting, metric)``. When empty, the single metric of
         :attr:`Method.metric` (ARI).
     scorer : callable, optional
-        ``scorer(data, centroids, k) -> dict`` of metric values (needed with ``metrics``).
+        ``scorer(data, centroids, k) -> dict`` of metric values (needed with ``metrics``,
+        except for methods of a kind added by :func:`register_kind`, which score
+        themselves).
     per_run_data : bool
         ``load`` takes a ``seed`` keyword and is called with each run's seed (a new random
         split per run, as the paper's repetitions).
@@ -487,6 +522,12 @@ def run_method(
     start = time.perf_counter()
     opts = dict(method.options)
     k = int(opts.pop("k", experiment.k))
+    if method.kind in RUNNERS:
+        if not experiment.metrics:
+            raise ValueError(f"method kind {method.kind!r} needs an experiment with metrics")
+        scores = RUNNERS[method.kind](data, k, seed, **opts)
+        return RunOutcome(float(scores[experiment.metrics[0]]), time.perf_counter() - start,
+                          scores=scores)
     if experiment.scorer is not None:
         centroids = _centroids(method.kind, data, k, seed, opts, rounds=rounds)
         scores = experiment.scorer(data, centroids, k)
@@ -1435,5 +1476,6 @@ register(Experiment(
 ))
 
 
-# Registers the experiments of Xu et al. (spec 001); imported last, as it uses this module.
-from . import feca_experiments  # noqa: E402, F401
+# Registers the experiments of Xu et al. (spec 001) and of Maritan & Schenato (spec 000);
+# imported last, as they use this module.
+from . import feca_experiments, masked_experiments  # noqa: E402, F401
