@@ -406,3 +406,22 @@ def test_kmedoids_medoids_are_rows_and_its_federation_recovers_separated_blobs()
     assert hungarian_accuracy(np.concatenate([t for _, t in parts]), pred) == 1.0
     with pytest.raises(ValueError, match="local algorithm"):
         local_clustering(parts[0][0], 2, np.random.default_rng(0), algorithm="dbscan")
+
+
+def test_a_centroid_without_values_on_a_clients_features_never_looks_closest():
+    # A one-cluster client: filling a centroid's holes with the client's column means
+    # would put an empty centroid exactly on the client's cluster (DIM seeds 2 and 6).
+    from flwr_clustering.algorithms.masked import masked_client_update, masked_squared_distances
+
+    rng = np.random.default_rng(0)
+    X = np.full((20, 4), np.nan)
+    X[:, 2:] = [50.0, 60.0] + rng.standard_normal((20, 2))
+    G = np.array([[0.0, 0.0, 50.5, 59.5],       # the client's cluster (plus others' features)
+                  [0.0, 0.0, np.nan, np.nan],   # nothing on the client's features
+                  [9.0, 9.0, 0.0, np.nan]])     # one of two features, far away
+    d2 = masked_squared_distances(X, G)
+    assert (d2.argmin(axis=1) == 0).all() and np.isinf(d2[:, 1]).all()
+    Xo = X[:, 2:]
+    np.testing.assert_allclose(d2[:, 2], (Xo[:, 0] - 0.0) ** 2 * 2, rtol=1e-12)  # rescaled
+    up = masked_client_update(X, G)
+    assert up.sizes.tolist() == [20, 0, 0]  # aligned to the right global centroid
