@@ -425,3 +425,39 @@ def test_a_centroid_without_values_on_a_clients_features_never_looks_closest():
     np.testing.assert_allclose(d2[:, 2], (Xo[:, 0] - 0.0) ** 2 * 2, rtol=1e-12)  # rescaled
     up = masked_client_update(X, G)
     assert up.sizes.tolist() == [20, 0, 0]  # aligned to the right global centroid
+
+
+def test_valid_pairs_force_equals_brute_force_on_disjoint_masks():
+    from flwr_clustering.algorithms.masked import GaussianUpload, cluster_overlap
+
+    rng = np.random.default_rng(3)
+    d = 6
+    cmask = np.array([[1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1],
+                      [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 0, 0]], bool)
+    sizes = np.array([10, 12, 8, 10, 9, 11])
+    owner = np.repeat(np.arange(6), sizes)
+    points = rng.normal(size=(len(owner), d))
+    masks = cmask[owner]
+    points[~masks] = np.nan
+    F = force_sums(points, owner, masks)
+    ups = [GaussianUpload(m, np.zeros((1, m.sum())), np.zeros((1, m.sum(), m.sum())),
+                          np.array([1])) for m in cmask]
+    V = cluster_overlap(ups, "valid_pairs")
+    assert V[0, 1] and not V[0, 2] and V[2, 4] and not V[1, 2]
+    groups = force_agglomeration(F, sizes, 2, overlap=V)
+    alive = [[i] for i in range(6)]
+    while len(alive) > 2:  # brute force: sum f' / number of pairs with a distance
+        best, pair = -np.inf, None
+        for x in range(len(alive)):
+            for y in range(x + 1, len(alive)):
+                valid = sum(sizes[a] * sizes[b] for a in alive[x] for b in alive[y] if V[a, b])
+                f = F[np.ix_(alive[x], alive[y])].sum() / valid if valid else -1.0
+                if f > best:
+                    best, pair = f, (x, y)
+        x, y = pair
+        alive[x] = sorted(alive[x] + alive[y])
+        del alive[y]
+    assert sorted(groups) == sorted(alive)
+    assert cluster_overlap(ups, "literal") is None
+    with pytest.raises(ValueError, match="normalize"):
+        cluster_overlap(ups, "mean")

@@ -505,3 +505,15 @@ def test_registry_feature_masks_and_complete_pooled_rows():
     assert all(set(np.unique(yi)) == {0, 1} for _, yi in nat)
     with pytest.raises(ValueError, match="feature mask"):
         load_partition(0, 4, dataset="digits-46", partitioner="iid", feature_mask="diagonal")
+
+
+def test_dim_dealing_gives_every_client_rows():
+    from flwr_clustering.data.masks import dim_assignment, dim_lookalike
+
+    X, y, _ = dim_lookalike(seed=0)
+    for seed in range(20):
+        for scheme, split in (("chain", "iid"), ("shared", "sorted")):
+            client = dim_assignment(X, y, 10, scheme=scheme, split=split, seed=seed)
+            assert np.bincount(client, minlength=10).min() > 0, (seed, scheme)
+            for c in range(16):  # every cluster on 3..6 clients, as dealt
+                assert 3 <= len(np.unique(client[y == c])) <= 6

@@ -48,6 +48,7 @@ __all__ = [
     "run_masked_federated",
     "run_masked_oneshot",
     "fit_gaussians",
+    "cluster_overlap",
     "force_agglomeration",
     "force_sums",
     "proxy_clusters",
@@ -1124,12 +1125,36 @@ def force_sums(
     return F
 
 
-def force_agglomeration(F: np.ndarray, sizes: np.ndarray, k: int) -> list[list[int]]:
+FORCE_NORMALIZATIONS = ("literal", "valid_pairs")
+
+
+def cluster_overlap(uploads: Sequence[GaussianUpload], normalize: str) -> np.ndarray | None:
+    """Whether the uploaded clusters' masks intersect, for ``normalize="valid_pairs"``.
+
+    Returns ``None`` for the literal Eq. 11 (every pair counts).
+    """
+    if normalize not in FORCE_NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {FORCE_NORMALIZATIONS}, got {normalize!r}")
+    if normalize == "literal":
+        return None
+    M = np.vstack([np.broadcast_to(up.mask, (len(up.means), len(up.mask))) for up in uploads])
+    M = M.astype(np.int64)
+    return (M @ M.T) > 0
+
+
+def force_agglomeration(
+    F: np.ndarray, sizes: np.ndarray, k: int, *, overlap: np.ndarray | None = None
+) -> list[list[int]]:
     """Merge proxy clusters by the largest attractive force (Eq. 11) down to ``k`` groups.
 
     ``f(G_r, G_s) = Fsum[r, s] / (size_r * size_s)`` with the Lance-Williams-style update
     ``Fsum[r] += Fsum[s]``, ``size_r += size_s`` (the printed denominator's ``G[s] x G[s]``
     typo fixed to ``G[r] x G[s]``). Ties: the lowest (r, s).
+
+    With ``overlap`` (spec §4.1, ``normalize="valid_pairs"``) the denominator counts only
+    the point pairs whose clusters share a feature, so pairs that have no distance do not
+    dilute the force between groups that span disjoint feature sets; groups without any
+    valid pair never merge while another pair can.
 
     Parameters
     ----------
@@ -1139,6 +1164,8 @@ def force_agglomeration(F: np.ndarray, sizes: np.ndarray, k: int) -> list[list[i
         Proxy points per cluster.
     k : int
         Groups to stop at.
+    overlap : numpy.ndarray of shape (N0, N0), bool, optional
+        Whether two proxy clusters' feature masks intersect (default: the literal Eq. 11).
 
     Returns
     -------
@@ -1147,16 +1174,26 @@ def force_agglomeration(F: np.ndarray, sizes: np.ndarray, k: int) -> list[list[i
     """
     Fs = np.array(F, dtype=np.float64, copy=True)
     size = np.asarray(sizes, dtype=np.float64).copy()
+    pairs = None  # valid point pairs between groups (valid_pairs normalisation)
+    if overlap is not None:
+        pairs = np.asarray(overlap, dtype=bool) * np.outer(size, size)
     alive = list(range(len(Fs)))
     members = {i: [i] for i in alive}
     while len(alive) > k:
-        sub = Fs[np.ix_(alive, alive)] / np.outer(size[alive], size[alive])
+        if pairs is None:
+            sub = Fs[np.ix_(alive, alive)] / np.outer(size[alive], size[alive])
+        else:
+            P = pairs[np.ix_(alive, alive)]
+            sub = np.where(P > 0, Fs[np.ix_(alive, alive)] / np.where(P > 0, P, 1.0), -1.0)
         np.fill_diagonal(sub, -np.inf)
         a, b = np.unravel_index(int(np.argmax(sub)), sub.shape)
         r, s = sorted((alive[a], alive[b]))
         Fs[r] += Fs[s]
         Fs[:, r] += Fs[:, s]
         Fs[r, r] = 0.0
+        if pairs is not None:
+            pairs[r] += pairs[s]
+            pairs[:, r] += pairs[:, s]
         size[r] += size[s]
         members[r] += members.pop(s)
         alive.remove(s)
@@ -1226,6 +1263,7 @@ def run_masked_oneshot(
     n_init: int = 10,
     privacy_threshold: int = 2,
     algorithm: str = "kmeans",
+    normalize: str = "literal",
 ) -> MaskedOneShotResult:
     """Algorithm 2 on in-memory client arrays: Gaussian proxies and force agglomeration.
 
@@ -1255,6 +1293,9 @@ def run_masked_oneshot(
     algorithm : {"kmeans", "kmedoids"}, default "kmeans"
         Local algorithm (only its labels are used: the Gaussians are fitted to the
         clusters' points).
+    normalize : {"literal", "valid_pairs"}, default "literal"
+        Denominator of the group force: all point pairs (Eq. 11 as printed) or only the
+        pairs of clusters that share a feature (:func:`force_agglomeration`).
 
     Returns
     -------
@@ -1277,7 +1318,8 @@ def run_masked_oneshot(
     points, owner, masks = proxy_clusters(uploads, np.random.default_rng(seed),
                                           min_size=min_size, max_size=max_size)
     F = force_sums(points, owner, masks, w=w)
-    groups = force_agglomeration(F, np.bincount(owner), k)
+    groups = force_agglomeration(F, np.bincount(owner), k,
+                                 overlap=cluster_overlap(uploads, normalize))
     centroids = merge_groups(uploads, groups)
     local_count = sum(len(up.means) for up in uploads)
     label_of = np.empty(local_count, dtype=np.int64)

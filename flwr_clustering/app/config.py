@@ -59,6 +59,7 @@ DEFAULTS: dict[str, Any] = {
     "force-w": 2.0,
     "proxy-min": 30,
     "proxy-max": 100,
+    "force-normalize": "literal",
     "dataset": "garst-grid",
     "partitioner": "natural",
     "beta": 0.1,
@@ -176,6 +177,7 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
         return MaskedOneShot(
             int(cfg["k"]), k_local=int(cfg["k-local"]) or None, w=float(cfg["force-w"]),
             min_size=int(cfg["proxy-min"]), max_size=int(cfg["proxy-max"]),
+            normalize=str(cfg["force-normalize"]),
             privacy_threshold=int(cfg["privacy-threshold"]), n_init=n_init,
             local_algorithm=str(cfg["local-algorithm"]), **common,
         )

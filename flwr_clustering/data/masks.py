@@ -193,12 +193,27 @@ def dim_assignment(
     holders: tuple[int, int] = (3, 6),
     seed: int = 0,
 ) -> np.ndarray:
-    """The client of every row under the paper's DIM dealing (see :func:`dim_federation`)."""
+    """The client of every row under the paper's DIM dealing (see :func:`dim_federation`).
+
+    A draw that leaves a client without rows is redrawn with the same generator (the
+    paper's participants all hold data), so seeds whose first draw covers every client
+    are unaffected.
+    """
     if scheme not in ("chain", "shared") or split not in ("iid", "sorted"):
         raise ValueError(f"scheme must be chain|shared and split iid|sorted, got {scheme}, {split}")
     if n < holders[0]:
         raise ValueError(f"need at least {holders[0]} clients, got {n}")
     rng = np.random.default_rng(seed)
+    for _ in range(100):  # redraw until every client holds some rows (same generator)
+        client = _deal(X, y, n, scheme, split, holders, rng)
+        if len(np.unique(client)) == n:
+            return client
+    raise ValueError(f"could not give each of {n} clients a cluster with holders={holders}")
+
+
+def _deal(X: np.ndarray, y: np.ndarray, n: int, scheme: str, split: str,
+          holders: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """One draw of the DIM dealing (see :func:`dim_assignment`)."""
     client = np.empty(len(y), dtype=np.int64)
     for c in np.unique(y):
         idx = np.flatnonzero(y == c)

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 
 from ..algorithms.masked import (
+    FORCE_NORMALIZATIONS,
     LOCAL_ALGORITHMS,
     GaussianUpload,
     MaskedStats,
+    cluster_overlap,
     force_agglomeration,
     force_sums,
     masked_server_update,
@@ -170,6 +172,9 @@ class MaskedOneShot(ClusteringStrategy):
         Largest silhouette choice (default ``k``).
     local_algorithm : {"kmeans", "kmedoids"}, default "kmeans"
         The clients' algorithm (only its labels shape the uploaded Gaussians).
+    normalize : {"literal", "valid_pairs"}, default "literal"
+        Denominator of the group force: all point pairs (Eq. 11 as printed) or only pairs
+        of clusters that share a feature.
     w : float, default 2.0
         Force exponent.
     min_size, max_size : int
@@ -187,7 +192,11 @@ class MaskedOneShot(ClusteringStrategy):
     def __init__(self, k: int, *, k_local: int | None = None, k_max: int | None = None,
                  w: float = 2.0, min_size: int = 30, max_size: int = 100,
                  privacy_threshold: int = 2, n_init: int = 10, local_algorithm: str = "kmeans",
-                 **kwargs: Any) -> None:
+                 normalize: str = "literal", **kwargs: Any) -> None:
+        if normalize not in FORCE_NORMALIZATIONS:
+            raise ValueError(f"normalize must be one of {FORCE_NORMALIZATIONS}, got "
+                             f"{normalize!r}")
+        self.normalize = normalize
         self.k = int(k)
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -240,6 +249,7 @@ class MaskedOneShot(ClusteringStrategy):
         points, owner, masks = proxy_clusters(uploads, self.rng, min_size=self.min_size,
                                               max_size=self.max_size)
         groups = force_agglomeration(force_sums(points, owner, masks, w=self.w),
-                                     np.bincount(owner), self.k)
+                                     np.bincount(owner), self.k,
+                                     overlap=cluster_overlap(uploads, self.normalize))
         self.groups = groups
         return merge_groups(uploads, groups)
