@@ -40,6 +40,7 @@ __all__ = [
     "contingency",
     "evaluation_stats_from_distances",
     "accuracy_from_contingency",
+    "assumption8_rate",
     "hungarian_accuracy",
     "local_evaluation_stats",
     "matched_centroid_error",
@@ -719,3 +720,71 @@ def centroid_agreement(C: np.ndarray, reference: np.ndarray) -> tuple[float, flo
         cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
         rel.append(float(np.linalg.norm(a - b) / np.linalg.norm(b)))
     return float(np.mean(cos)), float(np.mean(rel))
+
+
+def assumption8_rate(
+    clients: Sequence[np.ndarray],
+    complete: Sequence[np.ndarray],
+    labels: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    n_triplets: int = 1000,
+) -> float:
+    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Table 1; spec 000 §7.3).
+
+    Samples triplets ``x1`` of client ``i`` and class ``a``, ``x2`` of a neighbour ``j`` and
+    class ``a``, ``x3`` of a neighbour ``k`` and class ``b != a`` (neighbours: clients whose
+    masks share a feature with ``i``'s, ``i`` excluded) and checks implication (14): when
+    ``x2`` is closer to ``x1`` than ``x3`` on the complete rows, it is also closer under the
+    rescaled masked distances ``d_ij``, ``d_ik`` (Eq. 3, ``S`` = all complete rows). The rate
+    is over the triplets whose premise holds (those with a false premise would satisfy the
+    implication vacuously); simulation only, it needs the complete rows.
+
+    Parameters
+    ----------
+    clients : sequence of numpy.ndarray
+        Client rows with NaN outside the masks (they give the masks).
+    complete : sequence of numpy.ndarray
+        The same rows complete.
+    labels : sequence of numpy.ndarray
+        True classes per client.
+    rng : numpy.random.Generator
+        Sampling.
+    n_triplets : int, default 1000
+        Triplets drawn (the paper's 1000).
+
+    Returns
+    -------
+    float
+        Fraction in ``[0, 1]``; NaN when no valid triplet exists.
+    """
+    masks = [~np.isnan(np.asarray(X, dtype=np.float64)).all(axis=0) for X in clients]
+    full = np.vstack([np.asarray(Xc, dtype=np.float64) for Xc in complete])
+    span = full.max(axis=0) - full.min(axis=0)
+    n = len(clients)
+    neighbours = [[j for j in range(n) if j != i and (masks[i] & masks[j]).any()]
+                  for i in range(n)]
+    by_class = [{int(c): np.flatnonzero(np.asarray(y) == c) for c in np.unique(y)}
+                for y in labels]
+
+    def rescaled(x: np.ndarray, x2: np.ndarray, m: np.ndarray) -> float:
+        return float(np.linalg.norm((x - x2)[m]) / max(np.linalg.norm(span[m]), 1e-12))
+
+    held, ok = 0, 0
+    for _ in range(int(n_triplets)):
+        i = int(rng.integers(n))
+        if not by_class[i] or not neighbours[i]:
+            continue
+        a = int(rng.choice(list(by_class[i])))
+        same = [j for j in neighbours[i] if a in by_class[j]]
+        other = [(k, b) for k in neighbours[i] for b in by_class[k] if b != a]
+        if not same or not other:
+            continue
+        j = same[int(rng.integers(len(same)))]
+        k, b = other[int(rng.integers(len(other)))]
+        x1 = complete[i][rng.choice(by_class[i][a])]
+        x2 = complete[j][rng.choice(by_class[j][a])]
+        x3 = complete[k][rng.choice(by_class[k][b])]
+        if np.linalg.norm(x1 - x2) < np.linalg.norm(x1 - x3):
+            held += 1
+            ok += rescaled(x1, x2, masks[i] & masks[j]) < rescaled(x1, x3, masks[i] & masks[k])
+    return ok / held if held else math.nan
