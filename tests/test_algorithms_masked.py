@@ -317,18 +317,25 @@ def test_force_incremental_update_equals_brute_force_and_is_symmetric():
     assert F[0, 4] == pytest.approx(np.sum(1.0 / (D + 1e-12) ** 2), rel=1e-12)
     # incremental agglomeration == recomputing the group forces from scratch each step
     groups = force_agglomeration(F, np.bincount(owner), 3)
-    alive = [[i] for i in range(6)]
-    while len(alive) > 3:
+    assert sorted(groups) == _brute_agglomeration(
+        F, 6, 3, lambda gx, gy: 10 * len(gx) * 10 * len(gy))
+
+
+def _brute_agglomeration(F, n, k, pairs):
+    """Merge by the largest sum f' / pairs(gx, gy), recomputed from scratch every step."""
+    alive = [[i] for i in range(n)]
+    while len(alive) > k:
         best, pair = -np.inf, None
         for x in range(len(alive)):
             for y in range(x + 1, len(alive)):
-                f = F[np.ix_(alive[x], alive[y])].sum() / (10 * len(alive[x]) * 10 * len(alive[y]))
+                p = pairs(alive[x], alive[y])
+                f = F[np.ix_(alive[x], alive[y])].sum() / p if p else -1.0
                 if f > best:
                     best, pair = f, (x, y)
         x, y = pair
         alive[x] = sorted(alive[x] + alive[y])
         del alive[y]
-    assert sorted(groups) == sorted(alive)
+    return sorted(alive)
 
 
 @pytest.mark.parametrize("full", [True, False])
@@ -445,19 +452,9 @@ def test_valid_pairs_force_equals_brute_force_on_disjoint_masks():
     V = cluster_overlap(ups, "valid_pairs")
     assert V[0, 1] and not V[0, 2] and V[2, 4] and not V[1, 2]
     groups = force_agglomeration(F, sizes, 2, overlap=V)
-    alive = [[i] for i in range(6)]
-    while len(alive) > 2:  # brute force: sum f' / number of pairs with a distance
-        best, pair = -np.inf, None
-        for x in range(len(alive)):
-            for y in range(x + 1, len(alive)):
-                valid = sum(sizes[a] * sizes[b] for a in alive[x] for b in alive[y] if V[a, b])
-                f = F[np.ix_(alive[x], alive[y])].sum() / valid if valid else -1.0
-                if f > best:
-                    best, pair = f, (x, y)
-        x, y = pair
-        alive[x] = sorted(alive[x] + alive[y])
-        del alive[y]
-    assert sorted(groups) == sorted(alive)
+    # brute force: sum f' / number of point pairs with a distance
+    assert sorted(groups) == _brute_agglomeration(
+        F, 6, 2, lambda gx, gy: sum(sizes[a] * sizes[b] for a in gx for b in gy if V[a, b]))
     assert cluster_overlap(ups, "literal") is None
     with pytest.raises(ValueError, match="normalize"):
         cluster_overlap(ups, "mean")

@@ -391,12 +391,13 @@ class AssignmentPartitioner(Partitioner):
         return self.dataset.select(self._indices[partition_id])
 
 
-class SortedChunkPartitioner(Partitioner):
+class SortedChunkPartitioner(AssignmentPartitioner):
     """Every class sorted by one feature, cut into ``num_partitions`` contiguous chunks.
 
     Client ``i`` gets chunk ``i`` of every class (``numpy.array_split`` sizes), so each
     client holds every class, but only one end of it along the sort feature: its local
-    cluster means are biased (Maritan & Schenato, Assumption 2 / Fig. 5).
+    cluster means are biased (Maritan & Schenato, Assumption 2 / Fig. 5). The chunks are
+    computed once, then served as by :class:`AssignmentPartitioner`.
 
     Parameters
     ----------
@@ -411,20 +412,12 @@ class SortedChunkPartitioner(Partitioner):
     def __init__(self, num_partitions: int, feature: int = 0,
                  label_column: str = LABEL_COLUMN,
                  features_column: str = FEATURES_COLUMN) -> None:
-        super().__init__()
-        if num_partitions < 1:
-            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-        self._num_partitions = int(num_partitions)
+        super().__init__(num_partitions)
         self._feature = int(feature)
         self._label_column, self._features_column = label_column, features_column
-        self._indices: list[np.ndarray] | None = None
-
-    @property
-    def num_partitions(self) -> int:
-        """Total number of partitions."""
-        return self._num_partitions
 
     def _determine_if_needed(self) -> None:
+        """Sort every class along the feature and deal its chunks once."""
         if self._indices is not None:
             return
         X, y = dataset_to_arrays(self.dataset, self._features_column, self._label_column)
@@ -439,13 +432,6 @@ class SortedChunkPartitioner(Partitioner):
             for i, chunk in enumerate(np.array_split(idx, self._num_partitions)):
                 parts[i].append(chunk)
         self._indices = [np.sort(np.concatenate(p)) for p in parts]
-
-    def load_partition(self, partition_id: int) -> datasets.Dataset:
-        """Load client ``partition_id``'s chunks (rows in data set order)."""
-        _check_partition_id(partition_id, self._num_partitions)
-        self._determine_if_needed()
-        assert self._indices is not None
-        return self.dataset.select(self._indices[partition_id])
 
 
 class FeatureMaskPartitioner(Partitioner):
