@@ -458,3 +458,22 @@ def test_valid_pairs_force_equals_brute_force_on_disjoint_masks():
     assert cluster_overlap(ups, "literal") is None
     with pytest.raises(ValueError, match="normalize"):
         cluster_overlap(ups, "mean")
+
+
+def test_oneshot_force_linkage_recovers_two_moons_where_centroids_cannot():
+    # spec §11 item 13 (a sanity check, not a paper claim): local over-clustering + force
+    # linkage follows non-convex shapes; Algorithm 1's centroids cut the moons.
+    from sklearn.datasets import make_moons
+    from sklearn.metrics import adjusted_rand_score
+
+    from flwr_clustering.algorithms.masked import masked_squared_distances
+
+    X, y = make_moons(1200, noise=0.05, random_state=1)
+    parts = np.array_split(np.random.default_rng(1).permutation(len(X)), 4)
+    clients, y_all = [X[p] for p in parts], np.concatenate([y[p] for p in parts])
+    one = run_masked_oneshot(clients, 2, k_local=10, seed=1)
+    pred = np.concatenate([one.assignment[i][lab] for i, lab in enumerate(one.local_labels)])
+    assert adjusted_rand_score(y_all, pred) > 0.98
+    fed = run_masked_federated(clients, 2, k_local=2, seed=1)
+    pred = np.concatenate([masked_squared_distances(c, fed.centroids).argmin(1) for c in clients])
+    assert adjusted_rand_score(y_all, pred) < 0.5
