@@ -1,0 +1,538 @@
+"""Decentralized gradient clustering over a network graph: the DGC-rho family (spec 003).
+
+Armacki, Bajović, Jakovetić & Kar, "A unified framework for center-based clustering of
+distributed data". Users sit on an undirected connected graph with Laplacian ``L`` and hold
+their own data; user ``i`` keeps its own ``K`` centres ``x_i`` and talks to its neighbours
+only. One iteration ``t``: every user assigns its points to its nearest centre (fixed for
+the iteration), then ``S`` synchronous consensus + innovation steps (spec §2.3, (U))::
+
+    x_i <- x_i - alpha * sum_{j in N_i} (x_i - x_j)
+               - (alpha / rho) * sum_{r in C_i(k)} w_r * phi(||x_i(k) - y_r||^2) (x_i(k) - y_r)
+
+with ``grad_x f(x, y) = phi(x, y) (x - y)`` for the four losses of :data:`LOSSES` (spec
+§2.5): k-means ``||x-y||^2`` (phi 2), Huber (1 or delta/a), logistic ``log(1 + e^u)``
+(``2 sigmoid(u)``) and Fair on the squared distance (``2 delta u / (delta + u)``), ``u`` the
+squared distance. The relaxed cost (spec §2.1, (3)) is
+``J_rho = 1/2 x^T (L (x) I) x + (1/rho) sum_i J_i(x_i, C_i)``.
+
+Baselines are special cases of the same update (spec §3): CGC is one user without edges and
+``rho = 1`` (:func:`run_cgc`); LGC is every user alone (:func:`run_lgc`); ADMM k-means
+(Forero et al. 2011) is :func:`run_admm_kmeans`.
+
+No Flower import (layer 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.special import expit
+
+__all__ = [
+    "LOSSES",
+    "DGCResult",
+    "adjacency_from",
+    "assign",
+    "clustering_gradient",
+    "complete_graph",
+    "consensus_distance",
+    "dgc_step",
+    "erdos_renyi_graph",
+    "grid_graph",
+    "lambda_max",
+    "laplacian",
+    "local_cost",
+    "loss_value",
+    "loss_weight",
+    "relaxed_cost",
+    "ring_graph",
+    "run_admm_kmeans",
+    "run_cgc",
+    "run_dgc",
+    "run_lgc",
+    "smoothness",
+    "star_graph",
+    "step_size",
+]
+
+#: The four losses of the paper (KM, HL, LL, FL).
+LOSSES = ("kmeans", "huber", "logistic", "fair")
+
+#: ``max_{u >= 0} u e^u / (1 + e^u)^2`` (at u ~ 1.5434): the logistic Hessian bound is
+#: ``2 + 4 * this`` (spec §2.5).
+_LOGISTIC_PEAK = 0.22387
+
+
+def _check_loss(loss: str, delta: float) -> None:
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    if loss in ("huber", "fair") and not delta > 0:
+        raise ValueError(f"{loss} needs delta > 0, got {delta}")
+
+
+# ------------------------------------------------------------------------------ losses
+
+
+def loss_value(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
+    """``f(x, y)`` as a function of the squared distance ``u = ||x - y||^2``.
+
+    Parameters
+    ----------
+    loss : {"kmeans", "huber", "logistic", "fair"}
+        The loss.
+    u : numpy.ndarray
+        Squared distances (``>= 0``).
+    delta : float, default 1.0
+        Huber / Fair parameter.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``u``; Huber ``a^2/2`` (``a <= delta``) or ``delta a - delta^2/2``;
+        ``log(1 + e^u)`` (stable); ``delta^2 (u/delta - log(1 + u/delta))``.
+    """
+    _check_loss(loss, delta)
+    u = np.asarray(u, dtype=np.float64)
+    if loss == "kmeans":
+        return u.copy()
+    if loss == "huber":
+        a = np.sqrt(u)
+        return np.where(a <= delta, u / 2.0, delta * a - delta**2 / 2.0)
+    if loss == "logistic":
+        return np.logaddexp(0.0, u)
+    return delta**2 * (u / delta - np.log1p(u / delta))
+
+
+def loss_weight(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
+    """The gradient weight ``phi`` with ``grad_x f(x, y) = phi (x - y)`` (spec §2.5).
+
+    Parameters
+    ----------
+    loss : {"kmeans", "huber", "logistic", "fair"}
+        The loss.
+    u : numpy.ndarray
+        Squared distances.
+    delta : float, default 1.0
+        Huber / Fair parameter.
+
+    Returns
+    -------
+    numpy.ndarray
+        KM 2; Huber 1 near (``a <= delta``, also at ``a = 0``) and ``delta / a`` far;
+        logistic ``2 expit(u)`` (no overflow); Fair ``2 delta u / (delta + u)`` (0 at u = 0).
+    """
+    _check_loss(loss, delta)
+    u = np.asarray(u, dtype=np.float64)
+    if loss == "kmeans":
+        return np.full(u.shape, 2.0)
+    if loss == "huber":
+        a = np.sqrt(u)
+        return np.where(a <= delta, 1.0, delta / np.maximum(a, delta))
+    if loss == "logistic":
+        return 2.0 * expit(u)
+    return 2.0 * delta * u / (delta + u)
+
+
+def smoothness(loss: str, delta: float = 1.0) -> float:
+    """The smoothness constant ``beta`` of the loss in ``x`` (spec §2.5).
+
+    KM 2, Huber 1, logistic ``2 + 4 * 0.22387 ~ 2.8955`` (the paper's bound), Fair
+    ``9 delta / 4`` (the exact largest Hessian eigenvalue, at ``u = 3 delta``).
+    """
+    _check_loss(loss, delta)
+    return {"kmeans": 2.0, "huber": 1.0, "logistic": 2.0 + 4.0 * _LOGISTIC_PEAK,
+            "fair": 9.0 * delta / 4.0}[loss]
+
+
+# ------------------------------------------------------------------------------ graphs
+
+
+def _check_adjacency(A: np.ndarray) -> np.ndarray:
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"adjacency must be square, got shape {A.shape}")
+    if not np.array_equal(A, A.T):
+        raise ValueError("adjacency must be symmetric (an undirected graph)")
+    if np.any(np.diag(A) != 0) or not np.isin(A, (0.0, 1.0)).all():
+        raise ValueError("adjacency must be 0/1 with a zero diagonal (no self-loops)")
+    return A
+
+
+def _connected(A: np.ndarray) -> bool:
+    from scipy.sparse.csgraph import connected_components
+
+    return connected_components(A, directed=False)[0] == 1
+
+
+def ring_graph(m: int) -> np.ndarray:
+    """The cycle on ``m`` nodes (a path for ``m = 2``, one node for ``m = 1``)."""
+    A = np.zeros((m, m))
+    for i in range(m if m > 2 else m - 1):
+        A[i, (i + 1) % m] = A[(i + 1) % m, i] = 1.0
+    return A
+
+
+def complete_graph(m: int) -> np.ndarray:
+    """Every pair of the ``m`` nodes connected."""
+    return np.ones((m, m)) - np.eye(m)
+
+
+def star_graph(m: int) -> np.ndarray:
+    """Node 0 connected to every other node."""
+    A = np.zeros((m, m))
+    A[0, 1:] = A[1:, 0] = 1.0
+    return A
+
+
+def grid_graph(rows: int, cols: int) -> np.ndarray:
+    """A ``rows x cols`` 2-D grid (4-neighbourhood); node ``r * cols + c``."""
+    m = rows * cols
+    A = np.zeros((m, m))
+    for r in range(rows):
+        for c in range(cols):
+            i = r * cols + c
+            if c + 1 < cols:
+                A[i, i + 1] = A[i + 1, i] = 1.0
+            if r + 1 < rows:
+                A[i, i + cols] = A[i + cols, i] = 1.0
+    return A
+
+
+def erdos_renyi_graph(m: int, p: float, rng: np.random.Generator,
+                      max_tries: int = 1000) -> np.ndarray:
+    """``G(m, p)``, redrawn until connected (the paper's Assumption 2; spec §4.2).
+
+    Raises
+    ------
+    ValueError
+        If no connected draw came within ``max_tries`` (``p`` too small for ``m``).
+    """
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"p must be in (0, 1], got {p}")
+    for _ in range(max_tries):
+        upper = np.triu(rng.random((m, m)) < p, k=1)
+        A = (upper | upper.T).astype(np.float64)
+        if _connected(A):
+            return A
+    raise ValueError(f"no connected G({m}, {p}) in {max_tries} draws; increase p")
+
+
+def adjacency_from(source: np.ndarray | str | Path) -> np.ndarray:
+    """A user-supplied adjacency matrix: an array, or a ``.npy`` / text file (``loadtxt``).
+
+    Raises
+    ------
+    ValueError
+        If it is not a symmetric 0/1 matrix without self-loops, or not connected.
+    """
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        A = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, ndmin=2)
+    else:
+        A = source
+    A = _check_adjacency(A)
+    if not _connected(A):
+        raise ValueError("the graph must be connected (the paper's Assumption 2)")
+    return A
+
+
+def laplacian(A: np.ndarray) -> np.ndarray:
+    """``L = D - A`` (SciPy's combinatorial Laplacian)."""
+    from scipy.sparse.csgraph import laplacian as _laplacian
+
+    return _laplacian(_check_adjacency(A))
+
+
+def lambda_max(A: np.ndarray) -> float:
+    """Largest eigenvalue of the Laplacian (``numpy.linalg.eigvalsh``); 0 without edges."""
+    return float(np.linalg.eigvalsh(laplacian(A))[-1]) if len(A) else 0.0
+
+
+def step_size(A: np.ndarray, loss: str, rho: float, n_max: float, *, delta: float = 1.0,
+              safety: float = 1.0) -> float:
+    """The global step ``alpha = safety / (lambda_max(L) + beta n_max / rho)`` (spec §2.4).
+
+    ``n_max`` is the largest local weight sum (the largest local data set with unit
+    weights). With ``safety <= 1`` the update is a convex combination (Lemma 12) and the
+    cost is non-increasing (Lemma 5).
+    """
+    if rho < 1:
+        raise ValueError(f"rho must be >= 1, got {rho}")
+    return float(safety) / (lambda_max(A) + smoothness(loss, delta) * float(n_max) / rho)
+
+
+# ----------------------------------------------------------------------- the iteration
+
+
+def assign(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Nearest centre of every row (Euclidean; ties to the lowest index)."""
+    from .lloyd import assign_to_nearest
+
+    return assign_to_nearest(X, C)[0]
+
+
+def clustering_gradient(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: str, *,
+                        delta: float = 1.0, weights: np.ndarray | None = None) -> np.ndarray:
+    """``sum_{r in C(k)} w_r phi(||c_k - y_r||^2) (c_k - y_r)`` for every centre ``k``.
+
+    Evaluated at the current centres ``C`` with the clusters ``labels`` held fixed (the
+    inner steps of an iteration); an empty cluster has gradient 0.
+
+    Returns
+    -------
+    numpy.ndarray of shape (K, d)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    K = len(C)
+    Z = C[labels] - X
+    phi = loss_weight(loss, np.einsum("ij,ij->i", Z, Z), delta)
+    if weights is not None:
+        phi = phi * np.asarray(weights, dtype=np.float64)
+    G = np.zeros((K, X.shape[1]))
+    np.add.at(G, labels, phi[:, None] * Z)
+    return G
+
+
+def local_cost(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: str, *,
+               delta: float = 1.0, weights: np.ndarray | None = None) -> float:
+    """``J_i = sum_k sum_{r in C(k)} w_r f(c_k, y_r)``."""
+    Z = C[labels] - np.asarray(X, dtype=np.float64)
+    f = loss_value(loss, np.einsum("ij,ij->i", Z, Z), delta)
+    return float(np.sum(f if weights is None else f * weights))
+
+
+def dgc_step(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
+             labels: Sequence[np.ndarray], alpha: float | np.ndarray, rho: float, loss: str,
+             *, delta: float = 1.0, weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """One synchronous consensus + innovation step of every user (spec §2.3, (U)).
+
+    Parameters
+    ----------
+    centres : numpy.ndarray of shape (m, K, d)
+        Every user's current centres ``x_i^{t,s}``.
+    A : numpy.ndarray of shape (m, m)
+        Adjacency.
+    data, labels : sequences of m arrays
+        Every user's points and their clusters (fixed during the iteration).
+    alpha : float or numpy.ndarray of shape (m,)
+        Step (one global value in DGC; per user in LGC).
+    rho : float
+        Consensus weight: the clustering term is scaled by ``1 / rho``.
+    loss : str
+        One of :data:`LOSSES`.
+    delta : float, default 1.0
+        Huber / Fair parameter.
+    weights : sequence of m arrays, optional
+        Per-sample weights (default 1).
+
+    Returns
+    -------
+    numpy.ndarray of shape (m, K, d)
+        ``x^{t,s+1}``: every user used its neighbours' ``x^{t,s}`` (Jacobi).
+    """
+    x = np.asarray(centres, dtype=np.float64)
+    m = len(x)
+    L = laplacian(A)
+    consensus = np.tensordot(L, x, axes=(1, 0))  # sum_j (x_i - x_j) over neighbours
+    grads = np.stack([
+        clustering_gradient(data[i], labels[i], x[i], loss, delta=delta,
+                            weights=None if weights is None else weights[i])
+        for i in range(m)])
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (m,))[:, None, None]
+    return x - a * consensus - (a / rho) * grads
+
+
+def relaxed_cost(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
+                 labels: Sequence[np.ndarray], rho: float, loss: str, *, delta: float = 1.0,
+                 weights: Sequence[np.ndarray] | None = None) -> float:
+    """``J_rho = 1/2 sum_{edges} sum_k ||x_i(k) - x_j(k)||^2 + (1/rho) sum_i J_i`` (spec (3))."""
+    x = np.asarray(centres, dtype=np.float64)
+    flat = x.reshape(len(x), -1)
+    consensus = 0.5 * float(np.sum(flat * (laplacian(A) @ flat)))
+    clustering = sum(
+        local_cost(data[i], labels[i], x[i], loss, delta=delta,
+                   weights=None if weights is None else weights[i])
+        for i in range(len(x)))
+    return consensus + clustering / rho
+
+
+def consensus_distance(centres: np.ndarray) -> float:
+    """``max_{i, j, k} ||x_i(k) - x_j(k)||``: the paper's consensus metric."""
+    x = np.asarray(centres, dtype=np.float64)
+    diff = x[:, None] - x[None, :]
+    return float(np.sqrt(np.max(np.einsum("ijkd,ijkd->ijk", diff, diff))))
+
+
+@dataclass
+class DGCResult:
+    """Outcome of :func:`run_dgc`.
+
+    Attributes
+    ----------
+    centres : numpy.ndarray of shape (m, K, d)
+        Every user's final centres.
+    labels : list of numpy.ndarray
+        Every user's final clusters (assignment to its final centres).
+    history : list of numpy.ndarray
+        ``x^0, x^1, ..., x^T`` (after every outer iteration).
+    costs : list of float
+        ``J_rho(x^t, C^{t+1})`` after every reassignment (Lemma 5's chain), ``t = 0..T-1``,
+        then ``J_rho(x^T, C^{T+1})``.
+    consensus : list of float
+        :func:`consensus_distance` of every ``x^t``.
+    alpha : float or numpy.ndarray
+        The step used.
+    """
+
+    centres: np.ndarray
+    labels: list[np.ndarray]
+    history: list[np.ndarray] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    consensus: list[float] = field(default_factory=list)
+    alpha: float | np.ndarray = 0.0
+
+
+def run_dgc(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
+            loss: str = "kmeans", rho: float = 10.0, iterations: int = 100,
+            inner_steps: int = 1, alpha: float | np.ndarray | None = None,
+            delta: float = 1.0, weights: Sequence[np.ndarray] | None = None,
+            keep_history: bool = True) -> DGCResult:
+    """DGC-F_rho (spec §2.3) on in-memory user data: the reference loop.
+
+    Parameters
+    ----------
+    data : sequence of m arrays of shape (N_i, d)
+        Every user's points.
+    A : numpy.ndarray of shape (m, m)
+        Adjacency of an undirected graph (connected for the theory; edgeless is LGC).
+    init : numpy.ndarray of shape (m, K, d)
+        Every user's own initial centres (independent initialisation).
+    loss : str, default "kmeans"
+        One of :data:`LOSSES`.
+    rho : float, default 10.0
+        ``>= 1``; larger means more consensus.
+    iterations : int, default 100
+        ``T``.
+    inner_steps : int, default 1
+        ``S``: centre steps per iteration with the clusters fixed.
+    alpha : float or array, optional
+        Default :func:`step_size` with ``n_max`` the largest weight sum.
+    delta : float, default 1.0
+        Huber / Fair parameter.
+    weights : sequence of m arrays, optional
+        Per-sample weights (default 1).
+    keep_history : bool, default True
+        Keep every ``x^t`` (memory ``T m K d``).
+
+    Returns
+    -------
+    DGCResult
+    """
+    _check_loss(loss, delta)
+    A = _check_adjacency(A)
+    x = np.array(init, dtype=np.float64, copy=True)
+    m = len(A)
+    if x.ndim != 3 or len(x) != m or len(data) != m:
+        raise ValueError(f"need init (m, K, d) and m data sets for m = {m} users, got init "
+                         f"{x.shape} and {len(data)} data sets")
+    data = [np.asarray(D, dtype=np.float64) for D in data]
+    if any(D.ndim != 2 or D.shape[1] != x.shape[2] or len(D) == 0 for D in data):
+        raise ValueError("every user needs a non-empty (N_i, d) array matching the centres")
+    if rho < 1:
+        raise ValueError(f"rho must be >= 1, got {rho}")
+    if alpha is None:
+        n_max = max(float(len(D) if weights is None else np.sum(w))
+                    for D, w in zip(data, weights or [None] * m, strict=True))
+        alpha = step_size(A, loss, rho, n_max, delta=delta)
+    result = DGCResult(x, [], alpha=alpha)
+    for _ in range(int(iterations)):
+        labels = [assign(data[i], x[i]) for i in range(m)]
+        if keep_history:
+            result.history.append(x.copy())
+        result.consensus.append(consensus_distance(x))
+        result.costs.append(relaxed_cost(x, A, data, labels, rho, loss, delta=delta,
+                                         weights=weights))
+        for _ in range(int(inner_steps)):
+            x = dgc_step(x, A, data, labels, alpha, rho, loss, delta=delta, weights=weights)
+    labels = [assign(data[i], x[i]) for i in range(m)]
+    if keep_history:
+        result.history.append(x.copy())
+    result.consensus.append(consensus_distance(x))
+    result.costs.append(relaxed_cost(x, A, data, labels, rho, loss, delta=delta,
+                                     weights=weights))
+    result.centres, result.labels = x, labels
+    return result
+
+
+def run_cgc(X: np.ndarray, init: np.ndarray, *, loss: str = "kmeans", iterations: int = 100,
+            inner_steps: int = 1, alpha: float | None = None, delta: float = 1.0) -> DGCResult:
+    """Centralized gradient clustering (CGC, spec §3): DGC with one user, no edge, rho = 1.
+
+    Default step ``1 / (beta N)``.
+    """
+    return run_dgc([X], np.zeros((1, 1)), np.asarray(init, dtype=np.float64)[None], loss=loss,
+                   rho=1.0, iterations=iterations, inner_steps=inner_steps, alpha=alpha,
+                   delta=delta)
+
+
+def run_lgc(data: Sequence[np.ndarray], init: np.ndarray, *, loss: str = "kmeans",
+            iterations: int = 100, delta: float = 1.0) -> DGCResult:
+    """Local gradient clustering (LGC, spec §3): every user alone, step ``1 / (beta N_i)``."""
+    alpha = np.array([1.0 / (smoothness(loss, delta) * len(D)) for D in data])
+    m = len(data)
+    return run_dgc(data, np.zeros((m, m)), init, loss=loss, rho=1.0, iterations=iterations,
+                   alpha=alpha, delta=delta)
+
+
+def run_admm_kmeans(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
+                    eta: float = 1.0, iterations: int = 100) -> DGCResult:
+    """Distributed hard k-means by consensus ADMM (Forero, Cano & Giannakis 2011; spec §3).
+
+    Per iteration and node ``j``: assign to the nearest own centre; multiplier
+    ``v_j += (eta / 2) sum_{j' in N_j} (m_j - m_j')`` (at the current centres); centres
+    ``m_j = (sum of the cluster - v_j + (eta / 2) sum_{j'} (m_j + m_j')) /
+    (cluster size + eta |N_j|)``. One exchange of ``K x d`` centres per iteration. The
+    equations are rebuilt from the standard derivation (the paper does not print them).
+
+    Returns
+    -------
+    DGCResult
+        ``costs`` holds the plain k-means cost ``sum_i J_i`` of every iterate.
+    """
+    from .lloyd import cluster_sums
+
+    A = _check_adjacency(A)
+    if eta <= 0:
+        raise ValueError(f"eta must be > 0, got {eta}")
+    x = np.array(init, dtype=np.float64, copy=True)
+    data = [np.asarray(D, dtype=np.float64) for D in data]
+    L = laplacian(A)
+    deg = A.sum(axis=1)
+    v = np.zeros_like(x)
+    result = DGCResult(x, [])
+    for _ in range(int(iterations)):
+        labels = [assign(data[i], x[i]) for i in range(len(x))]
+        result.history.append(x.copy())
+        result.consensus.append(consensus_distance(x))
+        result.costs.append(sum(local_cost(D, lab, x[i], "kmeans")
+                                for i, (D, lab) in enumerate(zip(data, labels, strict=True))))
+        v = v + (eta / 2.0) * np.tensordot(L, x, axes=(1, 0))
+        neighbour_sum = np.tensordot(A, x, axes=(1, 0))
+        new = np.empty_like(x)
+        for i, (D, lab) in enumerate(zip(data, labels, strict=True)):
+            sums, counts = cluster_sums(D, lab, x.shape[1])
+            denom = counts[:, None] + eta * deg[i]
+            num = sums - v[i] + (eta / 2.0) * (deg[i] * x[i] + neighbour_sum[i])
+            # an isolated node's empty cluster has nothing to move it: it stays
+            new[i] = np.where(denom > 0, num / np.where(denom > 0, denom, 1.0), x[i])
+        x = new
+    labels = [assign(data[i], x[i]) for i in range(len(x))]
+    result.history.append(x.copy())
+    result.consensus.append(consensus_distance(x))
+    result.costs.append(sum(local_cost(D, lab, x[i], "kmeans")
+                            for i, (D, lab) in enumerate(zip(data, labels, strict=True))))
+    result.centres, result.labels = x, labels
+    return result
