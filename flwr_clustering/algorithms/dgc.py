@@ -34,17 +34,24 @@ from scipy.special import expit
 __all__ = [
     "LOSSES",
     "DGCResult",
+    "GRAPHS",
     "adjacency_from",
     "assign",
+    "build_graph",
     "clustering_gradient",
     "complete_graph",
     "consensus_distance",
     "dgc_step",
     "erdos_renyi_graph",
     "grid_graph",
+    "initial_centres",
     "lambda_max",
+    "INITS",
     "laplacian",
     "local_cost",
+    "local_init",
+    "neighbour_sums",
+    "node_update",
     "loss_value",
     "loss_weight",
     "relaxed_cost",
@@ -239,6 +246,47 @@ def adjacency_from(source: np.ndarray | str | Path) -> np.ndarray:
     return A
 
 
+GRAPHS = ("ring", "complete", "star", "grid", "erdos-renyi")
+
+
+def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
+                seed: int = 0) -> np.ndarray:
+    """The adjacency of ``m`` users from a name, an array or a file.
+
+    Names: ``ring``, ``complete``, ``star``, ``grid`` (``r x c`` with ``r`` the largest
+    divisor of ``m`` up to ``sqrt(m)``), ``erdos-renyi`` (``G(m, p)`` redrawn until
+    connected, with ``default_rng(seed)``). Anything else is read by
+    :func:`adjacency_from` and must have ``m`` nodes.
+    """
+    if isinstance(graph, str) and graph in GRAPHS:
+        if graph == "ring":
+            return ring_graph(m)
+        if graph == "complete":
+            return complete_graph(m)
+        if graph == "star":
+            return star_graph(m)
+        if graph == "grid":
+            rows = max(r for r in range(1, int(np.sqrt(m)) + 1) if m % r == 0)
+            return grid_graph(rows, m // rows)
+        return erdos_renyi_graph(m, p, np.random.default_rng(seed))
+    if isinstance(graph, str) and not Path(graph).exists():
+        raise ValueError(f"graph must be one of {GRAPHS}, an adjacency array or a file; "
+                         f"got {graph!r}")
+    A = adjacency_from(graph)
+    if len(A) != m:
+        raise ValueError(f"the adjacency has {len(A)} nodes, the federation {m}")
+    return A
+
+
+def initial_centres(data: Sequence[np.ndarray], k: int, *, seed: int = 0,
+                    scheme: str = "kmeans") -> np.ndarray:
+    """Every user's :func:`local_init` with its own generator ``client_rng(seed, i)``."""
+    from .fkm import client_rng
+
+    return np.stack([local_init(X, k, client_rng(seed, i), scheme)
+                     for i, X in enumerate(data)])
+
+
 def laplacian(A: np.ndarray) -> np.ndarray:
     """``L = D - A`` (SciPy's combinatorial Laplacian)."""
     from scipy.sparse.csgraph import laplacian as _laplacian
@@ -304,6 +352,50 @@ def local_cost(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: str, *,
     return float(np.sum(f if weights is None else f * weights))
 
 
+def node_update(x_i: np.ndarray, neighbour_sum: np.ndarray, degree: float, X: np.ndarray,
+                labels: np.ndarray, alpha: float, rho: float, loss: str, *,
+                delta: float = 1.0, weights: np.ndarray | None = None) -> np.ndarray:
+    """One user's step (U): ``x_i - alpha (deg_i x_i - sum_j x_j) - (alpha/rho) grad_i``.
+
+    The user needs its neighbours only through their sum: what the Flower relay sends.
+    :func:`dgc_step` calls this for every user, so both give the same bits.
+    """
+    grad = clustering_gradient(X, labels, x_i, loss, delta=delta, weights=weights)
+    return x_i - alpha * (degree * x_i - neighbour_sum) - (alpha / rho) * grad
+
+
+def neighbour_sums(A: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """``sum_{j in N_i} x_j`` for every user (what the relay sends to user ``i``)."""
+    return np.tensordot(np.asarray(A, dtype=np.float64), centres, axes=(1, 0))
+
+
+INITS = ("kmeans", "random")
+
+
+def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "kmeans"
+               ) -> np.ndarray:
+    """A user's own initial centres (independent, unsynchronised; spec §2.3).
+
+    ``"kmeans"`` (default): a local single-start k-means (means, never rows; a user with
+    fewer than ``k`` points repeats its last centre). ``"random"``: ``k`` distinct local
+    rows drawn uniformly, the paper's random initialisation, **which sends raw rows to the
+    neighbours** (and the relay).
+    """
+    from .lloyd import local_kmeans
+
+    X = np.asarray(X, dtype=np.float64)
+    if scheme == "random":
+        if len(X) < k:
+            raise ValueError(f"random init needs at least k={k} points, got {len(X)}")
+        return X[rng.choice(len(X), size=k, replace=False)].copy()
+    if scheme != "kmeans":
+        raise ValueError(f"init must be one of {INITS}, got {scheme!r}")
+    C, _ = local_kmeans(X, k, rng)
+    if len(C) < k:
+        C = np.vstack([C, np.repeat(C[-1:], k - len(C), axis=0)])
+    return C
+
+
 def dgc_step(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
              labels: Sequence[np.ndarray], alpha: float | np.ndarray, rho: float, loss: str,
              *, delta: float = 1.0, weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
@@ -335,14 +427,13 @@ def dgc_step(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
     """
     x = np.asarray(centres, dtype=np.float64)
     m = len(x)
-    L = laplacian(A)
-    consensus = np.tensordot(L, x, axes=(1, 0))  # sum_j (x_i - x_j) over neighbours
-    grads = np.stack([
-        clustering_gradient(data[i], labels[i], x[i], loss, delta=delta,
-                            weights=None if weights is None else weights[i])
+    A = np.asarray(A, dtype=np.float64)
+    nbr, deg = neighbour_sums(A, x), A.sum(axis=1)
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (m,))
+    return np.stack([
+        node_update(x[i], nbr[i], deg[i], data[i], labels[i], float(a[i]), rho, loss,
+                    delta=delta, weights=None if weights is None else weights[i])
         for i in range(m)])
-    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (m,))[:, None, None]
-    return x - a * consensus - (a / rho) * grads
 
 
 def relaxed_cost(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],

@@ -1,6 +1,7 @@
 """Flower clients (layer 3): one NumPyClient per algorithm and the ClientApp adapter."""
 
 from .base import ClusteringClient, client_app
+from .dgc import DGCClient
 from .feca import FeCAClient, MAvgClient
 from .ffcm import FFCMClient
 from .fkm import FedKMeansClient
@@ -9,6 +10,7 @@ from .masked import MaskedFederatedClient, MaskedOneShotClient
 
 __all__ = [
     "ClusteringClient",
+    "DGCClient",
     "FFCMClient",
     "FeCAClient",
     "FedKMeansClient",

@@ -1,11 +1,12 @@
 """Flower strategies (layer 3): one per algorithm, on a shared base."""
 
 from .base import ClusteringStrategy
+from .dgc import DGC
 from .feca import FeCA, MAvg
 from .ffcm import FFCM
 from .fkm import FedKMeans
 from .kfed import KFed
 from .masked import MaskedFederated, MaskedOneShot
 
-__all__ = ["FFCM", "ClusteringStrategy", "FeCA", "FedKMeans", "KFed", "MAvg", "MaskedFederated",
+__all__ = ["DGC", "FFCM", "ClusteringStrategy", "FeCA", "FedKMeans", "KFed", "MAvg", "MaskedFederated",
            "MaskedOneShot"]

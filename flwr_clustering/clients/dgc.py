@@ -1,0 +1,46 @@
+"""NumPyClient of decentralized gradient clustering (DGC-rho, spec 003).
+
+The client is a graph node: it keeps its data, and in every round applies one step (U) to
+its own centres using the sum of its neighbours' centres that the relay forwards. It holds
+no state between rounds: the clusters of the current iteration come from the *anchor* (the
+centres at the iteration's start), which the relay sends along.
+"""
+
+from __future__ import annotations
+
+from ..algorithms.dgc import assign, local_cost, local_init, node_update
+from ..algorithms.fkm import client_rng
+from .base import ClusteringClient
+
+__all__ = ["DGCClient"]
+
+
+class DGCClient(ClusteringClient):
+    """A node of DGC-rho.
+
+    ``config["phase"] == "init"``: returns its own initial centres
+    (:func:`~flwr_clustering.algorithms.dgc.local_init`, ``init`` = ``kmeans`` or the
+    paper's ``random`` rows). Otherwise it receives ``[x_i, neighbour_sum, anchor]`` and the
+    config ``degree``, ``alpha``, ``rho``, ``loss``, ``delta``, and returns ``[x_i_new]``
+    with its local cost ``J_i(x_i, C_i)`` (clusters from the anchor) in the metrics.
+    """
+
+    def fit(self, parameters, config):
+        """Initialise, or take one consensus + innovation step."""
+        if config.get("phase") == "init":
+            rng = client_rng(int(config.get("seed", 0)), self.client_id)
+            C = local_init(self.X, int(config["k"]), rng, str(config.get("init", "kmeans")))
+            return [C], len(self.X), {}
+        if len(parameters) != 3:
+            raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum, "
+                             f"anchor], got {len(parameters)} arrays")
+        x, nbr, anchor = (self.centroids_from([p]) for p in parameters)
+        if not x.shape == nbr.shape == anchor.shape:
+            raise ValueError(f"client {self.client_id}: shapes {x.shape}, {nbr.shape}, "
+                             f"{anchor.shape} differ")
+        loss, delta = str(config["loss"]), float(config.get("delta", 1.0))
+        labels = assign(self.X, anchor)
+        cost = local_cost(self.X, labels, x, loss, delta=delta)
+        new = node_update(x, nbr, float(config["degree"]), self.X, labels,
+                          float(config["alpha"]), float(config["rho"]), loss, delta=delta)
+        return [new], len(self.X), {"local-cost": cost}

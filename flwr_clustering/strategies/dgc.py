@@ -1,0 +1,193 @@
+"""DGC-rho over a network graph in Flower: the server is a relay (spec 003 §1).
+
+Flower is client-server, so the peer-to-peer graph is simulated: the strategy owns the
+graph and every node's latest centres, and each round sends node ``i`` its own centres and
+the **sum** of its neighbours' (the update needs nothing else), plus the anchor of the
+current iteration. It never averages into the iterate; the network mean it returns is for
+logging and evaluation only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+
+from ..algorithms.dgc import (
+    INITS,
+    LOSSES,
+    build_graph,
+    consensus_distance,
+    laplacian,
+    neighbour_sums,
+    step_size,
+)
+from .base import ClusteringStrategy, Reply
+
+__all__ = ["DGC"]
+
+
+class DGC(ClusteringStrategy):
+    """Decentralized gradient clustering DGC-F_rho with a relay server.
+
+    Round 1: every node sends its own initial centres and data size; the relay maps the
+    clients' ids (``partition-id`` in simulation, node-config in deployment; they must be
+    ``0..m-1``) to graph nodes, builds the graph and the global step. Rounds
+    ``2 .. 1 + T S``: one synchronous step (U) of every node. Every node must answer every
+    round (the theory has no stale nodes).
+
+    Parameters
+    ----------
+    k : int
+        Centres per node.
+    loss : {"kmeans", "huber", "logistic", "fair"}, default "kmeans"
+        Clustering loss.
+    rho : float, default 10.0
+        ``>= 1``; the clustering term is scaled by ``1 / rho``.
+    graph : str, array or path, default "ring"
+        :func:`~flwr_clustering.algorithms.dgc.build_graph` (``ring``, ``complete``,
+        ``star``, ``grid``, ``erdos-renyi``, an adjacency array or file).
+    iterations : int, default 100
+        ``T``.
+    inner_steps : int, default 1
+        ``S``.
+    delta : float, default 1.0
+        Huber / Fair parameter.
+    alpha : float, optional
+        Step; default ``1 / (lambda_max(L) + beta N_max / rho)``.
+    init : {"kmeans", "random"}, default "kmeans"
+        Node initialisation; ``random`` (the paper's) sends raw rows.
+    er_p : float, default 0.3
+        Edge probability of ``erdos-renyi`` (drawn with the strategy's seed).
+    **kwargs
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
+        (``min_nodes`` should be the number of nodes).
+    """
+
+    name = "dgc"
+
+    def __init__(self, k: int, *, loss: str = "kmeans", rho: float = 10.0,
+                 graph: Any = "ring", iterations: int = 100, inner_steps: int = 1,
+                 delta: float = 1.0, alpha: float | None = None, init: str = "kmeans",
+                 er_p: float = 0.3, **kwargs: Any) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+        if rho < 1:
+            raise ValueError(f"rho must be >= 1, got {rho}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        if int(iterations) < 1 or int(inner_steps) < 1:
+            raise ValueError("iterations and inner_steps must be >= 1")
+        if float(kwargs.get("fraction", 1.0)) != 1.0:
+            raise ValueError("DGC needs every node in every round (fraction 1)")
+        self.k, self.loss, self.rho = int(k), loss, float(rho)
+        self.graph, self.iterations, self.inner_steps = graph, int(iterations), int(inner_steps)
+        self.delta, self.alpha, self.init, self.er_p = float(delta), alpha, init, float(er_p)
+        kwargs["max_rounds"] = 1 + self.iterations * self.inner_steps
+        kwargs.setdefault("tol", -1.0)
+        super().__init__(**kwargs)
+
+    def reset(self) -> None:
+        """Forget the graph and every node's centres."""
+        super().reset()
+        self.node_centres: np.ndarray | None = None
+        self.anchor: np.ndarray | None = None
+        self.adjacency: np.ndarray | None = None
+        self.node_of: dict[int, int] = {}
+        self.step: float | None = None
+        self.node_history: list[np.ndarray] = []
+        self._cost: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """Configuration for logs and results."""
+        return {**super().describe(), "k": self.k, "loss": self.loss, "rho": self.rho,
+                "graph": self.graph if isinstance(self.graph, str) else "array",
+                "iterations": self.iterations, "inner_steps": self.inner_steps,
+                "delta": self.delta, "init": self.init}
+
+    # ------------------------------------------------------------------ messages
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        """Init messages in round 1; afterwards one message per node with its own arrays."""
+        if self.node_centres is None:
+            cfg = {**dict(config or {}), "phase": "init", "k": self.k, "init": self.init,
+                   "seed": self.seed}
+            return self._messages(server_round, [], cfg, grid, MessageType.TRAIN)
+        connected = set(self.wait_for_nodes(grid))
+        missing = [c for c, node in self.node_of.items() if node not in connected]
+        if missing:
+            raise RuntimeError(f"round {server_round}: DGC nodes {missing} are gone; every "
+                               "node must take part in every round")
+        if (server_round - 2) % self.inner_steps == 0:  # a new iteration: fix the clusters
+            self.anchor = self.node_centres.copy()
+        assert self.adjacency is not None and self.anchor is not None
+        nbr = neighbour_sums(self.adjacency, self.node_centres)
+        deg = self.adjacency.sum(axis=1)
+        messages = []
+        for i in range(len(self.node_centres)):
+            cfg = {**dict(config or {}), "phase": "step", "degree": float(deg[i]),
+                   "alpha": float(self.step), "rho": self.rho, "loss": self.loss,
+                   "delta": self.delta, "seed": self.seed, "evaluate": False}
+            content = RecordDict({
+                "arrays": ArrayRecord([self.node_centres[i], nbr[i], self.anchor[i]]),
+                "config": ConfigRecord(cfg),
+            })
+            messages.append(Message(content, dst_node_id=self.node_of[i],
+                                    message_type=MessageType.TRAIN,
+                                    group_id=str(server_round)))
+        return messages
+
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
+        """One ``(k, d)`` finite centre matrix."""
+        if len(arrays) != 1:
+            raise ValueError(f"expected 1 array (centres), got {len(arrays)}")
+        C = np.asarray(arrays[0], dtype=np.float64)
+        if C.ndim != 2 or len(C) != self.k or not np.isfinite(C).all():
+            raise ValueError(f"centres must be a finite ({self.k}, d) array, got {C.shape}")
+        if self.node_centres is not None and C.shape != self.node_centres.shape[1:]:
+            raise ValueError(f"centres of shape {C.shape}, expected "
+                             f"{self.node_centres.shape[1:]}")
+        return C
+
+    def payload_features(self, payload: np.ndarray) -> int | None:
+        """The feature dimension."""
+        return int(payload.shape[1])
+
+    # --------------------------------------------------------------- aggregation
+    def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        """Store every node's centres; return their mean (for logging only)."""
+        ids = [r.client_id for r in replies]
+        if self.node_centres is None:
+            if ids != list(range(len(ids))):
+                raise RuntimeError(f"DGC needs client ids 0..m-1 (the graph index); got {ids}")
+            self.node_of = {r.client_id: r.node_id for r in replies}
+            m = len(replies)
+            self.adjacency = build_graph(self.graph, m, p=self.er_p, seed=self.seed)
+            n_max = max(float(r.metrics["num-examples"]) for r in replies)
+            self.step = (float(self.alpha) if self.alpha is not None
+                         else step_size(self.adjacency, self.loss, self.rho, n_max,
+                                        delta=self.delta))
+            self.node_centres = np.stack([r.payload for r in replies])
+        else:
+            if ids != list(range(len(self.node_centres))):
+                raise RuntimeError(f"round {server_round}: DGC needs every node's reply; got "
+                                   f"clients {ids} of {len(self.node_centres)}")
+            # J_rho at the iterate that was sent (clusters from the anchor)
+            flat = self.node_centres.reshape(len(self.node_centres), -1)
+            consensus = 0.5 * float(np.sum(flat * (laplacian(self.adjacency) @ flat)))
+            local = sum(float(r.metrics["local-cost"]) for r in replies)
+            self._cost = consensus + local / self.rho
+            self.node_centres = np.stack([r.payload for r in replies])
+        self.node_history.append(self.node_centres.copy())
+        return self.node_centres.mean(axis=0)
+
+    def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Consensus distance of the new iterate and ``J_rho`` of the previous one."""
+        info: dict[str, Any] = {"consensus": consensus_distance(self.node_centres)}
+        if self._cost is not None:
+            info["cost"] = self._cost
+        return info
+
+    def converged(self, server_round: int) -> bool:
+        """Only with ``tol >= 0``: the network mean moved less than ``tol``."""
+        return server_round > 1 and self.tol >= 0 and self.last_shift <= self.tol
