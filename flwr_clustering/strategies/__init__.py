@@ -8,5 +8,14 @@ from .fkm import FedKMeans
 from .kfed import KFed
 from .masked import MaskedFederated, MaskedOneShot
 
-__all__ = ["DGC", "FFCM", "ClusteringStrategy", "FeCA", "FedKMeans", "KFed", "MAvg", "MaskedFederated",
-           "MaskedOneShot"]
+__all__ = [
+    "DGC",
+    "FFCM",
+    "ClusteringStrategy",
+    "FeCA",
+    "FedKMeans",
+    "KFed",
+    "MAvg",
+    "MaskedFederated",
+    "MaskedOneShot",
+]
