@@ -77,3 +77,24 @@ def test_bad_options_are_rejected():
         DGC(3, fraction=0.5)
     with pytest.raises(ValueError, match="init"):
         DGC(3, init="kmeans++")
+
+
+def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
+    import json
+
+    from flwr_clustering.app.client_app import app as app_client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.data import load_partition
+
+    rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
+          "min-nodes": 5, "graph": "ring", "rho": 100.0, "iterations": 50,
+          "node-init": "random", "out-dir": str(tmp_path / "dgc")}
+    out = run_server(InProcessGrid(app_client, 5, run_config=rc), rc)
+    strategy = out["strategy"]
+    assert len(strategy.history) == 51 and strategy.history[-1]["consensus"] > 0
+    data = [load_partition(i, 5, dataset="iris", partitioner="iid")[0] for i in range(5)]
+    ref = run_dgc(data, build_graph("ring", 5), initial_centres(data, 3, scheme="random"),
+                  rho=100.0, iterations=50)
+    np.testing.assert_array_equal(strategy.node_centres, ref.centres)
+    saved = json.loads((tmp_path / "dgc" / "result.json").read_text())
+    assert saved["federated"]["accuracy"] > 0.85 and saved["centralized"]["accuracy"] > 0.85

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..clients import (
+    DGCClient,
     FeCAClient,
     FedKMeansClient,
     FFCMClient,
@@ -24,7 +25,7 @@ from ..clients import (
 )
 from ..clients.base import ClusteringClient
 from ..clients.echo import EchoClient
-from ..strategies import FFCM, FeCA, FedKMeans, KFed, MaskedFederated, MaskedOneShot, MAvg
+from ..strategies import DGC, FFCM, FeCA, FedKMeans, KFed, MaskedFederated, MaskedOneShot, MAvg
 from ..strategies.base import ClusteringStrategy
 from ..strategies.echo import Echo
 
@@ -60,6 +61,14 @@ DEFAULTS: dict[str, Any] = {
     "proxy-min": 30,
     "proxy-max": 100,
     "force-normalize": "literal",
+    "loss": "kmeans",
+    "rho": 10.0,
+    "graph": "ring",
+    "er-p": 0.3,
+    "iterations": 100,
+    "inner-steps": 1,
+    "delta": 1.0,
+    "node-init": "kmeans",
     "dataset": "garst-grid",
     "partitioner": "natural",
     "beta": 0.1,
@@ -95,6 +104,7 @@ ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] =
     "ffcm": (FFCM, FFCMClient),
     "masked-federated": (MaskedFederated, MaskedFederatedClient),
     "masked-oneshot": (MaskedOneShot, MaskedOneShotClient),
+    "dgc": (DGC, DGCClient),
     # Benchmark only: FedKMeans' messages without computation (simulations/bench.py).
     "echo": (Echo, EchoClient),
 }
@@ -180,6 +190,13 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             normalize=str(cfg["force-normalize"]),
             privacy_threshold=int(cfg["privacy-threshold"]), n_init=n_init,
             local_algorithm=str(cfg["local-algorithm"]), **common,
+        )
+    if cfg["algorithm"] == "dgc":
+        return DGC(
+            int(cfg["k"]), loss=str(cfg["loss"]), rho=float(cfg["rho"]),
+            graph=str(cfg["graph"]), iterations=int(cfg["iterations"]),
+            inner_steps=int(cfg["inner-steps"]), delta=float(cfg["delta"]),
+            init=str(cfg["node-init"]), er_p=float(cfg["er-p"]), **common,
         )
     if cfg["algorithm"] == "fkm":
         return FedKMeans(
