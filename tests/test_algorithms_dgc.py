@@ -249,3 +249,31 @@ def test_relaxed_cost_matches_its_definition():
         np.sum((D - x[i][lab[i]]) ** 2) for i, D in enumerate(data)) / 7.0
     assert relaxed_cost(x, A, data, lab, 7.0, "kmeans") == pytest.approx(expected, rel=1e-12)
     assert consensus_distance(np.stack([x[0], x[0]])) == 0.0
+
+
+def test_huber_centres_ignore_far_outliers_and_flag_them():
+    # spec §7.2 #12: noisy Iris with far outlier copies, init at the true means
+    from flwr_clustering.algorithms.dgc import flag_outliers, outlier_scores
+
+    data, labels = _iris_users()
+    rng = np.random.default_rng(0)
+    noisy, is_out = [], []
+    for D in data:
+        copies = D[rng.choice(len(D), 2, replace=False)] + rng.normal(0, 3.0, (2, 4)) + 6.0
+        noisy.append(np.vstack([D, copies]))
+        is_out.append(np.r_[np.zeros(len(D), bool), np.ones(2, bool)])
+    X, y = load_iris(return_X_y=True)
+    means = np.stack([X[y == c].mean(axis=0) for c in range(3)])
+    init = means[None] + rng.normal(0, 0.1, (10, 3, 4))
+    err = {}
+    for loss in ("kmeans", "huber"):
+        res = run_dgc(noisy, ring_graph(10), init, loss=loss, rho=10.0, iterations=300,
+                      keep_history=False)
+        err[loss] = np.abs(res.centres.mean(axis=0) - means).max()
+    assert err["huber"] < err["kmeans"]
+    flagged = np.concatenate([flag_outliers(outlier_scores(D, res.centres[i])[1],
+                                            fraction=2 / 17)
+                              for i, D in enumerate(noisy)])
+    assert (flagged == np.concatenate(is_out)).mean() > 0.95
+    with pytest.raises(ValueError, match="exactly one"):
+        flag_outliers(np.ones(3))

@@ -98,3 +98,11 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     np.testing.assert_array_equal(strategy.node_centres, ref.centres)
     saved = json.loads((tmp_path / "dgc" / "result.json").read_text())
     assert saved["federated"]["accuracy"] > 0.85 and saved["centralized"]["accuracy"] > 0.85
+
+
+def test_client_labels_and_scores_its_rows_locally():
+    X = np.vstack([np.zeros((10, 2)), [[9.0, 9.0]]])
+    client = DGCClient(X, client_id=0)
+    out = client.label_and_score(np.array([[0.0, 0.0], [1.0, 1.0]]), fraction=1 / 11)
+    assert out["outliers"].tolist() == [False] * 10 + [True]
+    assert out["scores"][-1] == pytest.approx(np.hypot(8.0, 8.0))

@@ -43,6 +43,7 @@ __all__ = [
     "consensus_distance",
     "dgc_step",
     "erdos_renyi_graph",
+    "flag_outliers",
     "grid_graph",
     "initial_centres",
     "lambda_max",
@@ -52,6 +53,7 @@ __all__ = [
     "local_init",
     "neighbour_sums",
     "node_update",
+    "outlier_scores",
     "loss_value",
     "loss_weight",
     "relaxed_cost",
@@ -342,6 +344,38 @@ def clustering_gradient(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: 
     G = np.zeros((K, X.shape[1]))
     np.add.at(G, labels, phi[:, None] * Z)
     return G
+
+
+def outlier_scores(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and outlier score (distance to the nearest centre) of every row.
+
+    The paper's outlier detection (spec §4.4, experiment 3): with Huber centres, which
+    far points barely pull, the rows farthest from every centre are the outliers.
+    """
+    from .lloyd import assign_to_nearest
+
+    labels, d2 = assign_to_nearest(X, C)
+    return labels, np.sqrt(d2)
+
+
+def flag_outliers(scores: np.ndarray, *, fraction: float | None = None,
+                  threshold: float | None = None) -> np.ndarray:
+    """Boolean mask of outliers: score above ``threshold``, or the top ``fraction``.
+
+    Exactly one of ``fraction`` (in ``[0, 1)``) and ``threshold`` must be given.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if (fraction is None) == (threshold is None):
+        raise ValueError("give exactly one of fraction and threshold")
+    if threshold is not None:
+        return scores > float(threshold)
+    if not 0.0 <= float(fraction) < 1.0:
+        raise ValueError(f"fraction must be in [0, 1), got {fraction}")
+    n_out = int(round(float(fraction) * len(scores)))
+    flags = np.zeros(len(scores), dtype=bool)
+    if n_out:
+        flags[np.argsort(-scores, kind="stable")[:n_out]] = True
+    return flags
 
 
 def local_cost(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: str, *,

@@ -8,7 +8,16 @@ centres at the iteration's start), which the relay sends along.
 
 from __future__ import annotations
 
-from ..algorithms.dgc import assign, local_cost, local_init, node_update
+import numpy as np
+
+from ..algorithms.dgc import (
+    assign,
+    flag_outliers,
+    local_cost,
+    local_init,
+    node_update,
+    outlier_scores,
+)
 from ..algorithms.fkm import client_rng
 from .base import ClusteringClient
 
@@ -44,3 +53,17 @@ class DGCClient(ClusteringClient):
         new = node_update(x, nbr, float(config["degree"]), self.X, labels,
                           float(config["alpha"]), float(config["rho"]), loss, delta=delta)
         return [new], len(self.X), {"local-cost": cost}
+
+    def label_and_score(self, centres: np.ndarray, *, fraction: float | None = None,
+                        threshold: float | None = None) -> dict[str, np.ndarray]:
+        """Label the local rows with ``centres`` and score them as outliers (local use).
+
+        Returns ``{"labels", "scores", "outliers"}``: nearest centre, distance to it, and
+        (with ``fraction`` or ``threshold``) the flagged rows. Nothing is sent: this is
+        the client's own use of the final model, e.g. Huber centres for outlier detection.
+        """
+        labels, scores = outlier_scores(self.X, self.centroids_from([centres]))
+        out = {"labels": labels, "scores": scores}
+        if fraction is not None or threshold is not None:
+            out["outliers"] = flag_outliers(scores, fraction=fraction, threshold=threshold)
+        return out
