@@ -244,8 +244,9 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert {"nmi", "purity", "sse"} <= set(fed), fed
 
     # A one-shot FeCA run, then FFCM (a moments exchange and two rounds of fuzzy c-means),
-    # then Algorithms 1 and 2 of the masked-feature paper, on the same SuperNodes: the
-    # reference loops' results.
+    # then Algorithms 1 and 2 of the masked-feature paper and DGC, on the same SuperNodes:
+    # the reference loops' results.
+    from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
     from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
@@ -257,6 +258,11 @@ def test_deployment_three_supernodes_local_files(deployment):
         ("masked-federated", "federated-rounds=1 tol=-1.0", 2,
          run_masked_federated(local, 16, rounds=1).centroids),
         ("masked-oneshot", "", 1, run_masked_oneshot(local, 16).centroids),
+        # DGC: the relay routes neighbour sums over a ring of the 3 SuperNodes
+        # (partition-id = graph node); one iteration keeps the test short
+        ("dgc", "iterations=1 rho=10.0", 2,
+         run_dgc(local, build_graph("ring", 3), initial_centres(local, 16), rho=10.0,
+                 iterations=1).centres.mean(axis=0)),
     ):
         res, centroids = _deploy_run(dep, algorithm, overrides)
         assert res["algorithm"] == algorithm and res["rounds"] == rounds

@@ -310,6 +310,26 @@ def test_masked_algorithms_in_simulation_match_reference(fkm_run, local_superlin
     assert res["federated"]["accuracy"] == 1.0 == res["centralized"]["accuracy"]
 
 
+def test_dgc_relay_in_simulation_matches_reference(fkm_run, local_superlink):
+    """DGC over a ring of the 5 Ray nodes: the relay's iterates equal run_dgc's."""
+    from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
+    from flwr_clustering.data.registry import load_partition
+
+    run = local_superlink.run(
+        "dgc", "dataset='iris' partitioner='iid' k=3 rho=100.0 iterations=20 graph='ring'")
+    res = run.result
+    assert res["algorithm"] == "dgc" and res["rounds"] == 21  # init + T S
+    data = [load_partition(i, NUM_SUPERNODES, dataset="iris", partitioner="iid")[0]
+            for i in range(NUM_SUPERNODES)]
+    ref = run_dgc(data, build_graph("ring", NUM_SUPERNODES), initial_centres(data, 3),
+                  rho=100.0, iterations=20)
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        np.testing.assert_allclose(npz["centroids"], ref.centres.mean(axis=0), rtol=0,
+                                   atol=1e-12)
+    history = json.loads((run.out_dir / "history.json").read_text())
+    np.testing.assert_allclose(history[-1]["consensus"], ref.consensus[-1], rtol=1e-12)
+
+
 def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink):
     # Gotcha G2, and proof that the status checks above are not vacuous.
     out_dir = local_superlink.tmp / "out-bad"
