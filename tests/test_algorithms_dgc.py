@@ -277,3 +277,16 @@ def test_huber_centres_ignore_far_outliers_and_flag_them():
     assert (flagged == np.concatenate(is_out)).mean() > 0.95
     with pytest.raises(ValueError, match="exactly one"):
         flag_outliers(np.ones(3))
+
+
+def test_bad_user_data_gets_a_clear_error():
+    data, _ = _iris_users(m=3)
+    init = _random_init(data)
+    bad = [data[0].copy(), data[1], data[2]]
+    bad[0][2, 1] = np.nan
+    with pytest.raises(ValueError, match="user 0 data"):
+        run_dgc(bad, ring_graph(3), init)
+    with pytest.raises(ValueError, match="features"):
+        run_dgc([D[:, :3] for D in data], ring_graph(3), init)
+    with pytest.raises(ValueError, match="init"):
+        run_dgc(data, ring_graph(3), init[:2])

@@ -174,3 +174,8 @@ def test_bad_options_get_clear_errors():
     assert (s.k_local, s.n_init, s.local_iterations, s.method) == (None, 10, 10, "B")
     s = build_strategy(merged_config({"algorithm": "feca", "k": 3}))
     assert s.n_init == 1  # n-init 0 = the algorithm's default
+
+
+def test_an_empty_masked_client_is_refused_clearly():
+    with pytest.raises(ValueError, match="data is empty"):
+        MaskedFederatedClient(np.empty((0, 4)), client_id=7)

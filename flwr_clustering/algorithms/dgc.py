@@ -40,6 +40,7 @@ __all__ = [
     "build_graph",
     "clustering_gradient",
     "complete_graph",
+    "consensus_cost",
     "consensus_distance",
     "dgc_step",
     "erdos_renyi_graph",
@@ -475,13 +476,18 @@ def relaxed_cost(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
                  weights: Sequence[np.ndarray] | None = None) -> float:
     """``J_rho = 1/2 sum_{edges} sum_k ||x_i(k) - x_j(k)||^2 + (1/rho) sum_i J_i`` (spec (3))."""
     x = np.asarray(centres, dtype=np.float64)
-    flat = x.reshape(len(x), -1)
-    consensus = 0.5 * float(np.sum(flat * (laplacian(A) @ flat)))
     clustering = sum(
         local_cost(data[i], labels[i], x[i], loss, delta=delta,
                    weights=None if weights is None else weights[i])
         for i in range(len(x)))
-    return consensus + clustering / rho
+    return consensus_cost(A, x) + clustering / rho
+
+
+def consensus_cost(A: np.ndarray, centres: np.ndarray) -> float:
+    """The consensus term of J_rho: ``1/2 sum_{edges} sum_k ||x_i(k) - x_j(k)||^2``."""
+    x = np.asarray(centres, dtype=np.float64)
+    flat = x.reshape(len(x), -1)
+    return 0.5 * float(np.sum(flat * (laplacian(A) @ flat)))
 
 
 def consensus_distance(centres: np.ndarray) -> float:
@@ -563,9 +569,12 @@ def run_dgc(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
     if x.ndim != 3 or len(x) != m or len(data) != m:
         raise ValueError(f"need init (m, K, d) and m data sets for m = {m} users, got init "
                          f"{x.shape} and {len(data)} data sets")
-    data = [np.asarray(D, dtype=np.float64) for D in data]
-    if any(D.ndim != 2 or D.shape[1] != x.shape[2] or len(D) == 0 for D in data):
-        raise ValueError("every user needs a non-empty (N_i, d) array matching the centres")
+    from .lloyd import check_data
+
+    data = [check_data(D, name=f"user {i} data", n_features=x.shape[2])
+            for i, D in enumerate(data)]
+    if any(len(D) == 0 for D in data):
+        raise ValueError("every user needs at least one point")
     if rho < 1:
         raise ValueError(f"rho must be >= 1, got {rho}")
     if alpha is None:

@@ -46,6 +46,8 @@ class MaskedClient(ClusteringClient):
     def validated(self, X: np.ndarray) -> np.ndarray:
         """Accept NaN outside the mask only; remember the mask (``self.mask``)."""
         X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 2 and len(X) == 0:
+            raise ValueError(f"client {self.client_id} data is empty")
         try:
             self.mask = client_mask(X)
         except ValueError as ex:

@@ -195,17 +195,26 @@ class ClusteringStrategy(Strategy):
         n = max(self.min_nodes, int(round(self.fraction * len(ids))))
         return sorted(int(i) for i in self._sample_rng.choice(ids, size=n, replace=False))
 
+    @staticmethod
+    def records(arrays_list, config: dict[str, Any]) -> dict[str, Any]:
+        """The content of a message: ``arrays`` (list of ndarrays) and ``config``."""
+        return {"arrays": ArrayRecord(list(arrays_list)), "config": ConfigRecord(config)}
+
+    @staticmethod
+    def message(server_round: int, node: int, content: dict[str, Any],
+                message_type: str) -> Message:
+        """One message to ``node`` with :meth:`records` content.
+
+        :meth:`_messages` sends the same records to every sampled node; protocols that
+        send each node its own content (the DGC relay) call this per node.
+        """
+        return Message(RecordDict(dict(content)), dst_node_id=node,
+                       message_type=message_type, group_id=str(server_round))
+
     def _messages(self, server_round, arrays_list, config, grid, message_type) -> list[Message]:
-        content = {"arrays": ArrayRecord(list(arrays_list)), "config": ConfigRecord(config)}
-        return [
-            Message(
-                RecordDict(dict(content)),
-                dst_node_id=node,
-                message_type=message_type,
-                group_id=str(server_round),
-            )
-            for node in self.sample_nodes(grid)
-        ]
+        content = self.records(arrays_list, config)
+        return [self.message(server_round, node, content, message_type)
+                for node in self.sample_nodes(grid)]
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Message, MessageType
 
 from ..algorithms.dgc import (
     INITS,
     LOSSES,
     build_graph,
+    consensus_cost,
     consensus_distance,
-    laplacian,
     neighbour_sums,
     step_size,
 )
@@ -128,13 +128,9 @@ class DGC(ClusteringStrategy):
             cfg = {**dict(config or {}), "phase": "step", "degree": float(deg[i]),
                    "alpha": float(self.step), "rho": self.rho, "loss": self.loss,
                    "delta": self.delta, "seed": self.seed, "evaluate": False}
-            content = RecordDict({
-                "arrays": ArrayRecord([self.node_centres[i], nbr[i], self.anchor[i]]),
-                "config": ConfigRecord(cfg),
-            })
-            messages.append(Message(content, dst_node_id=self.node_of[i],
-                                    message_type=MessageType.TRAIN,
-                                    group_id=str(server_round)))
+            content = self.records([self.node_centres[i], nbr[i], self.anchor[i]], cfg)
+            messages.append(self.message(server_round, self.node_of[i], content,
+                                         MessageType.TRAIN))
         return messages
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
@@ -173,10 +169,8 @@ class DGC(ClusteringStrategy):
                 raise RuntimeError(f"round {server_round}: DGC needs every node's reply; got "
                                    f"clients {ids} of {len(self.node_centres)}")
             # J_rho at the iterate that was sent (clusters from the anchor)
-            flat = self.node_centres.reshape(len(self.node_centres), -1)
-            consensus = 0.5 * float(np.sum(flat * (laplacian(self.adjacency) @ flat)))
             local = sum(float(r.metrics["local-cost"]) for r in replies)
-            self._cost = consensus + local / self.rho
+            self._cost = consensus_cost(self.adjacency, self.node_centres) + local / self.rho
             self.node_centres = np.stack([r.payload for r in replies])
         self.node_history.append(self.node_centres.copy())
         return self.node_centres.mean(axis=0)
