@@ -477,3 +477,14 @@ def test_oneshot_force_linkage_recovers_two_moons_where_centroids_cannot():
     fed = run_masked_federated(clients, 2, k_local=2, seed=1)
     pred = np.concatenate([masked_squared_distances(c, fed.centroids).argmin(1) for c in clients])
     assert adjusted_rand_score(y_all, pred) < 0.5
+
+
+def test_proxies_without_any_uploaded_cluster_fail_clearly():
+    from flwr_clustering.algorithms.masked import GaussianUpload, proxy_clusters
+
+    empty = GaussianUpload(np.ones(3, bool), np.zeros((0, 3)), np.zeros((0, 3, 3)),
+                           np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="no local cluster"):
+        proxy_clusters([empty], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="no local cluster"):
+        proxy_clusters([], np.random.default_rng(0))

@@ -1087,6 +1087,9 @@ def proxy_clusters(
     masks : numpy.ndarray of shape (total, d), bool
         The observed features of every point.
     """
+    if not any(len(up.means) for up in uploads):
+        raise ValueError("no local cluster was uploaded (every client empty or below the "
+                         "privacy threshold): nothing to agglomerate")
     d = len(uploads[0].mask)
     points, owner, masks = [], [], []
     z = 0
