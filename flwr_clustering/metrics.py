@@ -45,7 +45,9 @@ __all__ = [
     "local_evaluation_stats",
     "matched_centroid_error",
     "matched_centroid_mse",
+    "model_contingencies",
     "nmi_from_contingency",
+    "per_model_metrics",
     "pooled_silhouette",
     "purity_from_contingency",
     "purity_per_cluster_from_contingency",
@@ -637,6 +639,75 @@ def accuracy_from_contingency(table: np.ndarray) -> float:
         return math.nan
     rows, cols = linear_sum_assignment(-table)
     return float(table[rows, cols].sum() / total)
+
+
+def model_contingencies(
+    X: np.ndarray, models: np.ndarray, y: np.ndarray, n_classes: int | None = None
+) -> np.ndarray:
+    """Contingency tables of several centre sets on the same rows (one per model).
+
+    For methods where every user keeps its own centres (DGC): the tables are additive over
+    clients, so summing the clients' tables gives each model's exact table on the joint
+    data.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Rows (may be empty).
+    models : array_like of shape (m, k, d)
+        ``m`` centre sets.
+    y : array_like of shape (n,)
+        True classes, integers in ``[0, n_classes)``.
+    n_classes : int, optional
+        Width of the tables; defaults to ``y.max() + 1``.
+
+    Returns
+    -------
+    numpy.ndarray of shape (m, k, n_classes), int64
+        Rows: nearest centre of the model (ties to the lowest index).
+    """
+    models = np.asarray(models, dtype=np.float64)
+    if models.ndim != 3:
+        raise ValueError(f"models must be an (m, k, d) array, got shape {models.shape}")
+    y = np.asarray(y)
+    if n_classes is None:
+        n_classes = int(y.max()) + 1 if y.size else 0
+    m, k = models.shape[:2]
+    if m == 0:
+        return np.zeros((0, k, n_classes), dtype=np.int64)
+    return np.stack([contingency(assign_to_nearest(X, C)[0], y, k, n_classes) for C in models])
+
+
+def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dict[str, float]:
+    """Accuracy and ARI of every model from its table, summarised over the models.
+
+    The paper's DGC numbers are the mean over users of each user's accuracy with its own
+    centres (spec 003 §4.3); the spread shows how far from consensus the users still are.
+
+    Parameters
+    ----------
+    tables : sequence of array_like of shape (k, c)
+        One contingency table per model (e.g. the sum of the clients' tables).
+    prefix : str, default "user"
+        Key prefix.
+
+    Returns
+    -------
+    dict
+        ``{prefix}-accuracy-mean``, ``-min``, ``-max``, ``{prefix}-ari-mean``, ``-min``,
+        ``-max``. Models whose table is empty are skipped; no model left gives ``{}``.
+    """
+    used = [t for t in tables if int(np.asarray(t).sum()) > 0]
+    if not used:
+        return {}
+    acc = np.array([accuracy_from_contingency(t) for t in used])
+    ari = np.array([ari_from_contingency(t) for t in used])
+    out: dict[str, float] = {}
+    for name, values in (("accuracy", acc), ("ari", ari)):
+        out[f"{prefix}-{name}-mean"] = float(values.mean())
+        out[f"{prefix}-{name}-min"] = float(values.min())
+        out[f"{prefix}-{name}-max"] = float(values.max())
+    return out
 
 
 def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
+from sklearn.metrics import adjusted_rand_score
 
-from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
+from flwr_clustering.algorithms.dgc import assign, build_graph, initial_centres, run_dgc
 from flwr_clustering.clients import client_app
 from flwr_clustering.clients.dgc import DGCClient
+from flwr_clustering.metrics import hungarian_accuracy, sse
 from flwr_clustering.strategies.dgc import DGC
 from flwr_clustering.testing import InProcessGrid
 
@@ -47,11 +49,20 @@ def test_relay_equals_the_pure_loop_bit_for_bit(loss, graph, S, init):
     # the relay's J_rho at every iteration start equals the pure loop's
     costs = [h["cost"] for h in strategy.history[1:]][::S]
     np.testing.assert_allclose(costs, ref.costs[:T], rtol=1e-12)
-    # every step message carries only K x d matrices: own centres, neighbour sum, anchor
+    # every step message carries only K x d matrices: own centres, neighbour sum, and the
+    # anchor only at an iteration's later inner steps; the history counts them
+    sizes = {}
     for msg in grid.sent:
         if msg.metadata.message_type == "train":
             arrays = msg.content["arrays"].to_numpy_ndarrays()
-            assert all(a.shape == (3, 4) for a in arrays) and len(arrays) in (0, 3)
+            assert all(a.shape == (3, 4) for a in arrays)
+            sizes.setdefault(msg.metadata.group_id, []).append(len(arrays))
+    for h in strategy.history[1:]:
+        first = (h["round"] - 2) % S == 0
+        assert sizes[str(h["round"])] == [2 if first else 3] * 10
+        assert h["messages"] == 20 and h["floats-up"] == 10 * 12
+        assert h["floats-down"] == (2 if first else 3) * 10 * 12
+        assert h["p2p-floats"] == np.count_nonzero(A) * 12
 
 
 def test_a_missing_node_stops_the_run_with_a_clear_error():
@@ -98,6 +109,25 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     np.testing.assert_array_equal(strategy.node_centres, ref.centres)
     saved = json.loads((tmp_path / "dgc" / "result.json").read_text())
     assert saved["federated"]["accuracy"] > 0.85 and saved["centralized"]["accuracy"] > 0.85
+    # per-user accuracy (each user's own centres): federated from summed tables, exactly
+    # what labelling the pooled rows directly gives; "local" on the user's own rows
+    labels = [load_partition(i, 5, dataset="iris", partitioner="iid")[1] for i in range(5)]
+    X, y = np.vstack(data), np.concatenate(labels)
+    joint = [hungarian_accuracy(y, assign(X, C)) for C in ref.centres]
+    local = [hungarian_accuracy(y_i, assign(X_i, C))
+             for X_i, y_i, C in zip(data, labels, ref.centres, strict=True)]
+    fed = saved["federated"]
+    assert fed["user-accuracy-mean"] == pytest.approx(np.mean(joint), abs=1e-15)
+    assert fed["user-accuracy-min"] == pytest.approx(min(joint), abs=1e-15)
+    assert fed["user-local-accuracy-mean"] == pytest.approx(np.mean(local), abs=1e-15)
+    assert fed["user-ari-mean"] == pytest.approx(
+        np.mean([adjusted_rand_score(y, assign(X, C)) for C in ref.centres]), abs=1e-12)
+    assert fed["user-sse-mean"] == pytest.approx(np.mean([sse(X, C) for C in ref.centres]))
+    # and the per-round server-side scoring of the same users agrees at the last round
+    rounds = json.loads((tmp_path / "dgc" / "history.json").read_text())
+    last = rounds[-1]["server-metrics"]
+    assert last["user-accuracy-mean"] == pytest.approx(np.mean(joint), abs=1e-15)
+    assert all("user-accuracy-mean" in r["server-metrics"] for r in rounds)
 
 
 def test_client_labels_and_scores_its_rows_locally():
@@ -106,3 +136,14 @@ def test_client_labels_and_scores_its_rows_locally():
     out = client.label_and_score(np.array([[0.0, 0.0], [1.0, 1.0]]), fraction=1 / 11)
     assert out["outliers"].tolist() == [False] * 10 + [True]
     assert out["scores"][-1] == pytest.approx(np.hypot(8.0, 8.0))
+
+
+def test_client_evaluation_scores_every_nodes_centres_and_rejects_a_bad_stack():
+    X, y = _users(m=2)[0]
+    client = DGCClient(X, y, client_id=1)
+    models = np.stack([X[:3], X[3:6]])
+    _, n, stats = client.evaluate([models.mean(axis=0), models], {"n-classes": 3})
+    assert n == 15 and stats["model-contingency"].shape == (2, 3, 3)
+    assert stats["model-sse"][0] == pytest.approx(sse(X, X[:3]))
+    with pytest.raises(ValueError, match="node centres"):
+        client.evaluate([models.mean(axis=0), models[:, :2]], {})

@@ -13,10 +13,13 @@ from flwr_clustering.metrics import (
     assign_to_nearest,
     centralized_metrics,
     contingency,
+    hungarian_accuracy,
     local_evaluation_stats,
     matched_centroid_error,
     matched_centroid_mse,
+    model_contingencies,
     nmi_from_contingency,
+    per_model_metrics,
     pooled_silhouette,
     purity_from_contingency,
     purity_per_cluster_from_contingency,
@@ -300,3 +303,28 @@ def test_assumption8_rate_is_one_on_separated_blobs_and_low_when_the_overlap_is_
     blind = [client(m0, [[0, 0, 0], [5, 0, 5]]), client(m1, [[0, 0, 0], [5, 0, 5]])]
     rate = assumption8_rate(*zip(*blind, strict=True), np.random.default_rng(1))
     assert 0.2 < rate < 0.8
+
+
+def test_per_model_metrics_score_every_centre_set_like_sklearn():
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(60, 2)), rng.integers(0, 3, 60)
+    models = rng.normal(size=(4, 3, 2))
+    tables = model_contingencies(X, models, y)
+    assert tables.shape == (4, 3, 3) and (tables.sum(axis=(1, 2)) == 60).all()
+    # additive over clients: the tables of two halves sum to the pooled ones
+    halves = model_contingencies(X[:25], models, y[:25], 3) + model_contingencies(
+        X[25:], models, y[25:], 3)
+    np.testing.assert_array_equal(halves, tables)
+    preds = [np.argmin(((X[:, None] - C[None]) ** 2).sum(-1), axis=1) for C in models]
+    acc = [hungarian_accuracy(y, p) for p in preds]
+    ari = [adjusted_rand_score(y, p) for p in preds]
+    out = per_model_metrics(tables, prefix="user")
+    assert out["user-accuracy-mean"] == pytest.approx(np.mean(acc), abs=1e-15)
+    assert (out["user-accuracy-min"], out["user-accuracy-max"]) == (min(acc), max(acc))
+    assert out["user-ari-mean"] == pytest.approx(np.mean(ari), abs=1e-12)
+    # a model with no row scored is skipped, and nothing at all gives no metric
+    empty = np.zeros((1, 3, 3), dtype=np.int64)
+    assert per_model_metrics(np.concatenate([tables, empty])) == per_model_metrics(tables)
+    assert per_model_metrics(empty) == {}
+    with pytest.raises(ValueError, match="models"):
+        model_contingencies(X, models[0], y)

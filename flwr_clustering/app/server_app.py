@@ -4,7 +4,8 @@ Builds the strategy named by the run config, runs it on the grid, and writes the
 results (centroids, history, metrics, plot) to ``out-dir``. When the data is known to the
 server (simulation on a registry dataset, not ``dataset='local'``) it also reports, side
 by side, the same metrics for scikit-learn ``KMeans`` on the pooled data with the same
-``k`` and seed, and per-round metrics of the federated centroids on the pooled data. With
+``k`` and seed, and per-round metrics of the federated centroids on the pooled data (for
+DGC also every user's own centres: ``user-accuracy-mean`` and the like). With
 feature masks (``feature-mask``) the federated centroids are measured on each row's observed
 features, and the centralized ``KMeans`` runs on the same rows complete (unmasked).
 """
@@ -21,7 +22,7 @@ from sklearn.cluster import KMeans
 from ..algorithms.lloyd import assign_to_nearest
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import load_pooled
-from ..metrics import centralized_metrics
+from ..metrics import centralized_metrics, model_contingencies, per_model_metrics
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
 
 __all__ = ["app", "run_server"]
@@ -64,7 +65,12 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         X, y = pooled
 
         def evaluate_fn(server_round, arrays):
-            return MetricRecord(centralized_metrics(X, arrays["centroids"].numpy(), y))
+            metrics = centralized_metrics(X, arrays["centroids"].numpy(), y)
+            # Protocols where every user keeps its own centres (DGC): score each user's.
+            models = getattr(strategy, "node_centres", None)
+            if models is not None and y is not None and not np.isnan(X).any():
+                metrics.update(per_model_metrics(model_contingencies(X, models, y)))
+            return MetricRecord(metrics)
 
     result = strategy.start(grid=grid, evaluate_fn=evaluate_fn)
     centroids = result.arrays["centroids"].numpy()

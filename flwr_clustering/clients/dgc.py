@@ -19,6 +19,7 @@ from ..algorithms.dgc import (
     outlier_scores,
 )
 from ..algorithms.fkm import client_rng
+from ..metrics import model_contingencies, sse
 from .base import ClusteringClient
 
 __all__ = ["DGCClient"]
@@ -29,9 +30,11 @@ class DGCClient(ClusteringClient):
 
     ``config["phase"] == "init"``: returns its own initial centres
     (:func:`~flwr_clustering.algorithms.dgc.local_init`, ``init`` = ``kmeans`` or the
-    paper's ``random`` rows). Otherwise it receives ``[x_i, neighbour_sum, anchor]`` and the
-    config ``degree``, ``alpha``, ``rho``, ``loss``, ``delta``, and returns ``[x_i_new]``
-    with its local cost ``J_i(x_i, C_i)`` (clusters from the anchor) in the metrics.
+    paper's ``random`` rows). Otherwise it receives ``[x_i, neighbour_sum]`` (an
+    iteration's first step, where the anchor is ``x_i``) or ``[x_i, neighbour_sum,
+    anchor]`` and the config ``degree``, ``alpha``, ``rho``, ``loss``, ``delta``, and
+    returns ``[x_i_new]`` with its local cost ``J_i(x_i, C_i)`` (clusters from the anchor)
+    in the metrics.
     """
 
     def fit(self, parameters, config):
@@ -40,10 +43,11 @@ class DGCClient(ClusteringClient):
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             C = local_init(self.X, int(config["k"]), rng, str(config.get("init", "kmeans")))
             return [C], len(self.X), {}
-        if len(parameters) != 3:
-            raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum, "
-                             f"anchor], got {len(parameters)} arrays")
-        x, nbr, anchor = (self.centroids_from([p]) for p in parameters)
+        if len(parameters) not in (2, 3):
+            raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum] "
+                             f"or [centres, neighbour sum, anchor], got {len(parameters)} "
+                             "arrays")
+        x, nbr, anchor = (self.centroids_from([p]) for p in (*parameters, parameters[0])[:3])
         if not x.shape == nbr.shape == anchor.shape:
             raise ValueError(f"client {self.client_id}: shapes {x.shape}, {nbr.shape}, "
                              f"{anchor.shape} differ")
@@ -53,6 +57,29 @@ class DGCClient(ClusteringClient):
         new = node_update(x, nbr, float(config["degree"]), self.X, labels,
                           float(config["alpha"]), float(config["rho"]), loss, delta=delta)
         return [new], len(self.X), {"local-cost": cost}
+
+    def evaluate(self, parameters, config):
+        """Statistics of the network mean, plus per node's centres when they are sent.
+
+        ``parameters = [mean]`` or ``[mean, centres of every node (m, K, d)]``. The extra
+        statistics are ``model-sse`` (m,) and, with labels, ``model-contingency``
+        (m, K, n_classes): counts and sums only, never a row.
+        """
+        loss, n, stats = super().evaluate(parameters[:1], config)
+        if len(parameters) > 1:
+            mean = self.centroids_from(parameters[:1])
+            models = np.asarray(parameters[1], dtype=np.float64)
+            if models.ndim != 3 or models.shape[1:] != mean.shape or not np.isfinite(
+                    models).all():
+                raise ValueError(f"client {self.client_id}: node centres must be a finite "
+                                 f"(m, {mean.shape[0]}, {mean.shape[1]}) array, got "
+                                 f"{models.shape}")
+            stats["model-sse"] = np.array([sse(self.X, C) for C in models])
+            if self.y is not None:
+                n_classes = int(config["n-classes"]) if config.get("n-classes") else None
+                stats["model-contingency"] = model_contingencies(self.X, models, self.y,
+                                                                 n_classes)
+        return loss, n, stats
 
     def label_and_score(self, centres: np.ndarray, *, fraction: float | None = None,
                         threshold: float | None = None) -> dict[str, np.ndarray]:

@@ -53,10 +53,8 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_iris
-from sklearn.metrics import adjusted_rand_score
 
 from ..algorithms.dgc import (
-    assign,
     build_graph,
     consensus_distance,
     flag_outliers,
@@ -67,7 +65,7 @@ from ..algorithms.dgc import (
     run_dgc,
     run_lgc,
 )
-from ..metrics import hungarian_accuracy, matched_centroid_error
+from ..metrics import matched_centroid_error, model_contingencies, per_model_metrics
 from .experiments import (
     Experiment,
     FederatedData,
@@ -428,10 +426,10 @@ def score_centres(data: DGCData, centres: np.ndarray,
     centres = np.asarray(centres, dtype=np.float64)
     good = np.ones(len(data.X), bool) if data.outlier is None else ~data.outlier
     X, y = data.X[good], data.y[good]
-    preds = [assign(X, c) for c in centres]
+    users = per_model_metrics(model_contingencies(X, centres, y))
     scores = {
-        "accuracy": float(np.mean([hungarian_accuracy(y, p) for p in preds])),
-        "ari": float(np.mean([adjusted_rand_score(y, p) for p in preds])),
+        "accuracy": users["user-accuracy-mean"],
+        "ari": users["user-ari-mean"],
         "consensus": consensus_distance(centres) if len(centres) > 1 else float("nan"),
         "cost-increases": float("nan"),
     }

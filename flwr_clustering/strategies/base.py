@@ -376,11 +376,16 @@ class ClusteringStrategy(Strategy):
         """Aggregate the clients' additive statistics into exact global metrics."""
         valid = self.collect(server_round, replies, kind="evaluate")
         metrics = aggregate_evaluation_stats([r.stats for r in valid])
+        metrics.update(self.evaluation_extras(valid))
         if self.history:
             self.history[-1]["metrics"] = metrics
         self.final_metrics = metrics
         logger.info("round %d evaluation: %s", server_round, _fmt(metrics))
         return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
+        """Return protocol-specific metrics of the federated evaluation (override to add)."""
+        return {}
 
     def summary(self) -> None:
         """Log the strategy's configuration."""

@@ -2,9 +2,9 @@
 
 Flower is client-server, so the peer-to-peer graph is simulated: the strategy owns the
 graph and every node's latest centres, and each round sends node ``i`` its own centres and
-the **sum** of its neighbours' (the update needs nothing else), plus the anchor of the
-current iteration. It never averages into the iterate; the network mean it returns is for
-logging and evaluation only.
+the **sum** of its neighbours' (the update needs nothing else), plus, at the inner steps
+``s > 0`` of an iteration, the anchor that fixes its clusters. It never averages into the
+iterate; the network mean it returns is for logging and evaluation only.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..algorithms.dgc import (
     neighbour_sums,
     step_size,
 )
+from ..metrics import per_model_metrics, sum_contingencies
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["DGC"]
@@ -118,7 +119,8 @@ class DGC(ClusteringStrategy):
         if missing:
             raise RuntimeError(f"round {server_round}: DGC nodes {missing} are gone; every "
                                "node must take part in every round")
-        if (server_round - 2) % self.inner_steps == 0:  # a new iteration: fix the clusters
+        first = (server_round - 2) % self.inner_steps == 0
+        if first:  # a new iteration: fix the clusters
             self.anchor = self.node_centres.copy()
         assert self.adjacency is not None and self.anchor is not None
         nbr = neighbour_sums(self.adjacency, self.node_centres)
@@ -128,7 +130,9 @@ class DGC(ClusteringStrategy):
             cfg = {**dict(config or {}), "phase": "step", "degree": float(deg[i]),
                    "alpha": float(self.step), "rho": self.rho, "loss": self.loss,
                    "delta": self.delta, "seed": self.seed, "evaluate": False}
-            content = self.records([self.node_centres[i], nbr[i], self.anchor[i]], cfg)
+            # the anchor equals x_i at an iteration's first step: then it is not sent
+            arrays = [self.node_centres[i], nbr[i]] + ([] if first else [self.anchor[i]])
+            content = self.records(arrays, cfg)
             messages.append(self.message(server_round, self.node_of[i], content,
                                          MessageType.TRAIN))
         return messages
@@ -178,9 +182,57 @@ class DGC(ClusteringStrategy):
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         """Consensus distance of the new iterate and ``J_rho`` of the previous one."""
         info: dict[str, Any] = {"consensus": consensus_distance(self.node_centres)}
+        if server_round > 1 and self.adjacency is not None:
+            # Communication of this step: the relay's star (one message down and one up per
+            # node) against what a peer-to-peer exchange of the same step would move.
+            m, kd = len(self.node_centres), self.node_centres[0].size
+            first = (server_round - 2) % self.inner_steps == 0
+            edges = int(np.count_nonzero(self.adjacency)) // 2
+            info.update({"messages": 2 * m, "floats-down": (2 if first else 3) * m * kd,
+                         "floats-up": m * kd, "p2p-messages": 2 * edges,
+                         "p2p-floats": 2 * edges * kd})
         if self._cost is not None:
             info["cost"] = self._cost
         return info
+
+    # ---------------------------------------------------------------- evaluation
+    def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
+        """Send the network mean and every node's centres ``(m, K, d)`` to every node.
+
+        Each client returns the usual statistics of the mean plus, per node's centres, its
+        SSE and (with labels) contingency table on its own rows: summed, they score every
+        user's own centres on the joint data exactly (the paper's per-user accuracy).
+        """
+        if not self.evaluate or self.node_centres is None:
+            return []
+        return self._messages(server_round, [self.centroids, self.node_centres],
+                              dict(config or {}), grid, MessageType.EVALUATE)
+
+    def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
+        """Per-user metrics: each user's centres on the joint data and on its own rows.
+
+        ``user-*``: user ``i``'s centres label every row of the federation (spec 003 §4.3,
+        footnote 12); ``user-local-*``: they label user ``i``'s own rows only. Accuracy and
+        ARI come as mean, min and max over the users; ``user-sse-mean`` is the mean over
+        users of the joint SSE.
+        """
+        if self.node_centres is None:
+            return {}
+        m = len(self.node_centres)
+        out: dict[str, float] = {}
+        sse = [r.stats["model-sse"] for r in replies if "model-sse" in r.stats]
+        if sse and all(np.shape(s) == (m,) for s in sse):
+            out["user-sse-mean"] = float(np.sum(sse, axis=0).mean())
+        tables = {r.client_id: r.stats["model-contingency"] for r in replies
+                  if "model-contingency" in r.stats}
+        if len(tables) != len(replies) or not all(np.ndim(t) == 3 and len(t) == m
+                                                  for t in tables.values()):
+            return out
+        joint = [sum_contingencies([t[j] for t in tables.values()]) for j in range(m)]
+        out.update(per_model_metrics(joint, prefix="user"))
+        out.update(per_model_metrics([t[cid] for cid, t in tables.items() if cid < m],
+                                     prefix="user-local"))
+        return out
 
     def converged(self, server_round: int) -> bool:
         """Only with ``tol >= 0``: the network mean moved less than ``tol``."""
