@@ -18,6 +18,7 @@ from flwr_clustering.algorithms.dgc import (
     grid_graph,
     lambda_max,
     laplacian,
+    local_init,
     loss_value,
     loss_weight,
     relaxed_cost,
@@ -290,3 +291,16 @@ def test_bad_user_data_gets_a_clear_error():
         run_dgc([D[:, :3] for D in data], ring_graph(3), init)
     with pytest.raises(ValueError, match="init"):
         run_dgc(data, ring_graph(3), init[:2])
+
+
+def test_kmeans_start_never_sends_a_one_point_mean():
+    # an isolated row forms its own local cluster; its centre starts at the user's mean
+    X = np.vstack([np.zeros((6, 2)), np.ones((6, 2)), [[50.0, 50.0]]])
+    rng = np.random.default_rng
+    C = local_init(X, 3, rng(0))
+    assert not (np.abs(C - [50.0, 50.0]).sum(axis=1) == 0).any()
+    np.testing.assert_allclose(C[np.argmax(C.sum(axis=1))], X.mean(axis=0))
+    assert (np.abs(local_init(X, 3, rng(0), min_count=1) - [50.0, 50.0]).sum(axis=1)
+            == 0).any()  # without the threshold the row itself would be sent
+    with pytest.raises(ValueError, match="minimum count"):
+        local_init(X[:1], 3, rng(0))

@@ -255,6 +255,13 @@ def test_flwr_run_command_follows_the_brief(tmp_path):
     for item in ("algorithm='echo'", "dataset='blobs'", "partitioner='iid'", "n-samples=10000",
                  "k=16", "max-rounds=5", "tol=-1.0", "min-nodes=100"):
         assert item in rc
+    assert not any(item.startswith("iterations=") for item in rc)
+    # DGC runs 1 init round + `iterations` steps: the same total round count
+    cmd = bench._flwr_run_command(
+        tmp_path, "dgc", clients=10, rounds=5, k=16, samples_per_client=100, features=2,
+        out_dir=tmp_path / "o", cpus_per_client=1,
+    )
+    assert "iterations=4" in cmd[cmd.index("--run-config") + 1].split()
 
 
 def test_flower_env_uses_private_ports(tmp_path):

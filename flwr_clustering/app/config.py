@@ -196,7 +196,8 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             int(cfg["k"]), loss=str(cfg["loss"]), rho=float(cfg["rho"]),
             graph=str(cfg["graph"]), iterations=int(cfg["iterations"]),
             inner_steps=int(cfg["inner-steps"]), delta=float(cfg["delta"]),
-            init=str(cfg["node-init"]), er_p=float(cfg["er-p"]), **common,
+            init=str(cfg["node-init"]), er_p=float(cfg["er-p"]),
+            privacy_threshold=int(cfg["privacy-threshold"]), **common,
         )
     if cfg["algorithm"] == "fkm":
         return FedKMeans(

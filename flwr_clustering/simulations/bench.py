@@ -740,6 +740,8 @@ def _flwr_run_command(
         f"n-samples={samples_per_client * clients}", f"n-features={features}", f"centers={k}",
         f"k={k}", f"max-rounds={rounds}", "tol=-1.0", f"min-nodes={clients}",
         f"out-dir='{out_dir}'",
+        # DGC's rounds are 1 (init) + iterations x inner steps, not max-rounds
+        *([f"iterations={rounds - 1}"] if algorithm == "dgc" else []),
     ])
     federation = f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client}"
     return [

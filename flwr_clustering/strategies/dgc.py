@@ -61,6 +61,9 @@ class DGC(ClusteringStrategy):
         Node initialisation; ``random`` (the paper's) sends raw rows.
     er_p : float, default 0.3
         Edge probability of ``erdos-renyi`` (drawn with the strategy's seed).
+    privacy_threshold : int, default 2
+        ``kmeans`` start: a local cluster of fewer points starts at the node's mean
+        (:func:`~flwr_clustering.algorithms.dgc.local_init`).
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
         (``min_nodes`` should be the number of nodes).
@@ -71,7 +74,7 @@ class DGC(ClusteringStrategy):
     def __init__(self, k: int, *, loss: str = "kmeans", rho: float = 10.0,
                  graph: Any = "ring", iterations: int = 100, inner_steps: int = 1,
                  delta: float = 1.0, alpha: float | None = None, init: str = "kmeans",
-                 er_p: float = 0.3, **kwargs: Any) -> None:
+                 er_p: float = 0.3, privacy_threshold: int = 2, **kwargs: Any) -> None:
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
         if rho < 1:
@@ -85,6 +88,7 @@ class DGC(ClusteringStrategy):
         self.k, self.loss, self.rho = int(k), loss, float(rho)
         self.graph, self.iterations, self.inner_steps = graph, int(iterations), int(inner_steps)
         self.delta, self.alpha, self.init, self.er_p = float(delta), alpha, init, float(er_p)
+        self.privacy_threshold = int(privacy_threshold)
         kwargs["max_rounds"] = 1 + self.iterations * self.inner_steps
         kwargs.setdefault("tol", -1.0)
         super().__init__(**kwargs)
@@ -105,14 +109,15 @@ class DGC(ClusteringStrategy):
         return {**super().describe(), "k": self.k, "loss": self.loss, "rho": self.rho,
                 "graph": self.graph if isinstance(self.graph, str) else "array",
                 "iterations": self.iterations, "inner_steps": self.inner_steps,
-                "delta": self.delta, "init": self.init}
+                "delta": self.delta, "init": self.init,
+                "privacy_threshold": self.privacy_threshold}
 
     # ------------------------------------------------------------------ messages
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
         """Init messages in round 1; afterwards one message per node with its own arrays."""
         if self.node_centres is None:
             cfg = {**dict(config or {}), "phase": "init", "k": self.k, "init": self.init,
-                   "seed": self.seed}
+                   "seed": self.seed, "privacy-threshold": self.privacy_threshold}
             return self._messages(server_round, [], cfg, grid, MessageType.TRAIN)
         connected = set(self.wait_for_nodes(grid))
         missing = [c for c, node in self.node_of.items() if node not in connected]
