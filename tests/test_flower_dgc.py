@@ -147,3 +147,17 @@ def test_client_evaluation_scores_every_nodes_centres_and_rejects_a_bad_stack():
     assert stats["model-sse"][0] == pytest.approx(sse(X, X[:3]))
     with pytest.raises(ValueError, match="node centres"):
         client.evaluate([models.mean(axis=0), models[:, :2]], {})
+
+
+def test_optional_tolerance_stops_when_no_node_moves():
+    parts = _users()
+    full = DGC(3, rho=10.0, iterations=300, min_nodes=10)
+    full.start(grid=InProcessGrid(_app(parts), 10))
+    moves = [np.abs(b - a).max() for a, b in zip(full.node_history, full.node_history[1:],
+                                                  strict=False)]
+    tol = 1e-3
+    stop = next(t for t, mv in enumerate(moves, start=2) if mv <= tol)  # the round
+    early = DGC(3, rho=10.0, iterations=300, min_nodes=10, tol=tol)
+    early.start(grid=InProcessGrid(_app(parts), 10))
+    assert len(early.history) == stop < 301
+    np.testing.assert_array_equal(early.node_centres, full.node_history[stop - 1])
