@@ -107,6 +107,9 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     ref = run_dgc(data, build_graph("ring", 5), initial_centres(data, 3, scheme="random"),
                   rho=100.0, iterations=50)
     np.testing.assert_array_equal(strategy.node_centres, ref.centres)
+    with np.load(tmp_path / "dgc" / "nodes.npz") as nodes:
+        np.testing.assert_array_equal(nodes["centres"], ref.centres)
+        np.testing.assert_array_equal(nodes["adjacency"], build_graph("ring", 5))
     saved = json.loads((tmp_path / "dgc" / "result.json").read_text())
     assert saved["federated"]["accuracy"] > 0.85 and saved["centralized"]["accuracy"] > 0.85
     # per-user accuracy (each user's own centres): federated from summed tables, exactly

@@ -328,6 +328,16 @@ def test_dgc_relay_in_simulation_matches_reference(fkm_run, local_superlink):
                                    atol=1e-12)
     history = json.loads((run.out_dir / "history.json").read_text())
     np.testing.assert_allclose(history[-1]["consensus"], ref.consensus[-1], rtol=1e-12)
+    assert history[-1]["messages"] == 2 * NUM_SUPERNODES
+    # every user's own centres, scored through Ray on the joint data
+    from flwr_clustering.algorithms.dgc import assign
+    from flwr_clustering.metrics import hungarian_accuracy
+
+    labels = [load_partition(i, NUM_SUPERNODES, dataset="iris", partitioner="iid")[1]
+              for i in range(NUM_SUPERNODES)]
+    X, y = np.vstack(data), np.concatenate(labels)
+    expected = np.mean([hungarian_accuracy(y, assign(X, C)) for C in ref.centres])
+    assert res["federated"]["user-accuracy-mean"] == pytest.approx(expected, abs=1e-12)
 
 
 def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink):

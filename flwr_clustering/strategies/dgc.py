@@ -9,6 +9,7 @@ iterate; the network mean it returns is for logging and evaluation only.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -202,6 +203,19 @@ class DGC(ClusteringStrategy):
         if self._cost is not None:
             info["cost"] = self._cost
         return info
+
+    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
+        """Write the common results and ``nodes.npz``.
+
+        ``nodes.npz`` holds every node's final centres (``centres``, ``(m, K, d)``), the
+        graph (``adjacency``) and the step (``alpha``).
+        """
+        paths = super().save(out_dir, **extra)
+        if self.node_centres is not None:
+            paths["nodes"] = str(Path(out_dir) / "nodes.npz")
+            np.savez(paths["nodes"], centres=self.node_centres, adjacency=self.adjacency,
+                     alpha=np.float64(self.step))
+        return paths
 
     # ---------------------------------------------------------------- evaluation
     def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
