@@ -304,3 +304,11 @@ def test_kmeans_start_never_sends_a_one_point_mean():
             == 0).any()  # without the threshold the row itself would be sent
     with pytest.raises(ValueError, match="minimum count"):
         local_init(X[:1], 3, rng(0))
+
+
+def test_assignment_ties_go_to_the_lowest_index():
+    # spec 7.2 #9: a point equidistant from several centres (or duplicate centres)
+    X = np.array([[0.0, 0.0], [1.0, 0.0]])
+    C = np.array([[0.5, 1.0], [0.5, -1.0], [0.5, 1.0]])
+    assert assign(X, C).tolist() == [0, 0]
+    assert assign(X, C[[1, 0, 2]]).tolist() == [0, 0]
