@@ -1,0 +1,623 @@
+"""KDC: distributed clustering with a distributional (Isolation) kernel (spec 004).
+
+Zhang, Xu, Gong, Ting & Zhu, *Distributed Clustering based on Distributional Kernel*. Sites
+send one uniform random subset ``B_l`` of their (min-max normalised) rows; the coordinator
+builds an Isolation Kernel on the pooled subset ``B``, finds ``k`` initial clusters in ``B``
+with a step-2 algorithm ``f`` (κBCC by default, kernel k-means as the alternative) and
+broadcasts the kernel model and one kernel mean map per cluster; every site labels each of
+its rows by the cluster whose distribution is most similar,
+``argmax_i <Phi(x), Phi(P_{G_i})>``. One upload, one broadcast.
+
+The Isolation Kernel is our own implementation of the standard construction (Ting, Zhu &
+Zhou 2018; spec §3.1): ``t`` partitionings, each from ``psi`` distinct points of ``B``; a
+point's feature in partitioning ``i`` is the one-hot index of its nearest sampled point
+(aNNE, Voronoi cells) or, for iNNE, the same cell only if the point lies within that
+centre's radius (the Euclidean distance to its nearest other centre). ``IK(x, y)`` is the
+fraction of partitionings in which ``x`` and ``y`` share a cell.
+
+Determinism and exact equivalence (spec §7, property (a)): every per-row computation here
+(distances by :func:`scipy.spatial.distance.cdist`, which computes each pair on its own,
+argmin, sparse row products) depends only on that row and the model, never on the other rows
+it is processed with, so the distributed labels equal the centralized ones bit for bit.
+
+Layer 1: NumPy / SciPy / scikit-learn only, no Flower import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial.distance import cdist
+from sklearn.cluster import KMeans
+
+from .lloyd import check_data, seed_from
+
+__all__ = [
+    "IsolationKernel",
+    "KDCResult",
+    "STEP2",
+    "VARIANTS",
+    "allocate_sample",
+    "assign_by_distribution",
+    "build_ik",
+    "coreset_kmeans",
+    "feature_map",
+    "ik_similarity",
+    "kbcc",
+    "kdc_central",
+    "kdc_coordinator",
+    "kdc_site_assign",
+    "kdc_site_sample",
+    "kernel_kmeans",
+    "kernel_mean_maps",
+    "minmax_scale",
+    "run_kdc",
+    "select_parameters",
+]
+
+#: Isolation Kernel variants: aNNE (Voronoi cells, the default) and iNNE (hyperspheres).
+VARIANTS = ("anne", "inne")
+
+#: Step-2 algorithms on the pooled subset.
+STEP2 = ("kbcc", "kernel-kmeans")
+
+#: Rows per block of the distance and similarity computations (memory bound, not results).
+_BLOCK = 2048
+
+
+# ------------------------------------------------------------------------- kernel
+@dataclass
+class IsolationKernel:
+    """An Isolation Kernel model: what the coordinator broadcasts.
+
+    Attributes
+    ----------
+    centres : numpy.ndarray of shape (t, psi, d)
+        The sampled points of every partitioning (rows of ``B``: the broadcast shows them).
+    radii : numpy.ndarray of shape (t, psi) or None
+        iNNE radii (Euclidean distance of each centre to its nearest other centre of the
+        same partitioning); ``None`` for aNNE.
+    """
+
+    centres: np.ndarray
+    radii: np.ndarray | None = None
+
+    @property
+    def t(self) -> int:
+        """Number of partitionings."""
+        return int(self.centres.shape[0])
+
+    @property
+    def psi(self) -> int:
+        """Cells per partitioning."""
+        return int(self.centres.shape[1])
+
+    @property
+    def variant(self) -> str:
+        """``"anne"`` or ``"inne"``."""
+        return "anne" if self.radii is None else "inne"
+
+    def arrays(self) -> list[np.ndarray]:
+        """The model as arrays (for a message): ``[centres]`` or ``[centres, radii]``."""
+        return [self.centres] if self.radii is None else [self.centres, self.radii]
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> IsolationKernel:
+        """Rebuild a model from :meth:`arrays`, checking shapes."""
+        if len(arrays) not in (1, 2):
+            raise ValueError(f"an Isolation Kernel is 1 or 2 arrays, got {len(arrays)}")
+        centres = np.asarray(arrays[0], dtype=np.float64)
+        if centres.ndim != 3 or not np.isfinite(centres).all():
+            raise ValueError(f"IK centres must be a finite (t, psi, d) array, got {centres.shape}")
+        radii = None
+        if len(arrays) == 2:
+            radii = np.asarray(arrays[1], dtype=np.float64)
+            if radii.shape != centres.shape[:2] or not np.isfinite(radii).all():
+                raise ValueError(f"IK radii must be a finite {centres.shape[:2]} array, "
+                                 f"got {radii.shape}")
+        return cls(centres, radii)
+
+
+def build_ik(S: np.ndarray, psi: int, t: int, rng: np.random.Generator | int,
+             variant: str = "anne") -> IsolationKernel:
+    """Build an Isolation Kernel on ``S`` (for KDC: the pooled subset ``B``).
+
+    Parameters
+    ----------
+    S : array_like of shape (s, d)
+        The points the partitionings are drawn from.
+    psi : int
+        Points per partitioning (cells), ``2 <= psi <= s``.
+    t : int
+        Partitionings, ``>= 1``.
+    rng : numpy.random.Generator or int
+        Draws partitioning ``i``'s ``psi`` distinct row indices, one partitioning after the
+        other.
+    variant : {"anne", "inne"}, default "anne"
+        Voronoi cells, or hyperspheres with radius = distance to the nearest other centre.
+        Duplicate rows of ``S`` may be drawn together: aNNE then never picks the later copy
+        (ties go to the lowest index); iNNE gives both radius 0 (a point exactly on them is
+        inside).
+
+    Returns
+    -------
+    IsolationKernel
+    """
+    S = check_data(S, name="IK sample")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    psi, t = int(psi), int(t)
+    if t < 1:
+        raise ValueError(f"t must be >= 1, got {t}")
+    if not 2 <= psi <= len(S):
+        raise ValueError(f"psi must be in [2, {len(S)}] (the sample size), got {psi}")
+    rng = np.random.default_rng(rng)
+    idx = np.stack([rng.choice(len(S), size=psi, replace=False) for _ in range(t)])
+    centres = S[idx]
+    radii = None
+    if variant == "inne":
+        radii = np.empty((t, psi))
+        for i in range(t):
+            d = cdist(centres[i], centres[i])
+            np.fill_diagonal(d, np.inf)
+            radii[i] = d.min(axis=1)
+    return IsolationKernel(centres, radii)
+
+
+def _cells(model: IsolationKernel, X: np.ndarray) -> np.ndarray:
+    """Cell index (0..psi-1) of every row in every partitioning; -1 outside (iNNE)."""
+    t, psi, d = model.centres.shape
+    flat = model.centres.reshape(t * psi, d)
+    out = np.empty((len(X), t), dtype=np.int64)
+    rows = np.arange(t)
+    for start in range(0, len(X), _BLOCK):
+        block = X[start:start + _BLOCK]
+        d2 = cdist(block, flat, "sqeuclidean").reshape(len(block), t, psi)
+        j = d2.argmin(axis=2)  # ties: lowest index
+        if model.radii is not None:
+            dist = np.sqrt(np.take_along_axis(d2, j[:, :, None], axis=2)[:, :, 0])
+            j = np.where(dist <= model.radii[rows[None, :], j], j, -1)
+        out[start:start + len(block)] = j
+    return out
+
+
+def feature_map(model: IsolationKernel, X: np.ndarray) -> sp.csr_matrix:
+    """The IK feature map ``Phi(X)``: sparse binary, ``(n, t psi)``.
+
+    Row ``x`` has a one in column ``i psi + j`` when ``x`` falls in cell ``j`` of
+    partitioning ``i``: exactly ``t`` ones (aNNE), at most ``t`` (iNNE; a row outside every
+    ball is all zero).
+    """
+    X = check_data(X, name="data", n_features=model.centres.shape[2])
+    cells = _cells(model, X)
+    t, psi = model.t, model.psi
+    cols = cells + (np.arange(t) * psi)[None, :]
+    keep = cells >= 0
+    indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))])
+    return sp.csr_matrix((np.ones(int(keep.sum())), cols[keep], indptr),
+                         shape=(len(X), t * psi))
+
+
+def ik_similarity(F: sp.spmatrix, G: sp.spmatrix | None = None, t: int | None = None
+                  ) -> np.ndarray:
+    """Dense IK similarity ``Phi(X) Phi(Y)^T / t`` (fraction of shared cells), in [0, 1]."""
+    F = sp.csr_matrix(F)
+    G = F if G is None else sp.csr_matrix(G)
+    if t is None:
+        raise ValueError("t (the number of partitionings) is required")
+    return np.asarray((F @ G.T).toarray()) / float(t)
+
+
+def kernel_mean_maps(F: sp.spmatrix, groups: Sequence[np.ndarray]) -> np.ndarray:
+    """Kernel mean map of every group: ``mean_{y in G_i} Phi(y)``, dense ``(k, t psi)``."""
+    F = sp.csr_matrix(F)
+    maps = np.zeros((len(groups), F.shape[1]))
+    for i, g in enumerate(groups):
+        g = np.asarray(g, dtype=np.int64)
+        if g.size == 0:
+            raise ValueError(f"group {i} is empty: its kernel mean map is undefined")
+        maps[i] = np.asarray(F[g].sum(axis=0)).ravel() / g.size
+    return maps
+
+
+def assign_by_distribution(F: sp.spmatrix, maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step 3: ``argmax_i <Phi(x), Phi(P_{G_i})>`` for every row (not nearest centre).
+
+    The un-normalised inner product (spec §3.2; dividing by ``t`` would not change the
+    argmax). Ties, including an all-zero iNNE row, go to the lowest cluster index.
+
+    Returns
+    -------
+    labels : numpy.ndarray of shape (n,)
+    scores : numpy.ndarray of shape (n, k)
+        The inner products.
+    """
+    scores = np.asarray(sp.csr_matrix(F) @ np.asarray(maps, dtype=np.float64).T)
+    if scores.shape[1] == 0:
+        raise ValueError("no cluster to assign to")
+    return scores.argmax(axis=1).astype(np.int64), scores
+
+
+# ------------------------------------------------------------------------ step 2
+def kbcc(F: sp.spmatrix, k: int, tau: float, t: int) -> list[np.ndarray]:
+    """κBCC: the ``k`` largest connected components of ``{(x, y): IK(x, y) > tau}``.
+
+    Parameters
+    ----------
+    F : sparse matrix of shape (s, t psi)
+        ``Phi(B)``.
+    k : int
+        Cores to keep.
+    tau : float
+        Similarity threshold (strict ``>``, the paper's definition; ``tau >= 1`` gives
+        singletons).
+    t : int
+        Partitionings of the kernel (IK = shared cells / t).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``k`` disjoint index arrays into ``B``, largest first (equal sizes: the one with the
+        smallest member index first). Points outside them are labelled by step 3.
+
+    Raises
+    ------
+    ValueError
+        With fewer than ``k`` components (the paper leaves this undefined): lower ``tau``
+        or ``psi``.
+    """
+    n_comp, comp = kbcc_components(F, tau, t)
+    if n_comp < k:
+        raise ValueError(f"κBCC found {n_comp} component(s) with tau={tau}, fewer than "
+                         f"k={k}: raise tau (or psi)")
+    return _largest(comp, n_comp, k)
+
+
+def kbcc_components(F: sp.spmatrix, tau: float, t: int) -> tuple[int, np.ndarray]:
+    """Connected components of the thresholded IK graph on ``B`` (blocked, sparse)."""
+    F = sp.csr_matrix(F)
+    s = F.shape[0]
+    rows, cols = [], []
+    for start in range(0, s, _BLOCK):
+        sim = ik_similarity(F[start:start + _BLOCK], F, t)
+        r, c = np.nonzero(sim > tau)
+        rows.append(r + start)
+        cols.append(c)
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    A = sp.csr_matrix((np.ones(len(r), dtype=np.int8), (r, c)), shape=(s, s))
+    return connected_components(A, directed=False)
+
+
+def _largest(comp: np.ndarray, n_comp: int, k: int) -> list[np.ndarray]:
+    sizes = np.bincount(comp, minlength=n_comp)
+    first = np.full(n_comp, len(comp))
+    np.minimum.at(first, comp, np.arange(len(comp)))
+    order = np.lexsort((first, -sizes))[:k]
+    return [np.flatnonzero(comp == c) for c in order]
+
+
+def kernel_kmeans(F: sp.spmatrix, k: int, rng: np.random.Generator | int, *,
+                  n_init: int = 1, max_iter: int = 100) -> list[np.ndarray]:
+    """Kernel k-means with the IK kernel on ``B``: Lloyd k-means on the explicit ``Phi(B)``.
+
+    scikit-learn ``KMeans`` on the sparse features (IK has a finite feature map, so this
+    is kernel k-means exactly; spec §3.6). Returns the ``k`` clusters as index arrays (empty
+    clusters dropped with an error).
+    """
+    F = sp.csr_matrix(F)
+    if F.shape[0] < k:
+        raise ValueError(f"kernel k-means needs at least k={k} points, got {F.shape[0]}")
+    seed = seed_from(np.random.default_rng(rng))
+    labels = KMeans(k, n_init=n_init, max_iter=max_iter, random_state=seed).fit(F).labels_
+    groups = [np.flatnonzero(labels == c) for c in range(k)]
+    if any(g.size == 0 for g in groups):
+        raise ValueError("kernel k-means left a cluster empty")
+    return groups
+
+
+# ----------------------------------------------------------------- the protocol
+def minmax_scale(X: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
+    """Global min-max scaling to [0, 1] (a constant feature maps to 0); ``None``: as is."""
+    X = np.asarray(X, dtype=np.float64)
+    if lo is None or hi is None:
+        return X
+    span = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
+    return (X - lo) / np.where(span > 0, span, 1.0)
+
+
+def allocate_sample(sizes: Sequence[int], s: int) -> np.ndarray:
+    """Proportional allocation ``s_l = s n_l / n`` by largest remainders (sum exactly ``s``).
+
+    Ties of the remainders go to the lower site index; ``s`` is capped at ``n``.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if (sizes < 0).any():
+        raise ValueError("site sizes must be >= 0")
+    n = int(sizes.sum())
+    s = min(int(s), n)
+    if n == 0:
+        return np.zeros(len(sizes), dtype=np.int64)
+    quota = sizes * s / n
+    alloc = np.floor(quota).astype(np.int64)
+    rest = s - int(alloc.sum())
+    order = np.lexsort((np.arange(len(sizes)), -(quota - alloc)))
+    alloc[order[:rest]] += 1
+    return np.minimum(alloc, sizes)
+
+
+def kdc_site_sample(X: np.ndarray, size: int, rng: np.random.Generator,
+                    lo: np.ndarray | None = None, hi: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1 on a site: ``size`` rows drawn uniformly without replacement, scaled.
+
+    Returns ``(B_l, indices)``; the indices stay on the site. **These are raw rows**: the
+    upload is inherent to KDC.
+    """
+    X = check_data(X, name="site data")
+    if not 0 <= size <= len(X):
+        raise ValueError(f"sample size must be in [0, {len(X)}], got {size}")
+    idx = np.sort(rng.choice(len(X), size=int(size), replace=False))
+    return minmax_scale(X[idx], lo, hi), idx
+
+
+def kdc_coordinator(B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
+                    tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
+                    seed: int = 0) -> tuple[IsolationKernel, np.ndarray, list[np.ndarray]]:
+    """Step 2: the kernel on ``B``, ``k`` initial clusters, their kernel mean maps.
+
+    The kernel is drawn from ``default_rng(seed)``; kernel k-means from
+    ``default_rng([seed, 1])``.
+
+    Returns
+    -------
+    model : IsolationKernel
+    maps : numpy.ndarray of shape (k, t psi)
+    groups : list of numpy.ndarray
+        The initial clusters (indices into ``B``).
+    """
+    B = check_data(B, name="pooled sample")
+    if step2 not in STEP2:
+        raise ValueError(f"step2 must be one of {STEP2}, got {step2!r}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    model = build_ik(B, psi, t, np.random.default_rng(seed), variant)
+    F = feature_map(model, B)
+    if step2 == "kbcc":
+        groups = kbcc(F, k, tau, t)
+    else:
+        groups = kernel_kmeans(F, k, np.random.default_rng([seed, 1]))
+    return model, kernel_mean_maps(F, groups), groups
+
+
+def kdc_site_assign(X: np.ndarray, model: IsolationKernel, maps: np.ndarray,
+                    lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
+    """Step 3 on a site: the label of every local row (they stay on the site)."""
+    X = check_data(X, name="site data")
+    return assign_by_distribution(feature_map(model, minmax_scale(X, lo, hi)), maps)[0]
+
+
+@dataclass
+class KDCResult:
+    """Outcome of :func:`run_kdc` / :func:`kdc_central`.
+
+    Attributes
+    ----------
+    labels : list of numpy.ndarray
+        Every site's labels (one array for the centralized run).
+    model : IsolationKernel
+    maps : numpy.ndarray of shape (k, t psi)
+    groups : list of numpy.ndarray
+        Initial clusters (indices into ``B``).
+    B : numpy.ndarray
+        The pooled subset (scaled), sites in order.
+    sample_sizes : numpy.ndarray
+        Rows each site sent.
+    lo, hi : numpy.ndarray or None
+        The global scaling.
+    """
+
+    labels: list[np.ndarray]
+    model: IsolationKernel
+    maps: np.ndarray
+    groups: list[np.ndarray]
+    B: np.ndarray
+    sample_sizes: np.ndarray
+    lo: np.ndarray | None = None
+    hi: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _site_rng(seed: int, site: int) -> np.random.Generator:
+    from .fkm import client_rng
+
+    return client_rng(seed, site)
+
+
+def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 16,
+            t: int = 100, tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
+            normalize: bool = True, seed: int = 0) -> KDCResult:
+    """KDC as a loop over in-memory sites (Framework 2), what the Flower run computes.
+
+    Parameters
+    ----------
+    data : sequence of array_like of shape (n_l, d)
+        Every site's rows (a site may be empty).
+    k : int
+        Clusters.
+    s : int, default 10000
+        Total sample size (capped at ``n``), allocated in proportion to the site sizes.
+    psi, t, variant : Isolation Kernel parameters.
+    tau : float, default 0.5
+        κBCC threshold.
+    step2 : {"kbcc", "kernel-kmeans"}, default "kbcc"
+    normalize : bool, default True
+        Global min-max scaling to [0, 1] (from the sites' per-feature min and max).
+    seed : int, default 0
+        Site ``l`` samples with ``client_rng(seed, l)``; the coordinator uses ``seed``.
+    """
+    full = [check_data(X, name=f"site {i} data") for i, X in enumerate(data) if len(X)]
+    if not full:
+        raise ValueError("every site is empty")
+    d = full[0].shape[1]
+    data = [check_data(X, name=f"site {i} data", n_features=d) if len(X) else np.empty((0, d))
+            for i, X in enumerate(data)]
+    sizes = [len(X) for X in data]
+    lo = hi = None
+    if normalize:
+        lo = np.min([X.min(axis=0) for X in full], axis=0)
+        hi = np.max([X.max(axis=0) for X in full], axis=0)
+    alloc = allocate_sample(sizes, s)
+    parts = [kdc_site_sample(X, int(a), _site_rng(seed, i), lo, hi)[0] if len(X) else
+             np.empty((0, d)) for i, (X, a) in enumerate(zip(data, alloc, strict=True))]
+    B = np.vstack(parts)
+    model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
+                                          variant=variant, seed=seed)
+    labels = [kdc_site_assign(X, model, maps, lo, hi) if len(X) else
+              np.empty(0, dtype=np.int64) for X in data]
+    return KDCResult(labels, model, maps, groups, B, alloc, lo, hi)
+
+
+def kdc_central(X: np.ndarray, B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
+                tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
+                lo: np.ndarray | None = None, hi: np.ndarray | None = None,
+                seed: int = 0) -> KDCResult:
+    """Framework 1 (centralized) on all rows ``X`` with a given subset ``B`` (scaled).
+
+    With the ``B``, scaling and seed of a :func:`run_kdc` run, the labels equal the sites'
+    labels concatenated (spec §7, property (a)).
+    """
+    model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
+                                          variant=variant, seed=seed)
+    labels = assign_by_distribution(feature_map(model, minmax_scale(X, lo, hi)), maps)[0]
+    return KDCResult([labels], model, maps, groups, np.asarray(B), np.array([len(B)]), lo, hi)
+
+
+# ------------------------------------------------------------ parameter choice
+#: Default search grids of :func:`select_parameters` (the group's ψ grid, spec §3.8,
+#: trimmed; τ in steps of 0.05).
+PSI_GRID = (4, 8, 16, 32, 64)
+TAU_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
+
+
+def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "anne",
+                      psi_grid: Sequence[int] = PSI_GRID, tau_grid: Sequence[float] = TAU_GRID,
+                      min_core: float = 0.02, max_points: int = 2000, seed: int = 0) -> dict:
+    """Choose ``psi`` and ``tau`` on the pooled subset, without labels (a stability rule).
+
+    The heuristic is ours (the paper tuned against ground truth). On at most
+    ``max_points`` rows of ``B`` (a seeded uniform subsample), for every ``psi`` of the grid:
+
+    1. a ``tau`` of the grid is *valid* when the ``k`` largest κBCC components each hold at
+       least ``min_core`` of the rows (and at least 2);
+    2. walking up the valid ``tau`` values, a *run* continues while the step-3 labels of
+       the rows stay the same clustering (adjusted Rand index >= 0.95 against the run's
+       first ``tau``).
+
+    The longest run wins (ties: the larger ``psi``), and ``tau`` is its middle value: a
+    clustering that many thresholds agree on, chosen where it is least sensitive to
+    ``tau``.
+
+    Returns
+    -------
+    dict
+        ``{"psi", "tau", "run", "tried"}``; ``run`` is the winning run's ``tau`` values,
+        ``tried`` every ``psi``'s best run.
+
+    Raises
+    ------
+    ValueError
+        If no grid point gives ``k`` such cores.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    B = check_data(B, name="pooled sample")
+    rng = np.random.default_rng([seed, 2])
+    if len(B) > max_points:
+        B = B[np.sort(rng.choice(len(B), max_points, replace=False))]
+    need = max(2, math.ceil(min_core * len(B)))
+    tried: list[dict] = []
+    for psi in psi_grid:
+        if psi > len(B):
+            continue
+        model = build_ik(B, psi, t, np.random.default_rng(seed), variant)
+        F = feature_map(model, B)
+        S = ik_similarity(F, t=t)
+        best: list[float] = []
+        run: list[float] = []
+        first = None
+        for tau in sorted(tau_grid):
+            n_comp, comp = connected_components(sp.csr_matrix(S > tau), directed=False)
+            groups = _largest(comp, n_comp, k) if n_comp >= k else []
+            if not groups or min(len(g) for g in groups) < need:
+                run, first = [], None
+                continue
+            labels = assign_by_distribution(F, kernel_mean_maps(F, groups))[0]
+            if first is not None and adjusted_rand_score(first, labels) >= 0.95:
+                run.append(float(tau))
+            else:
+                run, first = [float(tau)], labels
+            if len(run) > len(best):
+                best = list(run)
+        if best:
+            tried.append({"psi": int(psi), "tau": best[len(best) // 2], "run": best})
+    if not tried:
+        raise ValueError(f"no (psi, tau) on the grid gives {k} cores of at least {need} points")
+    choice = max(tried, key=lambda c: (len(c["run"]), c["psi"]))
+    return {**choice, "tried": tried}
+
+
+# ------------------------------------------------------------------- baseline
+def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
+                   seed: int = 0, max_iter: int = 100) -> tuple[np.ndarray, list[np.ndarray],
+                                                                  dict]:
+    """Coreset-based distributed k-means (Balcan, Ehrlich & Liang 2013; spec §4 item 1).
+
+    Round 1: every site runs local k-means (k-means++, one start) and shares its cost.
+    Round 2: site ``i`` draws ``t_i = size cost_i / sum cost`` rows with probability
+    proportional to their squared distance to the nearest local centre, weights them
+    ``sum cost / (size m_q)``, weights every local centre ``|P_b| - sum of its sampled
+    weights``, and sends both. The coordinator runs weighted k-means
+    (``KMeans(sample_weight=...)``, ``max_iter`` iterations) on the union; every site labels
+    its rows by the nearest centre.
+
+    Returns
+    -------
+    centres : numpy.ndarray of shape (k, d)
+    labels : list of numpy.ndarray
+    info : dict
+        ``"points-sent"`` per site (coreset rows plus local centres) and
+        ``"total-weight"`` (the coreset's weights sum to ``n`` by construction).
+    """
+    rng = np.random.default_rng(seed)
+    data = [check_data(X, name=f"site {i} data") for i, X in enumerate(data)]
+    local = []
+    for X in data:
+        km = KMeans(min(k, len(X)), n_init=1, random_state=seed_from(rng)).fit(X)
+        d2 = np.min(cdist(X, km.cluster_centers_, "sqeuclidean"), axis=1)
+        local.append((km, d2))
+    costs = np.array([d2.sum() for _, d2 in local])
+    total = float(costs.sum())
+    points, weights, sent = [], [], []
+    for X, (km, d2), cost in zip(data, local, costs, strict=True):
+        t_i = int(round(size * cost / total)) if total > 0 else 0
+        chosen = np.empty(0, dtype=np.int64)
+        if t_i > 0 and cost > 0:
+            chosen = rng.choice(len(X), size=t_i, replace=True, p=d2 / cost)
+        w_q = total / (size * d2[chosen]) if len(chosen) else np.empty(0)
+        w_b = np.bincount(km.labels_, minlength=len(km.cluster_centers_)).astype(float)
+        np.subtract.at(w_b, km.labels_[chosen], w_q)
+        points += [X[chosen], km.cluster_centers_]
+        weights += [w_q, w_b]
+        sent.append(len(chosen) + len(km.cluster_centers_))
+    P, W = np.vstack(points), np.concatenate(weights)
+    keep = W > 0  # a centre whose sampled points carry all its weight drops out
+    km = KMeans(k, n_init=1, max_iter=max_iter, random_state=seed_from(rng)).fit(
+        P[keep], sample_weight=W[keep])
+    C = km.cluster_centers_
+    labels = [cdist(X, C, "sqeuclidean").argmin(axis=1) for X in data]
+    return C, labels, {"points-sent": sent, "total-weight": float(W.sum())}

@@ -1,0 +1,240 @@
+"""KDC core (spec 004 §8): Isolation Kernel, mean maps, κBCC, exact distributed = centralized."""
+
+import numpy as np
+import pytest
+from scipy.sparse.csgraph import connected_components
+from sklearn.datasets import make_blobs, make_moons
+from sklearn.metrics import normalized_mutual_info_score as nmi
+
+from flwr_clustering.algorithms.kdc import (
+    IsolationKernel,
+    allocate_sample,
+    assign_by_distribution,
+    build_ik,
+    coreset_kmeans,
+    feature_map,
+    ik_similarity,
+    kbcc,
+    kdc_central,
+    kernel_mean_maps,
+    run_kdc,
+    select_parameters,
+)
+
+
+def _shapes(n=600, seed=0):
+    """Two moons plus a dense and a sparse blob: 4 clusters of different shape and density."""
+    Xm, ym = make_moons(n, noise=0.06, random_state=seed)
+    Xb, yb = make_blobs(n // 2, centers=[[3.5, 2.0], [-2.5, 2.5]], cluster_std=[0.15, 0.5],
+                        random_state=seed)
+    return np.vstack([Xm, Xb]), np.concatenate([ym, yb + 2])
+
+
+def _split(y, r, how, rng):
+    idx = np.arange(len(y))
+    if how == "even":
+        return np.array_split(rng.permutation(idx), r)
+    if how == "uneven":  # one site holds half of the rows
+        p = rng.permutation(idx)
+        half = len(p) // 2
+        return [p[:half]] + list(np.array_split(p[half:], r - 1))
+    # one or two clusters per site
+    classes = np.unique(y)
+    return [np.flatnonzero(np.isin(y, classes[[i % len(classes), (i + 1) % len(classes)]
+                                               [: 1 + i % 2]]) & (idx % r == i))
+            for i in range(r)]
+
+
+# --------------------------------------------------------------------- kernel
+def test_isolation_kernel_features_and_similarity_by_brute_force():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    for variant in ("anne", "inne"):
+        model = build_ik(X, 8, 25, 1, variant)
+        F = feature_map(model, X)
+        ones = np.asarray(F.sum(axis=1)).ravel()
+        if variant == "anne":
+            assert (ones == 25).all()
+        else:
+            assert (ones <= 25).all() and ones.min() < 25
+        # brute force: the cell of x in partitioning i, then the fraction of shared cells
+        cells = np.full((len(X), 25), -1)
+        for i in range(25):
+            C = model.centres[i]
+            d = np.sqrt(((X[:, None] - C[None]) ** 2).sum(-1))
+            j = d.argmin(1)
+            inside = model.radii is None or (d[np.arange(len(X)), j] <= model.radii[i, j])
+            cells[:, i] = np.where(inside, j, -1)
+        shared = ((cells[:, None] == cells[None]) & (cells[:, None] >= 0)).sum(-1) / 25
+        S = ik_similarity(F, t=25)
+        np.testing.assert_array_equal(S, shared)
+        assert (S == S.T).all() and S.min() >= 0 and S.max() <= 1
+        if variant == "anne":
+            assert (np.diag(S) == 1).all()
+        else:  # a centre always lies in its own ball
+            Fc = feature_map(model, model.centres[3])
+            assert (np.asarray(Fc[:, 3 * 8:4 * 8].sum(axis=1)).ravel() == 1).all()
+
+
+def test_mean_map_inner_product_is_the_mean_similarity():
+    X = np.random.default_rng(2).normal(size=(80, 2))
+    model = build_ik(X, 16, 40, 0)
+    F = feature_map(model, X)
+    groups = [np.arange(0, 30), np.arange(30, 80)]
+    M = kernel_mean_maps(F, groups)
+    _, scores = assign_by_distribution(F, M)
+    S = ik_similarity(F, t=40)
+    for i, g in enumerate(groups):
+        np.testing.assert_allclose(scores[:, i] / 40, S[:, g].mean(axis=1), rtol=0, atol=1e-12)
+
+
+def test_assignment_is_the_unnormalised_inner_product_not_the_nearest_map():
+    import scipy.sparse as sp
+
+    F = sp.csr_matrix(np.array([[1.0, 0.0, 1.0, 0.0]]))
+    M = np.array([[0.5, 0.5, 0.5, 0.5],    # inner product 1.0, far from Phi(x)
+                  [0.45, 0.0, 0.45, 0.0]])  # inner product 0.9, nearest to Phi(x)
+    assert assign_by_distribution(F, M)[0].tolist() == [0]
+    # cosine similarity would pick map 1 (cos 1.0 vs 0.71); ties go to the lowest index
+    assert assign_by_distribution(F, np.array([[1.0, 0, 0, 0], [0, 0, 1.0, 0]]))[0][0] == 0
+
+
+def test_inne_rows_outside_every_ball_get_cluster_zero():
+    model = IsolationKernel(np.array([[[0.0], [1.0]]]), np.array([[1.0, 1.0]]))
+    F = feature_map(model, np.array([[0.2], [5.0]]))
+    assert F[1].nnz == 0
+    labels, _ = assign_by_distribution(F, np.array([[0.0, 1.0], [1.0, 0.0]]))
+    assert labels.tolist() == [1, 0]
+
+
+def test_duplicate_sample_points_give_inne_radius_zero():
+    X = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    model = build_ik(X, 3, 1, 0, "inne")
+    dup = (model.centres[0] == 0).all(axis=1)
+    assert (model.radii[0][dup] == 0).all()
+    F = feature_map(model, X)
+    assert (np.asarray(F.sum(axis=1)).ravel() == 1).all()  # still inside (distance 0 <= 0)
+
+
+# ---------------------------------------------------------------------- κBCC
+def _find(parent, a):
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+def test_kbcc_equals_components_by_hand_and_is_monotone_in_tau():
+    X, _ = _shapes(200)
+    model = build_ik(X, 16, 50, 3)
+    F = feature_map(model, X)
+    S = ik_similarity(F, t=50)
+    for tau in (0.3, 0.5, 0.7):
+        # union-find over all pairs with IK > tau
+        parent = list(range(len(X)))
+        for i, j in zip(*np.nonzero(np.triu(S > tau, 1)), strict=True):
+            parent[_find(parent, i)] = _find(parent, j)
+        roots = np.array([_find(parent, i) for i in range(len(X))])
+        comps = [np.flatnonzero(roots == r) for r in np.unique(roots)]
+        comps.sort(key=lambda c: (-len(c), c[0]))
+        got = kbcc(F, 3, tau, 50)
+        assert [c.tolist() for c in got] == [c.tolist() for c in comps[:3]]
+    # raising tau never merges: every component at 0.7 lies inside one at 0.5
+    _, low = connected_components(S > 0.5, directed=False)
+    _, high = connected_components(S > 0.7, directed=False)
+    for c in np.unique(high):
+        assert len(np.unique(low[high == c])) == 1
+    # tau >= 1: strict ">" leaves singletons
+    assert [len(c) for c in kbcc(F, 3, 1.0, 50)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="fewer than"):
+        kbcc(F, 3, 0.0, 50)
+
+
+def test_distribution_based_assignment_beats_centre_based_on_moons():
+    # spec §8 test 6 (the paper's Fig. 3): G_i = a random 30 % of each true cluster
+    X, y = make_moons(1000, noise=0.05, random_state=1)
+    rng = np.random.default_rng(0)
+    groups = [rng.choice(np.flatnonzero(y == c), 150, replace=False) for c in (0, 1)]
+    model = build_ik(X, 32, 100, 0)
+    F = feature_map(model, X)
+    dist = assign_by_distribution(F, kernel_mean_maps(F, groups))[0]
+    means = np.stack([X[g].mean(axis=0) for g in groups])
+    centre = ((X[:, None] - means[None]) ** 2).sum(-1).argmin(1)
+    assert nmi(y, dist) >= 0.95
+    assert nmi(y, centre) < 0.7 < nmi(y, dist)
+
+
+# ------------------------------------------------------------ the equivalence
+@pytest.mark.parametrize("step2,variant", [("kbcc", "anne"), ("kernel-kmeans", "anne"),
+                                           ("kbcc", "inne")])
+@pytest.mark.parametrize("how", ["even", "uneven", "by-cluster"])
+def test_distributed_labels_equal_centralized_labels_exactly(step2, variant, how):
+    X, y = _shapes(400)
+    rng = np.random.default_rng(5)
+    for r in (1, 2, 5, 20):
+        if how != "even" and r == 1:
+            continue
+        parts = _split(y, r, how, rng)
+        data = [X[p] for p in parts]
+        tau = 0.7 if variant == "anne" else 0.4
+        res = run_kdc(data, 4, s=300, psi=16, t=50, tau=tau, step2=step2, variant=variant,
+                      seed=7)
+        n = sum(len(p) for p in parts)
+        assert sum(res.sample_sizes) == len(res.B) == min(300, n)
+        central = kdc_central(np.vstack(data), res.B, 4, psi=16, t=50, tau=tau, step2=step2,
+                              variant=variant, lo=res.lo, hi=res.hi, seed=7)
+        assert np.array_equal(central.labels[0], np.concatenate(res.labels)), (r, how)
+
+
+def test_labels_do_not_depend_on_which_site_holds_the_other_rows():
+    X, _ = _shapes(300)
+    res = run_kdc(np.array_split(X, 4), 4, s=200, t=50, seed=1)
+    perm = np.random.default_rng(0).permutation(len(X))
+    again = kdc_central(X[perm], res.B, 4, t=50, lo=res.lo, hi=res.hi, seed=1)
+    np.testing.assert_array_equal(again.labels[0], np.concatenate(res.labels)[perm])
+
+
+def test_deterministic_under_a_seed_and_the_seed_matters():
+    X, _ = _shapes(300)
+    data = np.array_split(X, 3)
+    a = run_kdc(data, 4, s=200, t=50, seed=3)
+    b = run_kdc(data, 4, s=200, t=50, seed=3)
+    c = run_kdc(data, 4, s=200, t=50, seed=4)
+    assert all(np.array_equal(p, q) for p, q in zip(a.labels, b.labels, strict=True))
+    np.testing.assert_array_equal(a.B, b.B)
+    assert not np.array_equal(a.B, c.B)
+
+
+def test_sample_allocation_edge_cases_and_bad_parameters():
+    assert allocate_sample([10, 20, 30, 0], 6).tolist() == [1, 2, 3, 0]
+    assert allocate_sample([1, 1, 1], 2).tolist() == [1, 1, 0]  # equal remainders: lower ids
+    assert allocate_sample([3, 4], 100).tolist() == [3, 4]  # s >= n: B = D
+    X, _ = _shapes(100)
+    res = run_kdc([X[:120], np.empty((0, 2)), X[120:]], 4, s=10_000, psi=16, t=50, seed=0)
+    assert len(res.B) == len(X) and len(res.labels[1]) == 0  # an empty site gets no label
+    one = run_kdc([X], 1, s=100, t=20, seed=0)
+    assert set(one.labels[0].tolist()) == {0}  # k = 1
+    with pytest.raises(ValueError, match="psi"):
+        run_kdc([X[:5]], 2, psi=16, t=10)
+    with pytest.raises(ValueError, match="NaN"):
+        run_kdc([np.full((5, 2), np.nan)], 2)
+    with pytest.raises(ValueError, match="step2"):
+        run_kdc([X], 2, step2="dbscan")
+
+
+# ------------------------------------------------------------ quality and choice
+def test_label_free_parameter_choice_finds_the_shapes():
+    X, y = _shapes(600)
+    data = [X[p] for p in np.array_split(np.random.default_rng(0).permutation(len(X)), 5)]
+    order = np.concatenate(np.array_split(np.random.default_rng(0).permutation(len(X)), 5))
+    B = run_kdc(data, 4, s=600, t=50, seed=0).B
+    choice = select_parameters(B, 4, t=100, seed=0)
+    res = run_kdc(data, 4, s=600, psi=choice["psi"], tau=choice["tau"], t=100, seed=0)
+    score = nmi(y[order], np.concatenate(res.labels))
+    _, labels, info = coreset_kmeans(data, 4, size=200, seed=0)
+    baseline = nmi(y[order], np.concatenate(labels))
+    assert score >= 0.9 > baseline + 0.1, (choice, score, baseline)
+    assert len(info["points-sent"]) == 5
+    assert info["total-weight"] == pytest.approx(len(X))  # Balcan et al.: weights sum to n
+    with pytest.raises(ValueError, match="no \\(psi, tau\\)"):
+        select_parameters(B, 40, t=20, psi_grid=(4,), tau_grid=(0.5,))
