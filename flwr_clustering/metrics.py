@@ -42,6 +42,7 @@ __all__ = [
     "accuracy_from_contingency",
     "assumption8_rate",
     "hungarian_accuracy",
+    "label_evaluation_stats",
     "local_evaluation_stats",
     "matched_centroid_error",
     "matched_centroid_mse",
@@ -468,11 +469,41 @@ def evaluation_stats_from_distances(
         As :func:`local_evaluation_stats`.
     """
     labels, dist = nearest(d2)
-    k = d2.shape[1]
-    stats: dict[str, float | int | np.ndarray] = {
-        "num-examples": len(labels),
+    return {
+        **label_evaluation_stats(labels, d2.shape[1], y, n_classes),
         "sse": math.fsum(dist),
         "silhouette-sum": math.fsum(_silhouette_values(d2)),
+    }
+
+
+def label_evaluation_stats(
+    labels: np.ndarray, k: int, y: np.ndarray | None = None, n_classes: int | None = None
+) -> dict[str, float | int | np.ndarray]:
+    """Additive statistics of a client's cluster labels (no distances, never a row).
+
+    For algorithms whose labels do not come from nearest centroids (KDC's distributional
+    assignment): counts and, with ``y``, the contingency table.
+
+    Parameters
+    ----------
+    labels : array_like of shape (n,)
+        Cluster of every local row, integers in ``[0, k)``.
+    k : int
+        Number of clusters.
+    y : array_like of shape (n,), optional
+        True classes.
+    n_classes : int, optional
+        Width of the contingency table.
+
+    Returns
+    -------
+    dict
+        ``"num-examples"``, ``"cluster-counts"`` and, with ``y``, ``"contingency"`` and
+        ``"ari-local"`` (as :func:`local_evaluation_stats`).
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    stats: dict[str, float | int | np.ndarray] = {
+        "num-examples": len(labels),
         "cluster-counts": np.bincount(labels, minlength=k).astype(np.int64),
     }
     if y is not None:
@@ -496,8 +527,9 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
     Returns
     -------
     dict
-        ``"num-examples"``, ``"sse"``, ``"inertia"`` (= sse), ``"mean-sq-distance"``
-        (sse / n), ``"simplified-silhouette"`` (sum of silhouette sums / n); when every client
+        ``"num-examples"``; when every client sent distances (``"sse"``), ``"sse"``,
+        ``"inertia"`` (= sse), ``"mean-sq-distance"`` (sse / n), ``"simplified-silhouette"``
+        (sum of silhouette sums / n); when every client
         sent a contingency table and n > 0, also ``"ari"``, ``"nmi"``, ``"purity"``,
         ``"purity-per-cluster"``, ``"accuracy"`` (Hungarian-matched) from the
         summed table (equal to the pooled values) and ``"ari-client-weighted"``
@@ -507,23 +539,26 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
     Raises
     ------
     ValueError
-        If a dict lacks ``"num-examples"``, ``"sse"`` or ``"silhouette-sum"``.
+        If a dict lacks ``"num-examples"``, or has only one of ``"sse"`` and
+        ``"silhouette-sum"``.
     """
     for i, s in enumerate(stats):
-        missing = {"num-examples", "sse", "silhouette-sum"} - set(s)
-        if missing:
-            raise ValueError(f"evaluation stats of client {i} lack {sorted(missing)}")
+        missing = {"num-examples"} - set(s)
+        if missing or ("sse" in s) != ("silhouette-sum" in s):
+            raise ValueError(f"evaluation stats of client {i} lack "
+                             f"{sorted(missing or {'sse', 'silhouette-sum'} - set(s))}")
     n = sum(int(s["num-examples"]) for s in stats)
-    total_sse = math.fsum(float(s["sse"]) for s in stats)
-    out: dict[str, float] = {
-        "num-examples": n,
-        "sse": total_sse,
-        "inertia": total_sse,
-        "mean-sq-distance": total_sse / n if n else math.nan,
-        "simplified-silhouette": (
-            math.fsum(float(s["silhouette-sum"]) for s in stats) / n if n else math.nan
-        ),
-    }
+    out: dict[str, float] = {"num-examples": n}
+    if all("sse" in s for s in stats):
+        total_sse = math.fsum(float(s["sse"]) for s in stats)
+        out.update({
+            "sse": total_sse,
+            "inertia": total_sse,
+            "mean-sq-distance": total_sse / n if n else math.nan,
+            "simplified-silhouette": (
+                math.fsum(float(s["silhouette-sum"]) for s in stats) / n if n else math.nan
+            ),
+        })
     if n and stats and all("contingency" in s for s in stats):
         table = sum_contingencies([s["contingency"] for s in stats])
         out["ari"] = ari_from_contingency(table)

@@ -291,6 +291,7 @@ def test_registry_datasets_load():
         "dim-128": (1024, 128),
         "digits-037": (540, 64),
         "digits-46": (362, 64),
+        **{name: (1000, 2) for name in ("moons", "circles", "aniso", "varied")},
     }
     assert set(DATASETS) == set(shapes)
     for name, shape in shapes.items():
@@ -517,3 +518,18 @@ def test_dim_dealing_gives_every_client_rows():
             assert np.bincount(client, minlength=10).min() > 0, (seed, scheme)
             for c in range(16):  # every cluster on 3..6 clients, as dealt
                 assert 3 <= len(np.unique(client[y == c])) <= 6
+
+
+def test_shapes_are_the_sklearn_comparison_sets():
+    from flwr_clustering.data.shapes import SHAPES, shapes
+
+    for name, k in SHAPES.items():
+        X, y = shapes(name, 300, seed=1)
+        assert X.shape == (300, 2) and sorted(set(y.tolist())) == list(range(k))
+        np.testing.assert_array_equal(shapes(name, 300, seed=1)[0], X)
+    # the circles are concentric: radii 1 and 0.5 (plus noise)
+    X, y = shapes("circles", 400)
+    r = np.hypot(*X.T)
+    assert abs(r[y == 0].mean() - 1.0) < 0.05 and abs(r[y == 1].mean() - 0.5) < 0.05
+    with pytest.raises(ValueError, match="unknown shape"):
+        shapes("spirals")

@@ -14,6 +14,7 @@ from flwr_clustering.metrics import (
     centralized_metrics,
     contingency,
     hungarian_accuracy,
+    label_evaluation_stats,
     local_evaluation_stats,
     matched_centroid_error,
     matched_centroid_mse,
@@ -237,7 +238,12 @@ def test_bad_input_messages():
     with pytest.raises(ValueError, match="features"):
         assign_to_nearest(X[:, :2], C)
     with pytest.raises(ValueError, match="lack"):
-        aggregate_evaluation_stats([{"num-examples": 3}])
+        aggregate_evaluation_stats([{"num-examples": 3, "sse": 1.0}])
+    with pytest.raises(ValueError, match="lack"):
+        aggregate_evaluation_stats([{"sse": 1.0, "silhouette-sum": 0.0}])
+    # label statistics alone (KDC) give the table metrics, no distance metric
+    labels_only = aggregate_evaluation_stats([label_evaluation_stats([0, 1, 1], 2, [0, 1, 1])])
+    assert labels_only["ari"] == 1.0 and "sse" not in labels_only
 
 
 def test_pooled_silhouette():

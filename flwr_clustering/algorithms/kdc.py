@@ -56,6 +56,7 @@ __all__ = [
     "kernel_kmeans",
     "kernel_mean_maps",
     "minmax_scale",
+    "pooled_sample",
     "run_kdc",
     "select_parameters",
 ]
@@ -438,6 +439,30 @@ def _site_rng(seed: int, site: int) -> np.random.Generator:
     return client_rng(seed, site)
 
 
+def pooled_sample(data: Sequence[np.ndarray], s: int = 10_000, *, normalize: bool = True,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                          np.ndarray | None, list[np.ndarray]]:
+    """Rounds 0 and 1 of KDC over in-memory sites: scaling, allocation, the pooled ``B``.
+
+    Returns ``(B, allocation, lo, hi, data)`` (``data`` checked, empty sites as
+    ``(0, d)``); site ``l`` samples with ``client_rng(seed, l)``.
+    """
+    full = [check_data(X, name=f"site {i} data") for i, X in enumerate(data) if len(X)]
+    if not full:
+        raise ValueError("every site is empty")
+    d = full[0].shape[1]
+    data = [check_data(X, name=f"site {i} data", n_features=d) if len(X) else np.empty((0, d))
+            for i, X in enumerate(data)]
+    lo = hi = None
+    if normalize:
+        lo = np.min([X.min(axis=0) for X in full], axis=0)
+        hi = np.max([X.max(axis=0) for X in full], axis=0)
+    alloc = allocate_sample([len(X) for X in data], s)
+    parts = [kdc_site_sample(X, int(a), _site_rng(seed, i), lo, hi)[0] if len(X) else
+             np.empty((0, d)) for i, (X, a) in enumerate(zip(data, alloc, strict=True))]
+    return np.vstack(parts), alloc, lo, hi, data
+
+
 def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 16,
             t: int = 100, tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
             normalize: bool = True, seed: int = 0) -> KDCResult:
@@ -460,21 +485,7 @@ def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 1
     seed : int, default 0
         Site ``l`` samples with ``client_rng(seed, l)``; the coordinator uses ``seed``.
     """
-    full = [check_data(X, name=f"site {i} data") for i, X in enumerate(data) if len(X)]
-    if not full:
-        raise ValueError("every site is empty")
-    d = full[0].shape[1]
-    data = [check_data(X, name=f"site {i} data", n_features=d) if len(X) else np.empty((0, d))
-            for i, X in enumerate(data)]
-    sizes = [len(X) for X in data]
-    lo = hi = None
-    if normalize:
-        lo = np.min([X.min(axis=0) for X in full], axis=0)
-        hi = np.max([X.max(axis=0) for X in full], axis=0)
-    alloc = allocate_sample(sizes, s)
-    parts = [kdc_site_sample(X, int(a), _site_rng(seed, i), lo, hi)[0] if len(X) else
-             np.empty((0, d)) for i, (X, a) in enumerate(zip(data, alloc, strict=True))]
-    B = np.vstack(parts)
+    B, alloc, lo, hi, data = pooled_sample(data, s, normalize=normalize, seed=seed)
     model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
                                           variant=variant, seed=seed)
     labels = [kdc_site_assign(X, model, maps, lo, hi) if len(X) else

@@ -18,6 +18,7 @@ from ..clients import (
     FeCAClient,
     FedKMeansClient,
     FFCMClient,
+    KDCClient,
     KFedClient,
     MaskedFederatedClient,
     MaskedOneShotClient,
@@ -25,7 +26,17 @@ from ..clients import (
 )
 from ..clients.base import ClusteringClient
 from ..clients.echo import EchoClient
-from ..strategies import DGC, FFCM, FeCA, FedKMeans, KFed, MaskedFederated, MaskedOneShot, MAvg
+from ..strategies import (
+    DGC,
+    FFCM,
+    KDC,
+    FeCA,
+    FedKMeans,
+    KFed,
+    MaskedFederated,
+    MaskedOneShot,
+    MAvg,
+)
 from ..strategies.base import ClusteringStrategy
 from ..strategies.echo import Echo
 
@@ -69,6 +80,15 @@ DEFAULTS: dict[str, Any] = {
     "inner-steps": 1,
     "delta": 1.0,
     "node-init": "kmeans",
+    "sample-size": 10000,
+    "psi": 16,
+    "ik-t": 100,
+    "tau": 0.5,
+    "kdc-auto": True,
+    "kdc-step2": "kbcc",
+    "ik-variant": "anne",
+    "normalize": True,
+    "return-labels": False,
     "dataset": "garst-grid",
     "partitioner": "natural",
     "beta": 0.1,
@@ -105,6 +125,7 @@ ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] =
     "masked-federated": (MaskedFederated, MaskedFederatedClient),
     "masked-oneshot": (MaskedOneShot, MaskedOneShotClient),
     "dgc": (DGC, DGCClient),
+    "kdc": (KDC, KDCClient),
     # Benchmark only: FedKMeans' messages without computation (simulations/bench.py).
     "echo": (Echo, EchoClient),
 }
@@ -198,6 +219,14 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             inner_steps=int(cfg["inner-steps"]), delta=float(cfg["delta"]),
             init=str(cfg["node-init"]), er_p=float(cfg["er-p"]),
             privacy_threshold=int(cfg["privacy-threshold"]), **common,
+        )
+    if cfg["algorithm"] == "kdc":
+        return KDC(
+            int(cfg["k"]), sample_size=int(cfg["sample-size"]), psi=int(cfg["psi"]),
+            t=int(cfg["ik-t"]), tau=float(cfg["tau"]), auto=bool(cfg["kdc-auto"]),
+            step2=str(cfg["kdc-step2"]), variant=str(cfg["ik-variant"]),
+            normalize=bool(cfg["normalize"]), return_labels=bool(cfg["return-labels"]),
+            **common,
         )
     if cfg["algorithm"] == "fkm":
         return FedKMeans(

@@ -22,7 +22,13 @@ from sklearn.cluster import KMeans
 from ..algorithms.lloyd import assign_to_nearest
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import load_pooled
-from ..metrics import centralized_metrics, model_contingencies, per_model_metrics
+from ..metrics import (
+    aggregate_evaluation_stats,
+    centralized_metrics,
+    label_evaluation_stats,
+    model_contingencies,
+    per_model_metrics,
+)
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
 
 __all__ = ["app", "run_server"]
@@ -30,6 +36,17 @@ __all__ = ["app", "run_server"]
 logger = logging.getLogger("flwr_clustering")
 
 app = ServerApp()
+
+
+def pooled_labels(strategy, X: np.ndarray, centroids: np.ndarray) -> np.ndarray | None:
+    """Labels of the pooled rows from a strategy whose model labels rows itself (KDC).
+
+    ``None`` for centroid models (nearest centroid) and before the model exists.
+    """
+    label = getattr(strategy, "label", None)
+    if label is None or getattr(strategy, "model", None) is None:
+        return None
+    return label(X)
 
 
 def run_server(grid: Grid, run_config: dict) -> dict:
@@ -65,6 +82,10 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         X, y = pooled
 
         def evaluate_fn(server_round, arrays):
+            labels = pooled_labels(strategy, X, arrays["centroids"].numpy())
+            if labels is not None:  # a model that labels rows itself (KDC)
+                stats = label_evaluation_stats(labels, int(cfg["k"]), y)
+                return MetricRecord(aggregate_evaluation_stats([stats]))
             metrics = centralized_metrics(X, arrays["centroids"].numpy(), y)
             # Protocols where every user keeps its own centres (DGC): score each user's.
             models = getattr(strategy, "node_centres", None)
@@ -80,11 +101,17 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         X_complete = complete[0]
         km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
         extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
-        extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
+        labels = pooled_labels(strategy, X, centroids)
+        if labels is None:
+            extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
+            labels = (pooled_masked_squared_distances(X, centroids).argmin(axis=1)
+                      if np.isnan(X).any() or np.isnan(centroids).any()
+                      else assign_to_nearest(X, centroids)[0])
+        else:
+            extra["federated-on-pooled"] = aggregate_evaluation_stats(
+                [label_evaluation_stats(labels, int(cfg["k"]), y)])
         extra["X"] = X_complete
-        extra["labels"] = (pooled_masked_squared_distances(X, centroids).argmin(axis=1)
-                           if np.isnan(X).any() or np.isnan(centroids).any()
-                           else assign_to_nearest(X, centroids)[0])
+        extra["labels"] = labels
         logger.info("federated on pooled data: %s", extra["federated-on-pooled"])
         logger.info("centralized k-means:      %s", extra["centralized"])
     strategy.save(str(out_dir), **extra)

@@ -5,6 +5,7 @@ from .dgc import DGCClient
 from .feca import FeCAClient, MAvgClient
 from .ffcm import FFCMClient
 from .fkm import FedKMeansClient
+from .kdc import KDCClient
 from .kfed import KFedClient
 from .masked import MaskedFederatedClient, MaskedOneShotClient
 
@@ -14,6 +15,7 @@ __all__ = [
     "FFCMClient",
     "FeCAClient",
     "FedKMeansClient",
+    "KDCClient",
     "KFedClient",
     "MAvgClient",
     "MaskedFederatedClient",

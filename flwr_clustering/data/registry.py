@@ -22,6 +22,9 @@ Data sets (:data:`DATASETS`; nothing is downloaded):
   ``feature_mask="chain"`` every cluster goes to a run of 3-6 consecutive clients, split at
   random (Assumption 1); otherwise to 3-6 random clients, sorted by the first coordinate
   (Assumption 2).
+- ``"moons"``, ``"circles"``, ``"aniso"``, ``"varied"`` -- the non-convex and uneven 2-D sets
+  of scikit-learn's clustering comparison (:func:`~flwr_clustering.data.shapes.shapes`,
+  ``n_samples`` points drawn with ``seed``).
 - ``"digits-037"`` -- scikit-learn digits of classes 0, 3, 7 (labels 0, 1, 2; 540 rows, 64
   features): the offline stand-in for the paper's QMNIST {0, 3, 7}.
 - ``"digits-46"`` -- digits of classes 4, 6 (labels 0, 1; 362 rows): the offline stand-in for
@@ -65,6 +68,7 @@ from flwr_clustering.data.partitioners import (
     SortedChunkPartitioner,
     partition_arrays,
 )
+from flwr_clustering.data.shapes import SHAPES, shapes
 from flwr_clustering.data.ssets import sset_lookalike
 from flwr_clustering.data.synthetic import (
     GARST_CLUSTERWISE_AMOUNTS,
@@ -99,6 +103,10 @@ DATASETS: tuple[str, ...] = (
     "dim-128",
     "digits-037",
     "digits-46",
+    "moons",
+    "circles",
+    "aniso",
+    "varied",
 )
 
 #: Names accepted by the ``partitioner`` argument of :func:`load_partition`.
@@ -160,7 +168,8 @@ def load_dataset(
     beta : float, default 0.1
         Spread of the spatial split (``garst-grid`` only).
     n_samples : int, default 1000
-        Number of points (``blobs`` only; ``sset-*`` always have 5000, as the real S-sets).
+        Number of points (``blobs`` and the shapes; ``sset-*`` always have 5000, as the
+        real S-sets).
     n_features : int, default 2
         Number of features (``blobs`` only).
     centers : int, default 16
@@ -168,7 +177,7 @@ def load_dataset(
     cluster_std : float, default 1.0
         Cluster standard deviation (``blobs`` only).
     seed : int, default 0
-        ``random_state`` of ``make_blobs`` (``blobs``) and seed of
+        ``random_state`` of ``make_blobs`` (``blobs``), seed of the shapes and of
         :func:`~flwr_clustering.data.ssets.sset_lookalike` (``sset-*``). The ``garst-*`` data
         always uses seed 42, as the paper does.
 
@@ -206,6 +215,9 @@ def load_dataset(
             random_state=_as_int("seed", seed),
         )
         return X.astype(np.float64), y.astype(np.int64), None
+    if name in SHAPES:
+        X, y = shapes(name, _as_int("n_samples", n_samples), seed=_as_int("seed", seed))
+        return X, y, None
     if name in _SSET_LEVELS:
         X, y, _ = sset_lookalike(_SSET_LEVELS[name], seed=_as_int("seed", seed))
         return X, y, None

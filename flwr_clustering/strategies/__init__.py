@@ -5,6 +5,7 @@ from .dgc import DGC
 from .feca import FeCA, MAvg
 from .ffcm import FFCM
 from .fkm import FedKMeans
+from .kdc import KDC
 from .kfed import KFed
 from .masked import MaskedFederated, MaskedOneShot
 
@@ -14,6 +15,7 @@ __all__ = [
     "ClusteringStrategy",
     "FeCA",
     "FedKMeans",
+    "KDC",
     "KFed",
     "MAvg",
     "MaskedFederated",

@@ -1,0 +1,86 @@
+"""NumPyClient of KDC, distributed clustering with a distributional kernel (spec 004).
+
+A site answers three messages: ``stats`` (its size and, for the global [0, 1] scaling, its
+per-feature min and max), ``sample`` (a uniform random subset of its rows, **raw rows**:
+the upload KDC needs), and ``assign`` (the kernel model and the ``k`` kernel mean maps: it
+labels every local row and returns only counts and evaluation statistics; the labels stay
+on the site, in :attr:`KDCClient.labels`, unless the run asks for them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.fkm import client_rng
+from ..algorithms.kdc import IsolationKernel, kdc_site_assign, kdc_site_sample
+from ..metrics import label_evaluation_stats
+from .base import ClusteringClient
+
+__all__ = ["KDCClient"]
+
+
+class KDCClient(ClusteringClient):
+    """A KDC site.
+
+    ``config["phase"]``:
+
+    - ``"stats"``: returns ``[n]`` or ``[n, min, max]`` (``normalize``);
+    - ``"sample"``: receives ``[]`` or ``[min, max]`` and ``size``; returns ``[B_l]``,
+      ``size`` rows drawn uniformly without replacement with ``client_rng(seed, id)``,
+      scaled to [0, 1];
+    - ``"assign"``: receives ``[maps, centres]`` (+ ``radii`` for iNNE, + ``min, max``);
+      returns ``[counts]`` and the statistics of
+      :func:`~flwr_clustering.metrics.label_evaluation_stats` (with ``labels`` only when
+      ``return-labels`` is set).
+    """
+
+    labels: np.ndarray | None = None
+
+    def _scaling(self, arrays, config):
+        if not config.get("normalize", True):
+            return None, None, list(arrays)
+        if len(arrays) < 2:
+            raise ValueError(f"client {self.client_id}: the scaling (min, max) is missing")
+        lo, hi = (np.asarray(a, dtype=np.float64) for a in arrays[-2:])
+        if lo.shape != (self.X.shape[1],) or hi.shape != lo.shape:
+            raise ValueError(f"client {self.client_id}: scaling of shape {lo.shape}, expected "
+                             f"({self.X.shape[1]},)")
+        return lo, hi, list(arrays[:-2])
+
+    def fit(self, parameters, config):
+        """Answer the ``stats``, ``sample`` or ``assign`` message."""
+        phase = config.get("phase")
+        n = len(self.X)
+        if phase == "stats":
+            out = [np.array([n], dtype=np.int64)]
+            if config.get("normalize", True):
+                out += [self.X.min(axis=0), self.X.max(axis=0)]
+            return out, n, {}
+        if phase == "sample":
+            lo, hi, _ = self._scaling(parameters, config)
+            rng = client_rng(int(config.get("seed", 0)), self.client_id)
+            B, _ = kdc_site_sample(self.X, int(config["size"]), rng, lo, hi)
+            return [B], n, {"sample-rows": len(B)}
+        if phase == "assign":
+            lo, hi, rest = self._scaling(parameters, config)
+            if len(rest) not in (2, 3):
+                raise ValueError(f"client {self.client_id}: expected [maps, centres(, radii)], "
+                                 f"got {len(rest)} arrays")
+            maps = np.asarray(rest[0], dtype=np.float64)
+            model = IsolationKernel.from_arrays(rest[1:])
+            if maps.ndim != 2 or maps.shape[1] != model.t * model.psi:
+                raise ValueError(f"client {self.client_id}: mean maps of shape {maps.shape} "
+                                 f"do not fit a kernel of {model.t} x {model.psi} cells")
+            self.labels = kdc_site_assign(self.X, model, maps, lo, hi)
+            k = len(maps)
+            n_classes = int(config["n-classes"]) if config.get("n-classes") else None
+            stats = label_evaluation_stats(self.labels, k, self.y, n_classes)
+            counts = stats.pop("cluster-counts")
+            if config.get("return-labels", False):
+                stats["labels"] = self.labels
+            return [counts], n, stats
+        raise ValueError(f"client {self.client_id}: unknown KDC phase {phase!r}")
+
+    def evaluate(self, parameters, config):
+        """Not used: KDC's assign round already returns the evaluation statistics."""
+        raise ValueError("KDC evaluates in its assign round; there is no evaluate message")

@@ -1,0 +1,263 @@
+"""KDC in Flower: one upload of a random subset, one broadcast of the kernel model (spec 004).
+
+Round 0 (statistics): every site sends its size and, for the global [0, 1] scaling, its
+per-feature min and max. Round 1 (sample): each site is asked for its share ``s_l`` of the
+sample (proportional allocation) and sends ``s_l`` **raw rows**, scaled; the coordinator
+pools them in client-id order, builds the Isolation Kernel, finds the ``k`` initial
+clusters (κBCC or kernel k-means) and their kernel mean maps. Round 2 (assign): the model
+and the maps go to every site; each labels its rows by the most similar cluster
+distribution and returns counts and evaluation statistics only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Message, MessageType
+from flwr.serverapp import Grid
+
+from ..algorithms.kdc import (
+    STEP2,
+    VARIANTS,
+    allocate_sample,
+    assign_by_distribution,
+    feature_map,
+    kdc_coordinator,
+    minmax_scale,
+    select_parameters,
+)
+from ..metrics import aggregate_evaluation_stats
+from .base import ClusteringStrategy, Reply, logger
+
+__all__ = ["KDC"]
+
+
+class KDC(ClusteringStrategy):
+    """KDC (Zhang et al.): distributed clustering based on a distributional kernel.
+
+    Parameters
+    ----------
+    k : int
+        Clusters.
+    sample_size : int, default 10000
+        ``s``, the total number of rows the sites send (capped at ``n``), allocated in
+        proportion to the site sizes. **These rows leave the sites**: KDC needs them.
+    psi, t : int, default 16, 100
+        Isolation Kernel: cells per partitioning, partitionings.
+    tau : float, default 0.5
+        κBCC similarity threshold.
+    auto : bool, default False
+        Choose ``psi`` and ``tau`` on the pooled sample without labels
+        (:func:`~flwr_clustering.algorithms.kdc.select_parameters`).
+    step2 : {"kbcc", "kernel-kmeans"}, default "kbcc"
+        The coordinator's clustering of the sample.
+    variant : {"anne", "inne"}, default "anne"
+        Voronoi cells or hyperspheres.
+    normalize : bool, default True
+        Global min-max scaling (the statistics round also carries per-feature min and max).
+    return_labels : bool, default False
+        Sites also return their labels (simulation checks); by default they stay local.
+    **kwargs
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options.
+    """
+
+    name = "kdc"
+
+    def __init__(self, k: int, *, sample_size: int = 10_000, psi: int = 16, t: int = 100,
+                 tau: float = 0.5, auto: bool = False, step2: str = "kbcc",
+                 variant: str = "anne", normalize: bool = True, return_labels: bool = False,
+                 **kwargs: Any) -> None:
+        if int(k) != k or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if step2 not in STEP2:
+            raise ValueError(f"step2 must be one of {STEP2}, got {step2!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if int(sample_size) < 1 or int(psi) < 2 or int(t) < 1:
+            raise ValueError("sample_size and t must be >= 1 and psi >= 2")
+        self.k, self.sample_size, self.psi, self.t = int(k), int(sample_size), int(psi), int(t)
+        self.tau, self.auto, self.step2, self.variant = float(tau), bool(auto), step2, variant
+        self.normalize, self.return_labels = bool(normalize), bool(return_labels)
+        kwargs["max_rounds"] = 2
+        kwargs.setdefault("tol", -1.0)
+        super().__init__(**kwargs)
+
+    def reset(self) -> None:
+        """Forget the run."""
+        super().reset()
+        self.sizes: dict[int, int] = {}
+        self.node_of: dict[int, int] = {}
+        self.alloc: dict[int, int] = {}
+        self.lo = self.hi = None
+        self.model = self.maps = self.B = None
+        self.groups: list[np.ndarray] = []
+        self.selection: dict | None = None
+        self.site_labels: dict[int, np.ndarray] = {}
+
+    def describe(self) -> dict[str, Any]:
+        """Configuration for logs and results."""
+        return {**super().describe(), "k": self.k, "sample_size": self.sample_size,
+                "psi": self.psi, "t": self.t, "tau": self.tau, "auto": self.auto,
+                "step2": self.step2, "variant": self.variant, "normalize": self.normalize}
+
+    # ----------------------------------------------------------- round 0: stats
+    def initialize(self, grid: Grid, timeout: float) -> None:
+        """The statistics round: sizes (and min/max) of every site, the sample allocation."""
+        cfg = {"phase": "stats", "normalize": self.normalize}
+        replies = grid.send_and_receive(
+            self._messages(0, [], cfg, grid, MessageType.TRAIN), timeout=timeout)
+        valid = self.collect(0, list(replies), self._parse_stats, kind="stats")
+        self.sizes = {r.client_id: r.payload[0] for r in valid}
+        self.node_of = {r.client_id: r.node_id for r in valid}
+        if self.normalize:
+            self.lo = np.min([r.payload[1] for r in valid], axis=0)
+            self.hi = np.max([r.payload[2] for r in valid], axis=0)
+        ids = sorted(self.sizes)
+        self.alloc = dict(zip(ids, allocate_sample([self.sizes[i] for i in ids],
+                                                   self.sample_size).tolist(), strict=True))
+        logger.info("KDC: %d sites, n = %d, sample s = %d (per site %s)", len(ids),
+                    sum(self.sizes.values()), sum(self.alloc.values()), self.alloc)
+
+    def _parse_stats(self, arrays: list[np.ndarray]) -> tuple:
+        if len(arrays) != (3 if self.normalize else 1):
+            raise ValueError(f"expected {'[n, min, max]' if self.normalize else '[n]'}, "
+                             f"got {len(arrays)} arrays")
+        n = np.asarray(arrays[0])
+        if n.shape != (1,) or int(n[0]) < 1:
+            raise ValueError(f"malformed size {n}")
+        if not self.normalize:
+            return (int(n[0]),)
+        lo, hi = (np.asarray(a, dtype=np.float64) for a in arrays[1:])
+        if lo.ndim != 1 or hi.shape != lo.shape or not (np.isfinite(lo).all()
+                                                        and np.isfinite(hi).all()):
+            raise ValueError(f"malformed min/max of shapes {lo.shape}, {hi.shape}")
+        return int(n[0]), lo, hi
+
+    def payload_features(self, payload: Any) -> int | None:
+        """Dimension of a stats (min) or sample upload."""
+        if isinstance(payload, tuple):
+            return int(payload[1].shape[0]) if len(payload) == 3 else None
+        return int(payload.shape[1]) if payload.ndim == 2 else None
+
+    # ------------------------------------------------------------------ messages
+    def _scaling(self) -> list[np.ndarray]:
+        return [self.lo, self.hi] if self.normalize else []
+
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        """Round 1: each site its own sample size; round 2: the model to every site."""
+        base = {**dict(config or {}), "normalize": self.normalize, "seed": self.seed}
+        if server_round == 1:
+            return [self.message(server_round, self.node_of[cid],
+                                 self.records(self._scaling(),
+                                              {**base, "phase": "sample", "size": size}),
+                                 MessageType.TRAIN)
+                    for cid, size in sorted(self.alloc.items())]
+        cfg = {**base, "phase": "assign", "return-labels": self.return_labels}
+        return self._messages(server_round, [self.maps, *self.model.arrays(), *self._scaling()],
+                              cfg, grid, MessageType.TRAIN)
+
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
+        """Round 1: the sample ``(s_l, d)``; round 2: the cluster counts ``(k,)``."""
+        if len(arrays) != 1:
+            raise ValueError(f"expected 1 array, got {len(arrays)}")
+        a = np.asarray(arrays[0])
+        if server_round == 1:
+            a = a.astype(np.float64)
+            if a.ndim != 2 or not np.isfinite(a).all():
+                raise ValueError(f"the sample must be a finite 2-D array, got {a.shape}")
+            return a
+        if a.shape != (self.k,) or (a < 0).any():
+            raise ValueError(f"counts must be {self.k} non-negative numbers, got {a.shape}")
+        return a.astype(np.int64)
+
+    # --------------------------------------------------------------- aggregation
+    def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
+        """Round 1: the coordinator's step 2; round 2: counts and metrics."""
+        if server_round == 1:
+            parts = []
+            for r in replies:
+                want = self.alloc.get(r.client_id)
+                if want is None or len(r.payload) != want:
+                    logger.warning("round 1: dropping the sample of client %d: %d rows, "
+                                   "asked for %s", r.client_id, len(r.payload), want)
+                    continue
+                logger.info("round 1: site %d sent %d raw rows (of %d)", r.client_id,
+                            want, self.sizes[r.client_id])
+                parts.append(r.payload)
+            if not parts:
+                raise RuntimeError("round 1: no valid sample")
+            self.B = np.vstack(parts)
+            psi, tau = self.psi, self.tau
+            if self.auto:
+                self.selection = select_parameters(self.B, self.k, t=self.t,
+                                                   variant=self.variant, seed=self.seed)
+                psi, tau = self.selection["psi"], self.selection["tau"]
+                logger.info("KDC: chose psi=%d, tau=%.2f without labels (stable over tau %s)",
+                            psi, tau, self.selection["run"])
+            self.model, self.maps, self.groups = kdc_coordinator(
+                self.B, self.k, psi=psi, t=self.t, tau=tau, step2=self.step2,
+                variant=self.variant, seed=self.seed)
+            logger.info("KDC: initial clusters of %s sample points",
+                        [len(g) for g in self.groups])
+            return self._group_means()
+        self.final_metrics = aggregate_evaluation_stats([r.stats for r in replies])
+        self.cluster_sizes = np.sum([r.payload for r in replies], axis=0)
+        if self.return_labels:
+            self.site_labels = {r.client_id: np.asarray(r.stats["labels"], dtype=np.int64)
+                                for r in replies if "labels" in r.stats}
+        return self.centroids
+
+    def _group_means(self) -> np.ndarray:
+        """The input-space mean of every initial cluster (for logs and plots only)."""
+        means = np.stack([self.B[g].mean(axis=0) for g in self.groups])
+        if self.normalize:
+            span = np.where(self.hi - self.lo > 0, self.hi - self.lo, 1.0)
+            means = means * span + self.lo
+        return means
+
+    def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Rows uploaded (round 1) and floats broadcast (round 2)."""
+        if server_round == 1:
+            return {"rows-uploaded": int(len(self.B)), "initial-cluster-sizes":
+                    [len(g) for g in self.groups]}
+        broadcast = self.maps.size + sum(a.size for a in self.model.arrays())
+        return {"floats-broadcast-per-site": int(broadcast), "sites": len(replies),
+                "cluster-sizes": self.cluster_sizes.tolist(), "metrics": self.final_metrics}
+
+    def converged(self, server_round: int) -> bool:
+        """Never early: the protocol is the sample round and the assign round."""
+        return False
+
+    def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
+        """No evaluate message: the assign round returns the statistics."""
+        return []
+
+    def label(self, X: np.ndarray) -> np.ndarray:
+        """Label rows with the broadcast model (the centralized framework's step 3)."""
+        if self.model is None:
+            raise RuntimeError("no KDC model yet")
+        scaled = minmax_scale(np.asarray(X, dtype=np.float64), self.lo, self.hi)
+        return assign_by_distribution(feature_map(self.model, scaled), self.maps)[0]
+
+    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
+        """Write the common results and ``kdc_model.npz``.
+
+        ``kdc_model.npz``: the kernel (``centres``, ``radii``), the mean maps, the scaling
+        and the sizes of the initial clusters; the chosen ``psi``/``tau`` go to
+        ``result.json``.
+        """
+        if self.selection is not None:
+            extra.setdefault("selection", {k: v for k, v in self.selection.items()
+                                           if k != "tried"})
+        paths = super().save(out_dir, **extra)
+        if self.model is not None:
+            paths["model"] = str(Path(out_dir) / "kdc_model.npz")
+            np.savez(paths["model"], centres=self.model.centres,
+                     radii=(self.model.radii if self.model.radii is not None
+                            else np.empty(0)),
+                     maps=self.maps, lo=self.lo if self.lo is not None else np.empty(0),
+                     hi=self.hi if self.hi is not None else np.empty(0),
+                     group_sizes=np.array([len(g) for g in self.groups]))
+        return paths
