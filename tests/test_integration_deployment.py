@@ -249,9 +249,13 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
+    from flwr_clustering.algorithms.kdc import run_kdc
     from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
 
     local = [X for X, _ in parts]
+    kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans")
+    kdc_means = (np.stack([kdc.B[g].mean(axis=0) for g in kdc.groups]) * (kdc.hi - kdc.lo)
+                 + kdc.lo)
     for algorithm, overrides, rounds, ref in (
         ("feca", "", 1, run_feca(local, 16).centroids),
         ("ffcm", "max-rounds=2 tol=-1.0", 2, run_ffcm(local, 16, rounds=2).centroids),
@@ -263,10 +267,19 @@ def test_deployment_three_supernodes_local_files(deployment):
         ("dgc", "iterations=1 rho=10.0", 2,
          run_dgc(local, build_graph("ring", 3), initial_centres(local, 16), rho=10.0,
                  iterations=1).centres.mean(axis=0)),
+        # KDC: statistics round, one sample upload, one broadcast; the initial clusters'
+        # means (the logged model) equal the pure loop's, hence the same sample and kernel
+        ("kdc", "kdc-auto=false kdc-step2='kernel-kmeans' sample-size=400 ik-t=50", 2,
+         kdc_means),
     ):
         res, centroids = _deploy_run(dep, algorithm, overrides)
         assert res["algorithm"] == algorithm and res["rounds"] == rounds
         np.testing.assert_allclose(centroids, ref, rtol=0, atol=1e-9)
+    # KDC's sites kept their labels; their statistics give the reference labels' NMI
+    from sklearn.metrics import normalized_mutual_info_score
+
+    assert res["federated"]["nmi"] == pytest.approx(normalized_mutual_info_score(
+        np.concatenate([y for _, y in parts]), np.concatenate(kdc.labels)), abs=1e-12)
 
     # Stop everything we started, by pid, and check that it is gone.
     survivors = dep.stop()

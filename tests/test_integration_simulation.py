@@ -340,6 +340,29 @@ def test_dgc_relay_in_simulation_matches_reference(fkm_run, local_superlink):
     assert res["federated"]["user-accuracy-mean"] == pytest.approx(expected, abs=1e-12)
 
 
+def test_kdc_in_simulation_matches_reference(fkm_run, local_superlink):
+    """KDC on two moons over the 5 Ray nodes: the sites' statistics equal run_kdc's."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    from flwr_clustering.algorithms.kdc import run_kdc
+    from flwr_clustering.data.registry import load_partition
+
+    run = local_superlink.run(
+        "kdc", "dataset='moons' n-samples=600 partitioner='iid' k=2 sample-size=300 ik-t=50")
+    res = run.result
+    assert res["algorithm"] == "kdc" and res["rounds"] == 2  # one upload, one broadcast
+    parts = [load_partition(i, NUM_SUPERNODES, dataset="moons", n_samples=600,
+                            partitioner="iid") for i in range(NUM_SUPERNODES)]
+    sel = res["selection"]
+    ref = run_kdc([X for X, _ in parts], 2, s=300, psi=sel["psi"], tau=sel["tau"], t=50)
+    y = np.concatenate([y for _, y in parts])
+    nmi = normalized_mutual_info_score(y, np.concatenate(ref.labels))
+    assert res["federated"]["nmi"] == pytest.approx(nmi, abs=1e-12) and nmi > 0.9
+    assert res["centralized"]["nmi"] < 0.5  # k-means cannot separate the moons
+    history = json.loads((run.out_dir / "history.json").read_text())
+    assert history[0]["rows-uploaded"] == 300
+
+
 def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink):
     # Gotcha G2, and proof that the status checks above are not vacuous.
     out_dir = local_superlink.tmp / "out-bad"

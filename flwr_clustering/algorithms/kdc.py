@@ -280,18 +280,25 @@ def kbcc(F: sp.spmatrix, k: int, tau: float, t: int) -> list[np.ndarray]:
 
 
 def kbcc_components(F: sp.spmatrix, tau: float, t: int) -> tuple[int, np.ndarray]:
-    """Connected components of the thresholded IK graph on ``B`` (blocked, sparse)."""
+    """Connected components of the thresholded IK graph on ``B``.
+
+    Blocked: each block of rows is compared with all of ``B`` and its edges are merged
+    into the components found so far, so memory stays at one block of similarities (not
+    the ``s x s`` graph).
+    """
     F = sp.csr_matrix(F)
     s = F.shape[0]
-    rows, cols = [], []
-    for start in range(0, s, _BLOCK):
-        sim = ik_similarity(F[start:start + _BLOCK], F, t)
+    n_comp, comp = s, np.arange(s)
+    for start in range(0, s, _BLOCK // 2):
+        sim = ik_similarity(F[start:start + _BLOCK // 2], F, t)
         r, c = np.nonzero(sim > tau)
-        rows.append(r + start)
-        cols.append(c)
-    r, c = np.concatenate(rows), np.concatenate(cols)
-    A = sp.csr_matrix((np.ones(len(r), dtype=np.int8), (r, c)), shape=(s, s))
-    return connected_components(A, directed=False)
+        if not len(r):
+            continue
+        a, b = comp[r + start], comp[c]
+        graph = sp.csr_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n_comp, n_comp))
+        n_comp, merged = connected_components(graph, directed=False)
+        comp = merged[comp]
+    return int(n_comp), comp
 
 
 def _largest(comp: np.ndarray, n_comp: int, k: int) -> list[np.ndarray]:
