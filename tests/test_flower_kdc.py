@@ -111,3 +111,15 @@ def test_a_bad_site_is_dropped_with_its_sample_and_bad_options_are_rejected():
         KDC(3, step2="dbscan")
     with pytest.raises(ValueError, match="variant"):
         KDC(3, variant="iforest")
+
+
+def test_a_tiny_site_takes_part_with_an_empty_or_one_row_sample():
+    parts = _sites(r=3) + [(np.array([[0.5, 0.25]]), np.array([0]))]  # a one-row site
+    data = [X for X, _ in parts]
+    strategy = KDC(4, sample_size=100, t=50, tau=0.7, return_labels=True, min_nodes=4, seed=2)
+    strategy.start(grid=InProcessGrid(_app(parts), 4))
+    ref = run_kdc(data, 4, s=100, t=50, tau=0.7, seed=2)
+    assert strategy.alloc[3] == ref.sample_sizes[3] == 0  # 100 / 601 of one row rounds to 0
+    for i in range(4):
+        np.testing.assert_array_equal(strategy.site_labels[i], ref.labels[i])
+    assert len(strategy.site_labels[3]) == 1
