@@ -236,5 +236,40 @@ def test_label_free_parameter_choice_finds_the_shapes():
     assert score >= 0.9 > baseline + 0.1, (choice, score, baseline)
     assert len(info["points-sent"]) == 5
     assert info["total-weight"] == pytest.approx(len(X))  # Balcan et al.: weights sum to n
+    assert info["used-weight"] >= info["total-weight"]  # negative centre weights left out
     with pytest.raises(ValueError, match="no \\(psi, tau\\)"):
         select_parameters(B, 40, t=20, psi_grid=(4,), tau_grid=(0.5,))
+
+
+def test_parameters_ranked_on_a_subsample_hold_on_the_whole_sample():
+    X, _ = _shapes(600)
+    B = run_kdc([X], 4, s=900, t=50, tau=0.7, seed=0).B
+    choice = select_parameters(B, 4, t=50, max_points=150, seed=0)
+    F = feature_map(build_ik(B, choice["psi"], 50, np.random.default_rng(0)), B)
+    cores = kbcc(F, 4, choice["tau"], 50)
+    assert min(len(c) for c in cores) >= 0.02 * len(B) and choice["tau"] in choice["run"]
+
+
+def test_kernel_kmeans_starts_and_blocked_assignment():
+    import flwr_clustering.algorithms.kdc as kdc
+
+    X, _ = _shapes(300)
+    one = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1)
+    ten = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1, n_init=10)
+    F = feature_map(one.model, one.B).toarray()
+
+    def inertia(groups):
+        return sum(((F[g] - F[g].mean(axis=0)) ** 2).sum() for g in groups)
+
+    # the best of 10 starts (the first of which is the single start) fits at least as well
+    assert inertia(ten.groups) <= inertia(one.groups) + 1e-9
+    # step 3 in blocks gives the same labels as in one piece
+    small = kdc_central(X, one.B, 4, t=30, step2="kernel-kmeans", lo=one.lo, hi=one.hi, seed=1)
+    old = kdc._ASSIGN_BLOCK
+    try:
+        kdc._ASSIGN_BLOCK = 7
+        blocked = kdc_central(X, one.B, 4, t=30, step2="kernel-kmeans", lo=one.lo, hi=one.hi,
+                              seed=1)
+    finally:
+        kdc._ASSIGN_BLOCK = old
+    np.testing.assert_array_equal(blocked.labels[0], small.labels[0])

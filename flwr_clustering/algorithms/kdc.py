@@ -49,6 +49,8 @@ __all__ = [
     "feature_map",
     "ik_similarity",
     "kbcc",
+    "kbcc_components",
+    "kbcc_components_multi",
     "kdc_central",
     "kdc_coordinator",
     "kdc_site_assign",
@@ -280,25 +282,34 @@ def kbcc(F: sp.spmatrix, k: int, tau: float, t: int) -> list[np.ndarray]:
 
 
 def kbcc_components(F: sp.spmatrix, tau: float, t: int) -> tuple[int, np.ndarray]:
-    """Connected components of the thresholded IK graph on ``B``.
+    """Connected components of the thresholded IK graph on ``B``: ``(count, labels)``.
 
     Blocked: each block of rows is compared with all of ``B`` and its edges are merged
     into the components found so far, so memory stays at one block of similarities (not
     the ``s x s`` graph).
     """
+    return kbcc_components_multi(F, [tau], t)[0]
+
+
+def kbcc_components_multi(F: sp.spmatrix, taus: Sequence[float], t: int
+                          ) -> list[tuple[int, np.ndarray]]:
+    """:func:`kbcc_components` for several thresholds, sharing the similarity blocks."""
     F = sp.csr_matrix(F)
     s = F.shape[0]
-    n_comp, comp = s, np.arange(s)
+    state = [(s, np.arange(s)) for _ in taus]
     for start in range(0, s, _BLOCK // 2):
         sim = ik_similarity(F[start:start + _BLOCK // 2], F, t)
-        r, c = np.nonzero(sim > tau)
-        if not len(r):
-            continue
-        a, b = comp[r + start], comp[c]
-        graph = sp.csr_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n_comp, n_comp))
-        n_comp, merged = connected_components(graph, directed=False)
-        comp = merged[comp]
-    return int(n_comp), comp
+        for j, tau in enumerate(taus):
+            r, c = np.nonzero(sim > tau)
+            if not len(r):
+                continue
+            n_comp, comp = state[j]
+            a, b = comp[r + start], comp[c]
+            graph = sp.csr_matrix((np.ones(len(a), dtype=np.int8), (a, b)),
+                                  shape=(n_comp, n_comp))
+            n_new, merged = connected_components(graph, directed=False)
+            state[j] = (int(n_new), merged[comp])
+    return [(int(n), comp) for n, comp in state]
 
 
 def _largest(comp: np.ndarray, n_comp: int, k: int) -> list[np.ndarray]:
@@ -375,11 +386,12 @@ def kdc_site_sample(X: np.ndarray, size: int, rng: np.random.Generator,
 
 def kdc_coordinator(B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
                     tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
-                    seed: int = 0) -> tuple[IsolationKernel, np.ndarray, list[np.ndarray]]:
+                    seed: int = 0, n_init: int = 1
+                    ) -> tuple[IsolationKernel, np.ndarray, list[np.ndarray]]:
     """Step 2: the kernel on ``B``, ``k`` initial clusters, their kernel mean maps.
 
-    The kernel is drawn from ``default_rng(seed)``; kernel k-means from
-    ``default_rng([seed, 1])``.
+    The kernel is drawn from ``default_rng(seed)``; kernel k-means (``n_init`` starts, as
+    scikit-learn's default of one k-means++ start) from ``default_rng([seed, 1])``.
 
     Returns
     -------
@@ -398,7 +410,7 @@ def kdc_coordinator(B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
     if step2 == "kbcc":
         groups = kbcc(F, k, tau, t)
     else:
-        groups = kernel_kmeans(F, k, np.random.default_rng([seed, 1]))
+        groups = kernel_kmeans(F, k, np.random.default_rng([seed, 1]), n_init=n_init)
     return model, kernel_mean_maps(F, groups), groups
 
 
@@ -406,7 +418,22 @@ def kdc_site_assign(X: np.ndarray, model: IsolationKernel, maps: np.ndarray,
                     lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
     """Step 3 on a site: the label of every local row (they stay on the site)."""
     X = check_data(X, name="site data")
-    return assign_by_distribution(feature_map(model, minmax_scale(X, lo, hi)), maps)[0]
+    return _label_rows(X, model, maps, lo, hi)
+
+
+#: Rows per block of step 3 (memory only: every row is labelled on its own).
+_ASSIGN_BLOCK = 65_536
+
+
+def _label_rows(X: np.ndarray, model: IsolationKernel, maps: np.ndarray,
+                lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
+    """Step 3 block by block, so memory does not grow with ``n``."""
+    out = np.empty(len(X), dtype=np.int64)
+    for start in range(0, len(X), _ASSIGN_BLOCK):
+        block = minmax_scale(X[start:start + _ASSIGN_BLOCK], lo, hi)
+        out[start:start + len(block)] = assign_by_distribution(feature_map(model, block),
+                                                               maps)[0]
+    return out
 
 
 @dataclass
@@ -472,7 +499,7 @@ def pooled_sample(data: Sequence[np.ndarray], s: int = 10_000, *, normalize: boo
 
 def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 16,
             t: int = 100, tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
-            normalize: bool = True, seed: int = 0) -> KDCResult:
+            normalize: bool = True, seed: int = 0, n_init: int = 1) -> KDCResult:
     """KDC as a loop over in-memory sites (Framework 2), what the Flower run computes.
 
     Parameters
@@ -491,10 +518,12 @@ def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 1
         Global min-max scaling to [0, 1] (from the sites' per-feature min and max).
     seed : int, default 0
         Site ``l`` samples with ``client_rng(seed, l)``; the coordinator uses ``seed``.
+    n_init : int, default 1
+        Starts of kernel k-means.
     """
     B, alloc, lo, hi, data = pooled_sample(data, s, normalize=normalize, seed=seed)
     model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
-                                          variant=variant, seed=seed)
+                                          variant=variant, seed=seed, n_init=n_init)
     labels = [kdc_site_assign(X, model, maps, lo, hi) if len(X) else
               np.empty(0, dtype=np.int64) for X in data]
     return KDCResult(labels, model, maps, groups, B, alloc, lo, hi)
@@ -503,15 +532,15 @@ def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 1
 def kdc_central(X: np.ndarray, B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
                 tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
                 lo: np.ndarray | None = None, hi: np.ndarray | None = None,
-                seed: int = 0) -> KDCResult:
+                seed: int = 0, n_init: int = 1) -> KDCResult:
     """Framework 1 (centralized) on all rows ``X`` with a given subset ``B`` (scaled).
 
     With the ``B``, scaling and seed of a :func:`run_kdc` run, the labels equal the sites'
     labels concatenated (spec §7, property (a)).
     """
     model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
-                                          variant=variant, seed=seed)
-    labels = assign_by_distribution(feature_map(model, minmax_scale(X, lo, hi)), maps)[0]
+                                          variant=variant, seed=seed, n_init=n_init)
+    labels = _label_rows(check_data(X, name="data"), model, maps, lo, hi)
     return KDCResult([labels], model, maps, groups, np.asarray(B), np.array([len(B)]), lo, hi)
 
 
@@ -522,13 +551,38 @@ PSI_GRID = (4, 8, 16, 32, 64)
 TAU_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
+def _stable_run(B: np.ndarray, k: int, psi: int, t: int, variant: str,
+                taus: Sequence[float], min_core: float, seed: int) -> list[float]:
+    """The longest run of valid ``tau`` with the same step-3 clustering of ``B``."""
+    from sklearn.metrics import adjusted_rand_score
+
+    need = max(2, math.ceil(min_core * len(B)))
+    F = feature_map(build_ik(B, psi, t, np.random.default_rng(seed), variant), B)
+    best: list[float] = []
+    run: list[float] = []
+    first = None
+    for tau, (n_comp, comp) in zip(taus, kbcc_components_multi(F, taus, t), strict=True):
+        groups = _largest(comp, n_comp, k) if n_comp >= k else []
+        if not groups or min(len(g) for g in groups) < need:
+            run, first = [], None
+            continue
+        labels = assign_by_distribution(F, kernel_mean_maps(F, groups))[0]
+        if first is not None and adjusted_rand_score(first, labels) >= 0.95:
+            run.append(tau)
+        else:
+            run, first = [tau], labels
+        if len(run) > len(best):
+            best = list(run)
+    return best
+
+
 def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "anne",
                       psi_grid: Sequence[int] = PSI_GRID, tau_grid: Sequence[float] = TAU_GRID,
                       min_core: float = 0.02, max_points: int = 2000, seed: int = 0) -> dict:
     """Choose ``psi`` and ``tau`` on the pooled subset, without labels (a stability rule).
 
-    The heuristic is ours (the paper tuned against ground truth). On at most
-    ``max_points`` rows of ``B`` (a seeded uniform subsample), for every ``psi`` of the grid:
+    The heuristic is ours (the paper tuned against ground truth). For a ``psi``, with the
+    kernel ``build_ik(B, psi, t, seed)``:
 
     1. a ``tau`` of the grid is *valid* when the ``k`` largest κBCC components each hold at
        least ``min_core`` of the rows (and at least 2);
@@ -536,57 +590,45 @@ def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "an
        the rows stay the same clustering (adjusted Rand index >= 0.95 against the run's
        first ``tau``).
 
-    The longest run wins (ties: the larger ``psi``), and ``tau`` is its middle value: a
-    clustering that many thresholds agree on, chosen where it is least sensitive to
-    ``tau``.
+    The ``psi`` with the longest run wins (ties: the larger ``psi``) and ``tau`` is its
+    run's middle value: a clustering that many thresholds agree on, chosen where it is
+    least sensitive to ``tau``. To keep the cost down, the ``psi`` are ranked on at most
+    ``max_points`` rows of ``B`` (a seeded subsample); then, best first, the run is
+    recomputed on all of ``B`` with the coordinator's own kernel (more rows join more
+    cores), and the first ``psi`` with a valid run there gives the answer.
 
     Returns
     -------
     dict
-        ``{"psi", "tau", "run", "tried"}``; ``run`` is the winning run's ``tau`` values,
-        ``tried`` every ``psi``'s best run.
+        ``{"psi", "tau", "run", "tried"}``; ``run`` is the winning run's ``tau`` values
+        (on all of ``B``), ``tried`` every ``psi``'s run on the subsample.
 
     Raises
     ------
     ValueError
         If no grid point gives ``k`` such cores.
     """
-    from sklearn.metrics import adjusted_rand_score
-
     B = check_data(B, name="pooled sample")
-    rng = np.random.default_rng([seed, 2])
+    taus = sorted(float(x) for x in tau_grid)
+    sub = B
     if len(B) > max_points:
-        B = B[np.sort(rng.choice(len(B), max_points, replace=False))]
-    need = max(2, math.ceil(min_core * len(B)))
-    tried: list[dict] = []
+        rng = np.random.default_rng([seed, 2])
+        sub = B[np.sort(rng.choice(len(B), max_points, replace=False))]
+    tried = []
     for psi in psi_grid:
-        if psi > len(B):
-            continue
-        model = build_ik(B, psi, t, np.random.default_rng(seed), variant)
-        F = feature_map(model, B)
-        S = ik_similarity(F, t=t)
-        best: list[float] = []
-        run: list[float] = []
-        first = None
-        for tau in sorted(tau_grid):
-            n_comp, comp = connected_components(sp.csr_matrix(S > tau), directed=False)
-            groups = _largest(comp, n_comp, k) if n_comp >= k else []
-            if not groups or min(len(g) for g in groups) < need:
-                run, first = [], None
-                continue
-            labels = assign_by_distribution(F, kernel_mean_maps(F, groups))[0]
-            if first is not None and adjusted_rand_score(first, labels) >= 0.95:
-                run.append(float(tau))
-            else:
-                run, first = [float(tau)], labels
-            if len(run) > len(best):
-                best = list(run)
-        if best:
-            tried.append({"psi": int(psi), "tau": best[len(best) // 2], "run": best})
-    if not tried:
-        raise ValueError(f"no (psi, tau) on the grid gives {k} cores of at least {need} points")
-    choice = max(tried, key=lambda c: (len(c["run"]), c["psi"]))
-    return {**choice, "tried": tried}
+        if psi <= len(sub):
+            run = _stable_run(sub, k, int(psi), t, variant, taus, min_core, seed)
+            tried.append({"psi": int(psi), "tau": run[len(run) // 2] if run else None,
+                          "run": run})
+    ranked = sorted((c for c in tried if c["run"]), key=lambda c: (len(c["run"]), c["psi"]),
+                    reverse=True)
+    for cand in ranked:
+        run = (cand["run"] if sub is B else
+               _stable_run(B, k, cand["psi"], t, variant, taus, min_core, seed))
+        if run:
+            return {"psi": cand["psi"], "tau": run[len(run) // 2], "run": run, "tried": tried}
+    raise ValueError(f"no (psi, tau) on the grid gives {k} κBCC cores of at least "
+                     f"{min_core:.0%} of the sample each")
 
 
 # ------------------------------------------------------------------- baseline
@@ -608,8 +650,11 @@ def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
     centres : numpy.ndarray of shape (k, d)
     labels : list of numpy.ndarray
     info : dict
-        ``"points-sent"`` per site (coreset rows plus local centres) and
-        ``"total-weight"`` (the coreset's weights sum to ``n`` by construction).
+        ``"points-sent"`` per site (coreset rows plus local centres),
+        ``"total-weight"`` (the coreset's weights sum to ``n`` by construction) and
+        ``"used-weight"``: a local centre's weight can be negative (its sampled rows carry
+        more than its cluster's size); scikit-learn's k-means takes no negative weight, so
+        those centres are left out and the weights used sum to more than ``n``.
     """
     rng = np.random.default_rng(seed)
     data = [check_data(X, name=f"site {i} data") for i, X in enumerate(data)]
@@ -638,4 +683,5 @@ def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
         P[keep], sample_weight=W[keep])
     C = km.cluster_centers_
     labels = [cdist(X, C, "sqeuclidean").argmin(axis=1) for X in data]
-    return C, labels, {"points-sent": sent, "total-weight": float(W.sum())}
+    return C, labels, {"points-sent": sent, "total-weight": float(W.sum()),
+                       "used-weight": float(W[keep].sum())}
