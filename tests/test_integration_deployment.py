@@ -39,7 +39,7 @@ from flwr_clustering.simulations.processes import (
 #: The repository root: the Flower App that ``flwr run`` builds into a FAB.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
 NUM_CLIENTS = 3
 MAX_ROUNDS = 3
