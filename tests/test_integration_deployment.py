@@ -249,13 +249,12 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
-    from flwr_clustering.algorithms.kdc import run_kdc
+    from flwr_clustering.algorithms.kdc import initial_cluster_means, run_kdc
     from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
 
     local = [X for X, _ in parts]
     kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans")
-    kdc_means = (np.stack([kdc.B[g].mean(axis=0) for g in kdc.groups]) * (kdc.hi - kdc.lo)
-                 + kdc.lo)
+    kdc_means = initial_cluster_means(kdc.B, kdc.groups, kdc.lo, kdc.hi)
     for algorithm, overrides, rounds, ref in (
         ("feca", "", 1, run_feca(local, 16).centroids),
         ("ffcm", "max-rounds=2 tol=-1.0", 2, run_ffcm(local, 16, rounds=2).centroids),

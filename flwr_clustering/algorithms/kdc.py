@@ -48,6 +48,7 @@ __all__ = [
     "coreset_kmeans",
     "feature_map",
     "ik_similarity",
+    "initial_cluster_means",
     "kbcc",
     "kbcc_components",
     "kbcc_components_multi",
@@ -412,6 +413,20 @@ def kdc_coordinator(B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
     else:
         groups = kernel_kmeans(F, k, np.random.default_rng([seed, 1]), n_init=n_init)
     return model, kernel_mean_maps(F, groups), groups
+
+
+def initial_cluster_means(B: np.ndarray, groups: Sequence[np.ndarray],
+                          lo: np.ndarray | None = None, hi: np.ndarray | None = None
+                          ) -> np.ndarray:
+    """Input-space mean of every initial cluster (the scaling undone): for logs and plots.
+
+    KDC's model is the kernel and the mean maps; these means do not label anything.
+    """
+    means = np.stack([np.asarray(B)[np.asarray(g)].mean(axis=0) for g in groups])
+    if lo is None or hi is None:
+        return means
+    span = np.asarray(hi, dtype=np.float64) - np.asarray(lo, dtype=np.float64)
+    return means * np.where(span > 0, span, 1.0) + lo
 
 
 def kdc_site_assign(X: np.ndarray, model: IsolationKernel, maps: np.ndarray,

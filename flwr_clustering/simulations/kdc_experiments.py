@@ -67,7 +67,6 @@ from typing import Any
 
 import numpy as np
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from ..algorithms.fkm import client_rng
@@ -83,7 +82,8 @@ from ..algorithms.kdc import (
     run_kdc,
     select_parameters,
 )
-from ..data.shapes import SHAPES, shapes
+from ..data import registry
+from ..data.shapes import SHAPES
 from .experiments import Experiment, FederatedData, Method, Setting, register, register_kind
 
 __all__ = [
@@ -170,12 +170,10 @@ def load_dataset(name: str, n: int = N_SHAPES, seed: int = 0) -> tuple[np.ndarra
     X : numpy.ndarray of shape (n, d), float64
     y : numpy.ndarray of shape (n,), int64
     """
-    if name == "digits":
-        X, y = load_digits(return_X_y=True)
-        return X.astype(np.float64), y.astype(np.int64)
-    if name not in SHAPES:
+    if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}; valid: {', '.join(DATASETS)}")
-    return shapes(name, n, seed)
+    X, y, _ = registry.load_dataset(name, n_samples=n, seed=seed)
+    return X, y
 
 
 def split_sites(y: np.ndarray, r: int, how: str, rng: np.random.Generator) -> list[np.ndarray]:

@@ -22,10 +22,9 @@ from ..algorithms.kdc import (
     STEP2,
     VARIANTS,
     allocate_sample,
-    assign_by_distribution,
-    feature_map,
+    initial_cluster_means,
     kdc_coordinator,
-    minmax_scale,
+    kdc_site_assign,
     select_parameters,
 )
 from ..metrics import aggregate_evaluation_stats
@@ -201,21 +200,13 @@ class KDC(ClusteringStrategy):
                 variant=self.variant, seed=self.seed)
             logger.info("KDC: initial clusters of %s sample points",
                         [len(g) for g in self.groups])
-            return self._group_means()
+            return initial_cluster_means(self.B, self.groups, self.lo, self.hi)
         self.final_metrics = aggregate_evaluation_stats([r.stats for r in replies])
         self.cluster_sizes = np.sum([r.payload for r in replies], axis=0)
         if self.return_labels:
             self.site_labels = {r.client_id: np.asarray(r.stats["labels"], dtype=np.int64)
                                 for r in replies if "labels" in r.stats}
         return self.centroids
-
-    def _group_means(self) -> np.ndarray:
-        """The input-space mean of every initial cluster (for logs and plots only)."""
-        means = np.stack([self.B[g].mean(axis=0) for g in self.groups])
-        if self.normalize:
-            span = np.where(self.hi - self.lo > 0, self.hi - self.lo, 1.0)
-            means = means * span + self.lo
-        return means
 
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         """Rows uploaded (round 1) and floats broadcast (round 2)."""
@@ -238,8 +229,7 @@ class KDC(ClusteringStrategy):
         """Label rows with the broadcast model (the centralized framework's step 3)."""
         if self.model is None:
             raise RuntimeError("no KDC model yet")
-        scaled = minmax_scale(np.asarray(X, dtype=np.float64), self.lo, self.hi)
-        return assign_by_distribution(feature_map(self.model, scaled), self.maps)[0]
+        return kdc_site_assign(X, self.model, self.maps, self.lo, self.hi)
 
     def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
         """Write the common results and ``kdc_model.npz``.
