@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_run", "save_run", "to_jsonable"]
+__all__ = ["plot_curves", "plot_run", "save_run", "to_jsonable"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -166,3 +166,39 @@ def save_run(
     Path(paths["result"]).write_text(json.dumps(to_jsonable({**summary, "files": paths}), indent=2))
     plot_run(paths["plot"], centroids, history, X, labels, title=str(summary.get("algorithm", "")))
     return paths
+
+
+def plot_curves(
+    path: str | os.PathLike, history: list[dict[str, Any]], keys: tuple[str, ...],
+    title: str = "",
+) -> None:
+    """Save a PNG with one panel per history key plotted against the round.
+
+    Parameters
+    ----------
+    path : path-like
+        Output file.
+    history : list of dict
+        Per-round records with ``"round"``.
+    keys : tuple of str
+        Numeric keys of the records to plot (missing or non-finite values are skipped).
+    title : str
+        Figure title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        pts = [(h["round"], h[key]) for h in history
+               if isinstance(h.get(key), int | float) and np.isfinite(h[key])]
+        if pts:
+            ax.plot([r for r, _ in pts], [v for _, v in pts], "o-")
+        ax.set_xlabel("round")
+        ax.set_title(key)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithms.deepfeca import TrainOptions
 from ..clients import (
+    DeepFeCAClient,
     DGCClient,
     FeCAClient,
     FedKMeansClient,
@@ -30,6 +32,7 @@ from ..strategies import (
     DGC,
     FFCM,
     KDC,
+    DeepFeCA,
     FeCA,
     FedKMeans,
     KFed,
@@ -89,6 +92,17 @@ DEFAULTS: dict[str, Any] = {
     "ik-variant": "anne",
     "normalize": True,
     "return-labels": False,
+    "pseudo-labels": "feca",
+    "network": "cnn",
+    "input-shape": "",
+    "proj-dim": 32,
+    "local-epochs": 5,
+    "batch-size": 32,
+    "learning-rate": 0.05,
+    "temperature": 0.1,
+    "augment": True,
+    "torch-threads": 1,
+    "deepfeca-centralized": True,
     "dataset": "garst-grid",
     "partitioner": "natural",
     "beta": 0.1,
@@ -126,6 +140,7 @@ ALGORITHMS: dict[str, tuple[type[ClusteringStrategy], type[ClusteringClient]]] =
     "masked-oneshot": (MaskedOneShot, MaskedOneShotClient),
     "dgc": (DGC, DGCClient),
     "kdc": (KDC, KDCClient),
+    "deepfeca": (DeepFeCA, DeepFeCAClient),
     # Benchmark only: FedKMeans' messages without computation (simulations/bench.py).
     "echo": (Echo, EchoClient),
 }
@@ -226,6 +241,19 @@ def build_strategy(cfg: dict[str, Any], out_dir: str | None = None) -> Clusterin
             t=int(cfg["ik-t"]), tau=float(cfg["tau"]), auto=bool(cfg["kdc-auto"]),
             step2=str(cfg["kdc-step2"]), variant=str(cfg["ik-variant"]),
             normalize=bool(cfg["normalize"]), return_labels=bool(cfg["return-labels"]),
+            **common,
+        )
+    if cfg["algorithm"] == "deepfeca":
+        return DeepFeCA(
+            int(cfg["k"]), labeller=str(cfg["pseudo-labels"]), network=str(cfg["network"]),
+            input_shape=str(cfg["input-shape"]), proj_dim=int(cfg["proj-dim"]),
+            options=TrainOptions(
+                epochs=int(cfg["local-epochs"]), batch_size=int(cfg["batch-size"]),
+                lr=float(cfg["learning-rate"]), temperature=float(cfg["temperature"]),
+                augment=bool(cfg["augment"]), threads=int(cfg["torch-threads"])),
+            k_local=int(cfg["k-local"]) or None, privacy_threshold=int(cfg["privacy-threshold"]),
+            mavg_reference=str(cfg["mavg-reference"]),
+            centralized=bool(cfg["deepfeca-centralized"]), max_rounds=int(cfg["max-rounds"]),
             **common,
         )
     if cfg["algorithm"] == "fkm":

@@ -110,6 +110,9 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         else:
             extra["federated-on-pooled"] = aggregate_evaluation_stats(
                 [label_evaluation_stats(labels, int(cfg["k"]), y)])
+        report = getattr(strategy, "pooled_report", None)
+        if report is not None and y is not None:  # DeepFeCA: the linear probe
+            extra.update(report(X, y))
         extra["X"] = X_complete
         extra["labels"] = labels
         logger.info("federated on pooled data: %s", extra["federated-on-pooled"])

@@ -1,6 +1,7 @@
 """Flower clients (layer 3): one NumPyClient per algorithm and the ClientApp adapter."""
 
 from .base import ClusteringClient, client_app
+from .deepfeca import DeepFeCAClient
 from .dgc import DGCClient
 from .feca import FeCAClient, MAvgClient
 from .ffcm import FFCMClient
@@ -12,6 +13,7 @@ from .masked import MaskedFederatedClient, MaskedOneShotClient
 __all__ = [
     "ClusteringClient",
     "DGCClient",
+    "DeepFeCAClient",
     "FFCMClient",
     "FeCAClient",
     "FedKMeansClient",

@@ -198,7 +198,8 @@ def pack_reply(
     scalars.update({"num-examples": int(num_examples), "client-id": int(client_id)})
     content = RecordDict({"metrics": MetricRecord(scalars)})
     if arrays is not None:
-        content["arrays"] = ArrayRecord([np.ascontiguousarray(a) for a in arrays])
+        # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d).
+        content["arrays"] = ArrayRecord([np.require(a, requirements="C") for a in arrays])
     if stats:
         content["stats"] = ArrayRecord(
             {k: Array(np.ascontiguousarray(v)) for k, v in stats.items()}

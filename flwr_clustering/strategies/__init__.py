@@ -1,6 +1,7 @@
 """Flower strategies (layer 3): one per algorithm, on a shared base."""
 
 from .base import ClusteringStrategy
+from .deepfeca import DeepFeCA
 from .dgc import DGC
 from .feca import FeCA, MAvg
 from .ffcm import FFCM
@@ -13,6 +14,7 @@ __all__ = [
     "DGC",
     "FFCM",
     "ClusteringStrategy",
+    "DeepFeCA",
     "FeCA",
     "FedKMeans",
     "KDC",

@@ -174,6 +174,14 @@ class ClusteringStrategy(Strategy):
         the default does nothing.
         """
 
+    def prepare_round(self, server_round: int, grid: Grid, timeout: float) -> None:
+        """An extra exchange before the train messages of every round.
+
+        Called by :meth:`start` before :meth:`configure_train` of each round (DeepFeCA
+        clusters the clients' features here, then trains on the result); the default
+        does nothing.
+        """
+
     # ------------------------------------------------------ Flower plumbing
     def wait_for_nodes(self, grid: Grid) -> list[int]:
         """Block until ``min_nodes`` nodes are connected; return their sorted ids."""
@@ -231,7 +239,8 @@ class ClusteringStrategy(Strategy):
         )
 
     def collect(
-        self, server_round: int, replies, parse=None, kind: str = "train"
+        self, server_round: int, replies, parse=None, kind: str = "train",
+        min_replies: int | None = None,
     ) -> list[Reply]:
         """Decode replies, drop the bad ones with a logged reason, sort by client id.
 
@@ -246,6 +255,8 @@ class ClusteringStrategy(Strategy):
             drops the reply.
         kind : str
             ``"train"`` or ``"evaluate"`` (for logs).
+        min_replies : int, optional
+            The fewest valid replies to accept (default ``min_nodes``).
 
         Returns
         -------
@@ -289,10 +300,11 @@ class ClusteringStrategy(Strategy):
         valid.sort(key=lambda r: r.client_id)
         if parse is not None:
             valid = self._drop_dimension_mismatch(server_round, valid)
-        if len(valid) < self.min_nodes:
+        floor = self.min_nodes if min_replies is None else int(min_replies)
+        if len(valid) < floor:
             raise RuntimeError(
                 f"round {server_round} {kind}: only {len(valid)} valid replies, "
-                f"fewer than min_nodes={self.min_nodes}"
+                f"fewer than {'min_nodes=' if min_replies is None else ''}{floor}"
             )
         return valid
 
@@ -446,6 +458,7 @@ class ClusteringStrategy(Strategy):
         arrays = initial_arrays or ArrayRecord()
         for rnd in range(1, num_rounds + 1):
             t_round = time.monotonic()
+            self.prepare_round(rnd, grid, timeout)
             replies = grid.send_and_receive(
                 self.configure_train(rnd, arrays, train_config, grid), timeout=timeout
             )

@@ -1,0 +1,328 @@
+"""DeepFeCA in Flower: FeCA on the features of a global network, then FedAvg (spec 001 §2.6).
+
+Before round 1 a ``describe`` exchange asks every client for its feature count, from which
+the server builds the network and its random initial weights. Every round then has the
+paper's two exchanges:
+
+1. ``cluster`` (sent by :meth:`DeepFeCA.prepare_round`): the weights go down; each client
+   embeds its rows and uploads its labeller payload (FeCA: centroids and radii of its
+   features); the server aggregates ``C*``.
+2. ``train``: the weights and ``C*`` go down; each client trains on its pseudo-labels and
+   uploads its weights and size; the server averages them (FedAvg).
+
+The weights travel as the arrays of the network's ``state_dict`` in order, unchanged in
+dtype and shape; every reply is checked against the global model's shapes and dtypes, and
+a bad one is dropped with the reason logged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord
+from flwr.serverapp import Grid
+
+from ..algorithms.deepfeca import (
+    LABELLERS,
+    NETWORKS,
+    NetworkSpec,
+    TrainOptions,
+    build_model,
+    check_weights,
+    embed,
+    fedavg,
+    initial_weights,
+    labeller_server,
+    linear_probe,
+    parse_labeller_upload,
+    require_torch,
+    run_deepfeca,
+    weight_names,
+)
+from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.mavg import REFERENCES
+from ..reporting import plot_curves
+from .base import ClusteringStrategy, Reply, logger
+
+__all__ = ["DeepFeCA"]
+
+
+class DeepFeCA(ClusteringStrategy):
+    """DeepFeCA (Xu et al. 2024, Algorithm 6); client side: ``DeepFeCAClient``.
+
+    Parameters
+    ----------
+    k : int
+        Clusters, the pseudo-classes of the local training. Over-clustering helps, as in
+        DeepCluster-v2: on digits (10 classes) ``k = 30`` improves the network and
+        ``k = 10`` degrades it (README).
+    labeller : {"feca", "mavg", "kfed"}, default "feca"
+        Where the pseudo-labels come from: FeCA (DeepFeCA), or the M-Avg and k-FED
+        baselines run on the same features.
+    network : {"cnn", "resnet18", "mlp"}, default "cnn"
+        The network (:mod:`~flwr_clustering.algorithms.networks`).
+    input_shape : str, default ""
+        E.g. ``"1x8x8"``; empty: a square single-channel image for the convolutional
+        networks, the feature count for the MLP.
+    proj_dim : int, default 32
+        Dimension of the clustering features.
+    options : TrainOptions, optional
+        The local training recipe (epochs, batch, SGD, temperature, augmentation,
+        threads).
+    k_local : int, optional
+        ``k'`` of FeCA (default ``k``) and k-FED (default 3).
+    privacy_threshold : int, default 2
+        Clusters of fewer rows are never uploaded (M-Avg and k-FED clients then refuse).
+    mavg_reference : {"first", "running"}, default "first"
+        M-Avg's matching reference.
+    centralized : bool, default True
+        :meth:`pooled_report` also trains the same network on the pooled rows (one
+        client; simulation only).
+    **kwargs
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options;
+        ``max_rounds`` is ``T`` (default 20). ``min_nodes`` applies to the train
+        exchange; the cluster exchange accepts any number of valid uploads (an M-Avg
+        or k-FED client with too few rows refuses and only trains).
+    """
+
+    name = "deepfeca"
+
+    def __init__(
+        self,
+        k: int,
+        *,
+        labeller: str = "feca",
+        network: str = "cnn",
+        input_shape: str = "",
+        proj_dim: int = 32,
+        options: TrainOptions | None = None,
+        k_local: int | None = None,
+        privacy_threshold: int = 2,
+        mavg_reference: str = "first",
+        centralized: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        require_torch()
+        if int(k) != k or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if labeller not in LABELLERS:
+            raise ValueError(f"labeller must be one of {LABELLERS}, got {labeller!r}")
+        if network not in NETWORKS:
+            raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
+        if mavg_reference not in REFERENCES:
+            raise ValueError(f"mavg_reference must be one of {REFERENCES}")
+        if k_local is not None and (int(k_local) != k_local or k_local < 1):
+            raise ValueError(f"k_local must be a positive integer, got {k_local!r}")
+        self.k, self.labeller, self.network = int(k), labeller, network
+        self.input_shape, self.proj_dim = str(input_shape), int(proj_dim)
+        self.options = options or TrainOptions()
+        self.k_local = None if k_local is None else int(k_local)
+        self.privacy_threshold = int(privacy_threshold)
+        self.mavg_reference = mavg_reference
+        self.centralized = bool(centralized)
+        kwargs.setdefault("max_rounds", 20)
+        super().__init__(**kwargs)
+
+    def reset(self) -> None:
+        """Forget the run."""
+        super().reset()
+        self.spec: NetworkSpec | None = None
+        self.model: list[np.ndarray] | None = None
+        self.initial_model: list[np.ndarray] | None = None
+        self.sizes: dict[int, int] = {}
+        self._round_info: dict[str, Any] = {}
+
+    def describe(self) -> dict[str, Any]:
+        """Configuration for logs and results."""
+        return {**super().describe(), "k": self.k, "labeller": self.labeller,
+                "network": self.network, "input_shape": self.input_shape,
+                "proj_dim": self.proj_dim, "k_local": self.k_local,
+                "privacy_threshold": self.privacy_threshold,
+                "mavg_reference": self.mavg_reference, **vars(self.options)}
+
+    # ------------------------------------------------------------ describe exchange
+    def initialize(self, grid: Grid, timeout: float) -> None:
+        """Ask the clients for their feature count and size; build ``θ̄_0``."""
+        replies = grid.send_and_receive(
+            self._messages(0, [], {"phase": "describe"}, grid, MessageType.TRAIN),
+            timeout=timeout)
+        valid = self.collect(0, list(replies), self._parse_describe, kind="describe")
+        self.sizes = {r.client_id: int(r.metrics["num-examples"]) for r in valid}
+        self.spec = NetworkSpec.for_data(self.network, self.n_features, self.input_shape,
+                                         self.proj_dim)
+        self.model = initial_weights(self.spec, self.seed)
+        self.initial_model = self.model
+        logger.info("DeepFeCA: %d clients, %d rows, network %s %s (%d weights in %d arrays)",
+                    len(valid), sum(self.sizes.values()), self.spec.name,
+                    self.spec.input_shape, sum(w.size for w in self.model), len(self.model))
+
+    @staticmethod
+    def _parse_describe(arrays: list[np.ndarray]) -> int:
+        if len(arrays) != 1 or np.asarray(arrays[0]).shape != (1,):
+            raise ValueError("expected [n_features]")
+        d = int(np.asarray(arrays[0])[0])
+        if d < 1:
+            raise ValueError(f"malformed feature count {d}")
+        return d
+
+    def payload_features(self, payload: Any) -> int | None:
+        """The feature count of a describe reply (the others are checked elsewhere)."""
+        return payload if isinstance(payload, int) else None
+
+    def _common_config(self, server_round: int, phase: str) -> dict[str, Any]:
+        return {"phase": phase, "seed": self.seed, "server-round": server_round,
+                "threads": self.options.threads, **self.spec.to_config()}
+
+    # ------------------------------------------------------------- cluster exchange
+    def prepare_round(self, server_round: int, grid: Grid, timeout: float) -> None:
+        """The cluster exchange of round ``t``: labeller uploads on features -> ``C*``."""
+        t0 = time.monotonic()
+        cfg = {**self._common_config(server_round, "cluster"), "labeller": self.labeller,
+               "k": self.k, "privacy-threshold": self.privacy_threshold}
+        if self.k_local is not None:
+            cfg["k-local"] = self.k_local
+        replies = list(grid.send_and_receive(
+            self._messages(server_round, self.model, cfg, grid, MessageType.TRAIN),
+            timeout=timeout))
+        valid = self.collect(server_round, replies, self._parse_upload, kind="cluster",
+                             min_replies=1)
+        self.centroids = labeller_server([r.payload for r in valid], self.labeller, self.k,
+                                         mavg_reference=self.mavg_reference)
+        if len(self.centroids) < self.k:
+            logger.warning("round %d: %s returned %d centroids instead of k=%d",
+                           server_round, self.labeller, len(self.centroids), self.k)
+        self._round_info = {
+            "k-out": int(len(self.centroids)), "labelling-clients": len(valid),
+            "cluster-dropped": len(replies) - len(valid),
+            "seconds-cluster": time.monotonic() - t0,
+        }
+
+    def _parse_upload(self, arrays: list[np.ndarray]) -> Any:
+        return parse_labeller_upload(arrays, self.labeller, k=self.k, k_local=self.k_local,
+                                     n_features=self.proj_dim,
+                                     privacy_threshold=self.privacy_threshold)
+
+    # --------------------------------------------------------------- train exchange
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        """The train messages: ``[*θ̄, C*]`` and the training recipe."""
+        cfg = {**dict(config or {}), **self._common_config(server_round, "train"),
+               **self.options.to_config()}
+        return self._messages(server_round, [*self.model, self.centroids], cfg, grid,
+                              MessageType.TRAIN)
+
+    def aggregate_train(self, server_round: int, replies) -> tuple[ArrayRecord, MetricRecord]:
+        """FedAvg of the valid replies (client-id order, weighted by size)."""
+        t0 = time.monotonic()
+        replies = list(replies)
+        valid = self.collect(server_round, replies,
+                             lambda a: check_weights(a, self.model))
+        sizes = [int(r.metrics["num-examples"]) for r in valid]
+        self.model = fedavg([r.payload for r in valid], sizes)
+        self.centroid_history.append(self.centroids)
+        losses = np.array([r.metrics.get("loss", np.nan) for r in valid], dtype=float)
+        seconds = [float(r.metrics.get("seconds", 0.0)) for r in valid]
+        record = {
+            "round": server_round, "clients": len(valid), "dropped": len(replies) - len(valid),
+            "num-centroids": self._round_info.get("k-out"), "shift": None,
+            **self._round_info,
+            "loss": float(np.nansum(losses * sizes) / sum(sizes)),
+            "client-seconds-mean": float(np.mean(seconds)),
+            "client-seconds-max": float(np.max(seconds)),
+            "seconds-fedavg": time.monotonic() - t0,
+        }
+        self.history.append(record)
+        logger.info("round %d: C* of %d centroids from %d clients; %d clients trained, "
+                    "loss %.4f, client time mean %.2f s, max %.2f s", server_round,
+                    record["k-out"], record["labelling-clients"], len(valid), record["loss"],
+                    record["client-seconds-mean"], record["client-seconds-max"])
+        metrics = {k: float(v) for k, v in record.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        return self.result_arrays(), MetricRecord(metrics)
+
+    def result_arrays(self) -> ArrayRecord:
+        """``centroids`` (``C*``) and the network's weights under ``model.<name>``."""
+        names = weight_names(self.spec)
+        record = {"centroids": Array(np.ascontiguousarray(self.centroids))}
+        record.update({f"model.{n}": Array(np.require(w, requirements="C"))
+                       for n, w in zip(names, self.model, strict=True)})
+        return ArrayRecord(record)
+
+    def converged(self, server_round: int) -> bool:
+        """Never early: ``T`` rounds, as the paper."""
+        return False
+
+    # ------------------------------------------------------------------ evaluation
+    def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
+        """Send ``[*θ̄, C*]``: clients score ``C*`` on their features."""
+        if not self.evaluate or self.model is None:
+            return []
+        cfg = {**dict(config or {}), **self._common_config(server_round, "evaluate")}
+        return self._messages(server_round, [*self.model, self.centroids], cfg, grid,
+                              MessageType.EVALUATE)
+
+    def label(self, X: np.ndarray) -> np.ndarray:
+        """Cluster of every row: nearest ``C*`` to its feature under ``θ̄``."""
+        if self.model is None:
+            raise RuntimeError("no DeepFeCA model yet")
+        F = embed(build_model(self.spec, self.model), X, self.spec)
+        return assign_to_nearest(F, self.centroids)[0]
+
+    def pooled_report(self, X: np.ndarray, y: np.ndarray, *, test_size: float = 0.25
+                      ) -> dict[str, Any]:
+        """Linear-probe accuracy of the federated, random and centralized networks.
+
+        Simulation only (the server knows the pooled rows and labels). The rows are split
+        into a stratified probe-training and held-out part (``test_size``, the run seed);
+        the networks saw the held-out rows without labels during training.
+        """
+        from sklearn.model_selection import train_test_split
+
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, stratify=y,
+                                              random_state=self.seed)
+        threads = self.options.threads
+        report = {
+            "federated": linear_probe(self.model, self.spec, Xtr, ytr, Xte, yte,
+                                      threads=threads),
+            "random-network": linear_probe(self.initial_model, self.spec, Xtr, ytr, Xte, yte,
+                                           threads=threads),
+        }
+        if self.centralized:
+            t0 = time.monotonic()
+            central = run_deepfeca([X], self.k, rounds=len(self.history),
+                                   labeller=self.labeller, spec=self.spec,
+                                   options=self.options, k_local=self.k_local, seed=self.seed,
+                                   privacy_threshold=self.privacy_threshold,
+                                   mavg_reference=self.mavg_reference)
+            report["centralized"] = linear_probe(central.weights, self.spec, Xtr, ytr, Xte,
+                                                 yte, threads=threads)
+            report["centralized-seconds"] = time.monotonic() - t0
+        logger.info("linear probe (top-1 on %d held-out rows): %s", len(yte),
+                    ", ".join(f"{k} {v:.4f}" for k, v in report.items()))
+        return {"linear-probe": report}
+
+    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
+        """Write the common results, ``model.npz`` (weights by name) and ``training.png``.
+
+        The cluster plot shows the rows' features under the final network (where ``C*``
+        lives), not the raw rows.
+        """
+        if extra.get("X") is not None and self.model is not None:
+            extra["X"] = embed(build_model(self.spec, self.model), extra["X"], self.spec)
+        extra.setdefault("network", {"spec": self.spec.to_config() if self.spec else None,
+                                     "options": self.options.to_config()})
+        paths = super().save(out_dir, **extra)
+        if self.model is not None:
+            names = weight_names(self.spec)
+            paths["model"] = str(Path(out_dir) / "model.npz")
+            np.savez(paths["model"], **dict(zip(names, self.model, strict=True)))
+            paths["training"] = str(Path(out_dir) / "training.png")
+            plot_curves(paths["training"], self.history, ("loss", "k-out"),
+                        title=f"DeepFeCA ({self.labeller}) training")
+        return paths
+
+    def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
+        """Not used (:meth:`aggregate_train` writes the history itself)."""
+        return {}
