@@ -26,8 +26,10 @@ Choices where the paper is silent (spec 001 §2.6, "not specified"), all options
   and stay fixed during local training, so only the backbone and the projection head are
   trained and averaged (the paper averages ``θ`` only). ``C*`` may have fewer than ``k``
   rows (FeCA can form fewer groups); the classifier then has that many outputs.
-- **Optimiser**: SGD with momentum 0.9, weight decay 5e-4, learning rate 0.05, batch 128
-  (the paper's), created anew on each client every round (no optimiser state travels).
+- **Optimiser**: SGD with momentum 0.9, weight decay 5e-4, learning rate 0.05, created anew
+  on each client every round (no optimiser state travels). Batch 32, not the paper's 128:
+  a digits client holds about 135 rows, so 128 leaves two steps per epoch and the network
+  does not learn in 10 rounds (measured: the loss stays at ln k).
 - **Augmentations**: DeepCluster-v2 trains on augmented views; for 8x8 images a random
   translation by up to one pixel plus Gaussian noise of 0.1 of the row's standard
   deviation; for tabular rows (``"mlp"``) Gaussian noise of 0.1 of the batch's per-feature
@@ -207,8 +209,8 @@ class TrainOptions:
     ----------
     epochs : int, default 5
         Local epochs per round ``E`` (the paper: 5).
-    batch_size : int, default 128
-        The paper's.
+    batch_size : int, default 32
+        Rows per step (the paper's 128 is too large for small clients; module docstring).
     lr, momentum, weight_decay : float
         SGD (0.05, 0.9, 5e-4).
     temperature : float, default 0.1
@@ -221,7 +223,7 @@ class TrainOptions:
     """
 
     epochs: int = 5
-    batch_size: int = 128
+    batch_size: int = 32
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 5e-4
@@ -291,9 +293,11 @@ def fedavg(weights: Sequence[Sequence[np.ndarray]], sizes: Sequence[int]) -> lis
     """FedAvg: ``θ̄ = Σ_m (|D_m| / |D|) θ(m)`` (Algorithm 6's last line).
 
     Written here rather than taken from Flower, because layer 1 has no Flower and the
-    dtypes must survive: float arrays are summed in float64 in the given (client-id)
+    dtypes must survive: float arrays are averaged in float64 in the given (client-id)
     order and cast back; integer arrays (BatchNorm's batch counters) get the rounded
-    weighted mean.
+    weighted mean. The sum is taken as ``θ(1) + Σ_m s_m (θ(m) - θ(1))`` with
+    ``s_m = |D_m| / |D|`` (the same average, as ``Σ s_m = 1``), so identical updates come
+    back exactly, whatever rounding the shares carry.
 
     Parameters
     ----------
@@ -315,9 +319,10 @@ def fedavg(weights: Sequence[Sequence[np.ndarray]], sizes: Sequence[int]) -> lis
     share = sizes / sizes.sum()
     out = []
     for arrays in zip(*weights, strict=True):
-        acc = np.zeros(arrays[0].shape, dtype=np.float64)
-        for s, a in zip(share, arrays, strict=True):
-            acc += s * a.astype(np.float64)
+        first = arrays[0].astype(np.float64)
+        acc = first.copy()
+        for s, a in zip(share[1:], arrays[1:], strict=True):
+            acc += s * (a.astype(np.float64) - first)
         dtype = arrays[0].dtype
         avg = np.rint(acc) if dtype.kind in "iub" else acc
         out.append(np.asarray(avg).astype(dtype))  # np.rint of a 0-d array is a scalar
