@@ -41,8 +41,8 @@ def test_readme_server_and_client_snippets_run(capsys):
 def test_readme_commands_are_the_ci_commands():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    assert 'pip install -e ".[dev]" && pytest' in text
-    assert 'pip install -e ".[dev]" && pytest' in ci
+    assert 'pip install -e ".[dev,torch]" && pytest' in text
+    assert 'pip install -e ".[dev,torch]" && pytest' in ci
     assert "pip install -e . && " in text and "flwr run . --stream" in text
 
 
@@ -68,3 +68,19 @@ def test_readme_masked_snippet_runs_and_is_exact(capsys):
     clients = [load_partition(i, 10, dataset="dim-128", feature_mask="shared")[0]
                for i in range(10)]
     np.testing.assert_array_equal(ns["centroids"], run_masked_oneshot(clients, 16).centroids)
+
+
+def test_readme_deepfeca_snippet_runs_and_equals_the_pure_loop(capsys):
+    import pytest
+
+    pytest.importorskip("torch")
+    from flwr_clustering.algorithms.deepfeca import TrainOptions, run_deepfeca
+
+    ns = {}
+    exec(compile(_snippet("deepfeca"), "README-deepfeca", "exec"), ns)
+    out = capsys.readouterr().out
+    assert re.search(r"DeepFeCA: 17 weight arrays, C\* \((\d+), 32\)", out), out
+    clients = [load_partition(i, 5, dataset="digits", partitioner="iid")[0] for i in range(5)]
+    ref = run_deepfeca(clients, 30, rounds=2, options=TrainOptions(epochs=1))
+    np.testing.assert_array_equal(ns["result"].arrays["centroids"].numpy(), ref.centroids)
+    assert all(np.array_equal(a, b) for a, b in zip(ns["weights"], ref.weights, strict=True))
