@@ -280,6 +280,38 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert res["federated"]["nmi"] == pytest.approx(normalized_mutual_info_score(
         np.concatenate([y for _, y in parts]), np.concatenate(kdc.labels)), abs=1e-12)
 
+    # DeepFeCA (an MLP on the 2-D rows), one round: a describe exchange, then a cluster and
+    # a train exchange; every message starts a fresh flwr-clientapp process, yet C* and
+    # the averaged network are exactly run_deepfeca's on the files' data (fixed seeds per
+    # client step, 1 PyTorch thread, FedAvg in client-id order).
+    from flwr_clustering.algorithms.deepfeca import (
+        NetworkSpec,
+        TrainOptions,
+        run_deepfeca,
+        weight_names,
+    )
+
+    t_deep = time.monotonic()
+    res, centroids = _deploy_run(dep, "deepfeca",
+                                 "network='mlp' k=8 max-rounds=1 local-epochs=1")
+    print(f"flwr run (deepfeca, deployment, 1 round): {time.monotonic() - t_deep:.1f} s")
+    assert res["algorithm"] == "deepfeca" and res["rounds"] == 1
+    assert "linear-probe" not in res  # dataset='local': no pooled rows or labels on the server
+    out_dir = dep.tmp / "results-deepfeca"
+    history = json.loads((out_dir / "history.json").read_text())
+    assert [h["clients"] for h in history] == [NUM_CLIENTS], history
+    spec = NetworkSpec.for_data("mlp", local[0].shape[1])
+    ref = run_deepfeca(local, 8, rounds=1, spec=spec,
+                       options=TrainOptions(epochs=1, batch_size=32, threads=1), seed=0)
+    assert (centroids.dtype, centroids.shape) == (ref.centroids.dtype, ref.centroids.shape)
+    np.testing.assert_array_equal(centroids, ref.centroids)
+    with np.load(out_dir / "model.npz") as npz:
+        assert npz.files == weight_names(spec)  # state_dict names, in state_dict order
+        saved = [npz[name] for name in npz.files]
+    for name, w, r in zip(weight_names(spec), saved, ref.weights, strict=True):
+        assert (w.dtype, w.shape) == (r.dtype, r.shape), name
+        np.testing.assert_array_equal(w, r, err_msg=name)
+
     # Stop everything we started, by pid, and check that it is gone.
     survivors = dep.stop()
     assert not survivors, describe(survivors)

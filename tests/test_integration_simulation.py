@@ -363,6 +363,59 @@ def test_kdc_in_simulation_matches_reference(fkm_run, local_superlink):
     assert history[0]["rows-uploaded"] == 300
 
 
+def test_deepfeca_in_simulation_matches_reference(fkm_run, local_superlink, client_data):
+    """DeepFeCA (MLP on the 2-D rows) under Ray: C* and every network weight are exactly
+    run_deepfeca's (fixed seeds per client step, 1 PyTorch thread, FedAvg in client order)."""
+    from flwr_clustering.algorithms.deepfeca import (
+        NetworkSpec,
+        TrainOptions,
+        run_deepfeca,
+        weight_names,
+    )
+    from flwr_clustering.app.config import dataset_kwargs, merged_config
+    from flwr_clustering.data.registry import load_pooled
+
+    t0 = time.monotonic()
+    run = local_superlink.run(
+        "deepfeca", "network='mlp' k=8 max-rounds=2 local-epochs=1 deepfeca-centralized=false")
+    print(f"deepfeca simulation run: {time.monotonic() - t0:.1f} s")
+    res = run.result
+    assert res["algorithm"] == "deepfeca" and res["rounds"] == 2
+    history = json.loads((run.out_dir / "history.json").read_text())
+    assert [h["round"] for h in history] == [1, 2], history
+    assert [h["clients"] for h in history] == [NUM_SUPERNODES] * 2, history
+    assert [h["labelling-clients"] for h in history] == [NUM_SUPERNODES] * 2, history
+
+    _, y = load_pooled(NUM_SUPERNODES, **dataset_kwargs(merged_config({})))
+    if y is not None:  # the linear probe needs labels (the Garst grid has them)
+        probe = res["linear-probe"]
+        assert 0.0 <= probe["federated"] <= 1.0, probe
+        assert 0.0 <= probe["random-network"] <= 1.0, probe
+        assert "centralized" not in probe  # deepfeca-centralized=false
+    else:
+        assert "linear-probe" not in res
+
+    # The reference loop with the App's settings (batch-size 32, 1 thread, seed 0, k' = k).
+    spec = NetworkSpec.for_data("mlp", client_data[0].shape[1])
+    t1 = time.monotonic()
+    ref = run_deepfeca(client_data, 8, rounds=2, spec=spec,
+                       options=TrainOptions(epochs=1, batch_size=32, threads=1), seed=0)
+    print(f"deepfeca reference loop: {time.monotonic() - t1:.1f} s")
+    assert [h["k-out"] for h in ref.history] == [h["k-out"] for h in history]
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        centroids = npz["centroids"]
+        assert "round_2" in npz.files
+    assert centroids.dtype == ref.centroids.dtype and centroids.shape == ref.centroids.shape
+    np.testing.assert_array_equal(centroids, ref.centroids)
+    with np.load(run.out_dir / "model.npz") as npz:
+        assert npz.files == weight_names(spec)  # state_dict names, in state_dict order
+        saved = [npz[name] for name in npz.files]
+    assert len(saved) == len(ref.weights)
+    for name, w, r in zip(weight_names(spec), saved, ref.weights, strict=True):
+        assert (w.dtype, w.shape) == (r.dtype, r.shape), name
+        np.testing.assert_array_equal(w, r, err_msg=name)
+
+
 def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink):
     # Gotcha G2, and proof that the status checks above are not vacuous.
     out_dir = local_superlink.tmp / "out-bad"
