@@ -83,9 +83,11 @@ __all__ = [
     "labeller_server",
     "linear_probe",
     "parse_labeller_upload",
+    "probe_accuracy",
     "require_torch",
     "round_rng",
     "run_deepfeca",
+    "torch_threads",
     "train_step",
 ]
 
@@ -442,7 +444,8 @@ def labeller_server(uploads: Sequence[Any], labeller: str, k: int, *,
 
 # ------------------------------------------------------------------------- PyTorch part
 @contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with PyTorch limited to ``threads`` threads (restored afterwards)."""
     torch = require_torch()
     before = torch.get_num_threads()
     torch.set_num_threads(int(threads))
@@ -603,7 +606,7 @@ def cluster_step(weights: Sequence[np.ndarray], X: np.ndarray, spec: NetworkSpec
                  k_local: int | None = None, privacy_threshold: int = 2,
                  threads: int = 1) -> list[np.ndarray]:
     """A client's cluster exchange: embed with ``θ̄``, run the labeller's client step."""
-    with _torch_threads(threads):
+    with torch_threads(threads):
         F = embed(build_model(spec, weights), X, spec)
     return labeller_client(F, labeller, k, round_rng(seed, client_id, server_round, 0),
                            k_local=k_local, privacy_threshold=privacy_threshold)
@@ -623,7 +626,7 @@ def train_step(weights: Sequence[np.ndarray], X: np.ndarray, centroids: np.ndarr
     C = check_data(centroids, name="C*", n_features=spec.proj_dim)
     if len(C) == 0:
         raise ValueError("C* is empty")
-    with _torch_threads(options.threads):
+    with torch_threads(options.threads):
         model = build_model(spec, weights)
         labels, _ = assign_to_nearest(embed(model, X, spec), C)
         seed_train = int(round_rng(seed, client_id, server_round, 1).integers(2**62))
@@ -641,14 +644,23 @@ def linear_probe(weights: Sequence[np.ndarray], spec: NetworkSpec, X_train: np.n
     A multinomial logistic regression (scikit-learn, on standardised features) is fit on
     the labelled training rows and scored on the held-out rows.
     """
+    with torch_threads(threads):
+        model = build_model(spec, weights)
+        F_train = embed(model, X_train, spec, projected=False)
+        F_test = embed(model, X_test, spec, projected=False)
+    return probe_accuracy(F_train, y_train, F_test, y_test)
+
+
+def probe_accuracy(F_train: np.ndarray, y_train: np.ndarray, F_test: np.ndarray,
+                   y_test: np.ndarray) -> float:
+    """Top-1 accuracy of the linear probe fit on features ``F_train``, scored on ``F_test``.
+
+    Standardised features and a multinomial logistic regression (scikit-learn).
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    with _torch_threads(threads):
-        model = build_model(spec, weights)
-        F_train = embed(model, X_train, spec, projected=False)
-        F_test = embed(model, X_test, spec, projected=False)
     clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
     clf.fit(F_train, np.asarray(y_train))
     return float(clf.score(F_test, np.asarray(y_test)))

@@ -1478,4 +1478,10 @@ register(Experiment(
 
 # Registers the experiments of Xu et al. (spec 001) and of Maritan & Schenato (spec 000);
 # imported last, as they use this module.
-from . import dgc_experiments, feca_experiments, kdc_experiments, masked_experiments  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    deepfeca_experiments,
+    dgc_experiments,
+    feca_experiments,
+    kdc_experiments,
+    masked_experiments,
+)
