@@ -202,7 +202,7 @@ def pack_reply(
         content["arrays"] = ArrayRecord([np.require(a, requirements="C") for a in arrays])
     if stats:
         content["stats"] = ArrayRecord(
-            {k: Array(np.ascontiguousarray(v)) for k, v in stats.items()}
+            {k: Array(np.require(v, requirements="C")) for k, v in stats.items()}
         )
     return Message(content, reply_to=msg)
 

@@ -45,7 +45,7 @@ from ..algorithms.deepfeca import (
 from ..algorithms.lloyd import assign_to_nearest
 from ..algorithms.mavg import REFERENCES
 from ..reporting import plot_curves
-from .base import ClusteringStrategy, Reply, logger
+from .base import ClusteringStrategy, logger
 
 __all__ = ["DeepFeCA"]
 
@@ -322,7 +322,3 @@ class DeepFeCA(ClusteringStrategy):
             plot_curves(paths["training"], self.history, ("loss", "k-out"),
                         title=f"DeepFeCA ({self.labeller}) training")
         return paths
-
-    def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """Not used (:meth:`aggregate_train` writes the history itself)."""
-        return {}
