@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..options import Options, option
+
 __all__ = [
     "MaskedStats",
     "bounding_box",
@@ -1331,3 +1333,69 @@ def run_masked_oneshot(
     offsets = np.cumsum([0] + [len(up.means) for up in uploads])
     assignment = [label_of[offsets[i]:offsets[i + 1]] for i in range(len(uploads))]
     return MaskedOneShotResult(centroids, groups, assignment, local_labels)
+
+
+def _alpha_check(alpha: float) -> str | None:
+    return None if 0.0 < alpha <= 1.0 else "must be in (0, 1]"
+
+
+@dataclass(frozen=True)
+class MaskedFederatedOptions(Options):
+    """Options of Algorithm 1 of Maritan & Schenato (federated, masked features)."""
+
+    k: int = option(16, minimum=1, help="global clusters")
+    method: str = option("B", choices=("A", "B"), help="initial grouping: Method A (IID per "
+                         "cluster) or B (biased local data)")
+    alpha: float = option(0.8, check=_alpha_check, help="step size")
+    federated_rounds: int = option(3, minimum=0, help="F")
+    k_local: int = option(0, minimum=0, help="K_i (0: each client chooses K_i <= k by "
+                          "silhouette)")
+    local_iterations: int = option(0, auto=10, minimum=1, help="warm-started local steps per "
+                                   "round (0: the algorithm's default)")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are never "
+                                    "uploaded")
+    n_init: int = option(0, auto=10, minimum=1, help="restarts of the initial local k-means "
+                         "(0: the algorithm's default)")
+    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="'kmedoids' "
+                                  "uploads medoids, which are real rows")
+    tol: float = option(1e-6, help="stop when no coordinate moves more than tol (negative: "
+                        "exactly F rounds)")
+
+    def validate(self) -> None:
+        """Algorithm 1 needs ``K_i <= K``."""
+        if self.k_local > self.k:
+            raise ValueError(f"k_local must be in [0, {self.k}] for Algorithm 1 (K_i <= K), "
+                             f"got {self.k_local} (run-config key 'k-local')")
+
+
+@dataclass(frozen=True)
+class MaskedOneShotOptions(Options):
+    """Options of Algorithm 2 of Maritan & Schenato (Gaussian proxies, force agglomeration)."""
+
+    k: int = option(16, minimum=1, help="global clusters")
+    k_local: int = option(0, minimum=0, help="K_i, over-clustering allowed (0: each client "
+                          "chooses K_i <= k_max by silhouette)")
+    k_max: int = option(0, minimum=0, run_config=False, help="largest silhouette choice (0: k)")
+    w: float = option(2.0, key="force-w", check=lambda w: None if w > 1.0 else "must be > 1",
+                      help="force exponent")
+    min_size: int = option(30, key="proxy-min", minimum=1, help="proxy points per local "
+                           "cluster, at least")
+    max_size: int = option(100, key="proxy-max", minimum=1, help="proxy points per local "
+                           "cluster, at most")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are not "
+                                    "uploaded")
+    n_init: int = option(0, auto=10, minimum=1, help="restarts of the local k-means (0: the "
+                         "algorithm's default)")
+    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="the clients' "
+                                  "algorithm (only its labels shape the Gaussians)")
+    normalize: str = option("literal", key="force-normalize", choices=FORCE_NORMALIZATIONS,
+                            help="group-force denominator: all point pairs (Eq. 11) or "
+                            "'valid_pairs'")
+
+    def validate(self) -> None:
+        """``k_max = 0`` means ``k``; proxy sizes are ordered."""
+        if self.k_max == 0:
+            object.__setattr__(self, "k_max", self.k)
+        if self.min_size > self.max_size:
+            raise ValueError(f"need 'proxy-min' <= 'proxy-max', got {self.min_size}, "
+                             f"{self.max_size}")
