@@ -1,17 +1,34 @@
-"""Layer 5: paper reproductions and benchmarks, run by the ``flwr-clustering`` command.
+"""Paper reproductions and benchmarks of flwr-clustering (layer 5; not part of the wheel).
 
-- :mod:`~flwr_clustering.simulations.experiments` -- the experiment registry
-  (:data:`EXPERIMENTS`: name -> :class:`Experiment` with data, split, methods and the
-  paper's numbers), the runner and the JSON / Markdown / PNG reports. The Garst & Reinders
-  experiments ``garst-fig1b``, ``garst-noise`` and ``garst-clusterwise`` are registered.
-- :mod:`~flwr_clustering.simulations.cli` -- ``flwr-clustering reproduce | list | bench``.
-- :mod:`~flwr_clustering.simulations.bench` -- speed and memory benchmarks.
+Run from the repository root::
 
-Only layers 1 and 2 are used (the pure algorithm loops, data and metrics); no Flower import.
+    python -m simulations list
+    python -m simulations reproduce garst-fig1b [--runs N] [--rounds R] ... [--out DIR]
+    python -m simulations bench client-step | server-step | rounds | inprocess [...]
+
+- :mod:`simulations.framework` -- experiment definitions (:class:`Experiment`), the
+  experiment registry :data:`EXPERIMENTS`, the method registry
+  :data:`~simulations.framework.RUNNERS` (kind -> runner), the run loop and the JSON /
+  Markdown / PNG reports with the paper's numbers and claims.
+- One module per paper, each registering its experiments when imported (the list
+  :data:`PAPERS`, imported here and nowhere else): :mod:`simulations.garst` (Garst &
+  Reinders, FKM and k-FED), :mod:`simulations.feca` (Xu et al., FeCA),
+  :mod:`simulations.deepfeca` (Xu et al., DeepFeCA; PyTorch is imported only when it runs),
+  :mod:`simulations.dgc` (Armacki et al.), :mod:`simulations.kdc` (Zhang et al.),
+  :mod:`simulations.masked` (Maritan & Schenato).
+- :mod:`simulations.cli` -- the command line (``python -m simulations``).
+- :mod:`simulations.benchmarks` -- speed and memory benchmarks, and the helpers that drive
+  real Flower processes (also used by the integration tests).
+
+Only the library's layers 1 and 2 are used by the reproductions (the pure algorithm loops,
+data and metrics); the library never imports this package.
 """
 
-from flwr_clustering.simulations.experiments import (
+from importlib import import_module
+
+from .framework import (
     EXPERIMENTS,
+    RUNNERS,
     Experiment,
     FederatedData,
     Method,
@@ -19,12 +36,21 @@ from flwr_clustering.simulations.experiments import (
     RunOutcome,
     Setting,
     register,
+    register_runner,
     reproduce,
     run_experiment,
 )
 
+#: The paper modules, in listing order; importing one registers its experiments.
+PAPERS = ("garst", "feca", "deepfeca", "dgc", "kdc", "masked")
+
+for _paper in PAPERS:
+    import_module(f"{__name__}.{_paper}")
+
 __all__ = [
     "EXPERIMENTS",
+    "PAPERS",
+    "RUNNERS",
     "Experiment",
     "FederatedData",
     "Method",
@@ -32,6 +58,7 @@ __all__ = [
     "RunOutcome",
     "Setting",
     "register",
+    "register_runner",
     "reproduce",
     "run_experiment",
 ]
