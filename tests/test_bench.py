@@ -1,7 +1,7 @@
 """Fast correctness tests of the benchmark code paths and of the echo strategy/client.
 
 No timing assertions here: speed and memory goals live in
-``flwr_clustering/simulations/bench.py`` and its results, never in unit tests.
+``simulations/benchmarks/bench.py`` and its results, never in unit tests.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from flwr_clustering import registry
 from flwr_clustering.app.config import build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient
-from flwr_clustering.simulations import bench, processes
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.strategies.echo import Echo
 from flwr_clustering.testing import InProcessGrid
+from simulations.benchmarks import bench, processes
 
 K = 4
 N_CLIENTS = 3

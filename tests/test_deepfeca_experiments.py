@@ -2,12 +2,14 @@
 the loader's held-out rows, the wiring of the runners (T from the method options, not from
 --rounds), one short real run, and checks that fail on failing rows."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from flwr_clustering.simulations.deepfeca_experiments import (
+from simulations.deepfeca import (
     ROUNDS,
     TEST_CLIENT,
     K,
@@ -17,7 +19,7 @@ from flwr_clustering.simulations.deepfeca_experiments import (
     labelled,
     score_random,
 )
-from flwr_clustering.simulations.experiments import EXPERIMENTS, RUNNERS, run_method
+from simulations.framework import EXPERIMENTS, RUNNERS, run_method
 
 NAME = "deepfeca-digits"
 METHODS = ["deepfeca", "deepfeca-mavg", "deepfeca-kfed", "centralized", "random"]
@@ -102,7 +104,7 @@ def _fake_run(calls):
 def test_runners_take_t_from_the_method_options(monkeypatch):
     pytest.importorskip("torch")
     import flwr_clustering.algorithms.deepfeca as deepfeca
-    import flwr_clustering.simulations.deepfeca_experiments as module
+    import simulations.deepfeca as module
 
     calls = []
     monkeypatch.setattr(deepfeca, "run_deepfeca", _fake_run(calls))
@@ -131,7 +133,8 @@ def test_one_round_and_random_runner():
     exp = EXPERIMENTS[NAME]
     data = digits_federated("IID", seed=0)
     opts = {**exp.method("deepfeca").options, "rounds": 1}
-    scores = RUNNERS["deepfeca"](data, K, 0, **opts)
+    # The registered runner of kind "deepfeca", through run_method (one round instead of T).
+    scores = run_method(exp, replace(exp.method("deepfeca"), options=opts), data, 0).scores
     assert set(scores) == set(METRICS)
     assert 50 < scores["linear-probe"] <= 100  # chance is 10 %
     assert 10 < scores["probe-5-shot"] <= 100

@@ -9,8 +9,8 @@ import pytest
 from scipy.sparse.csgraph import connected_components
 from sklearn.datasets import load_iris
 
-from flwr_clustering.simulations.cli import main
-from flwr_clustering.simulations.dgc_experiments import (
+from simulations.cli import main
+from simulations.dgc import (
     MIN_SHARE,
     REFERENCE,
     DGCData,
@@ -19,7 +19,7 @@ from flwr_clustering.simulations.dgc_experiments import (
     noisy_iris,
     score_centres,
 )
-from flwr_clustering.simulations.experiments import (
+from simulations.framework import (
     EXPERIMENTS,
     ROW_KEYS,
     run_experiment,

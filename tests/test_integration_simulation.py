@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flwr_clustering.simulations.processes import (
+from simulations.benchmarks.processes import (
     CliResult,
     ProcInfo,
     describe,

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from flwr_clustering.algorithms.kdc import run_kdc
-from flwr_clustering.simulations.cli import main
-from flwr_clustering.simulations.experiments import (
+from simulations.cli import main
+from simulations.framework import (
     EXPERIMENTS,
     ROW_KEYS,
     run_experiment,
     summarize,
 )
-from flwr_clustering.simulations.kdc_experiments import (
+from simulations.kdc import (
     KDCData,
     clustering_scores,
     kdc_federation,

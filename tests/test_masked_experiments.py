@@ -7,14 +7,14 @@ import pytest
 
 from flwr_clustering.algorithms.masked import run_masked_federated
 from flwr_clustering.clients.masked import MaskedFederatedClient, MaskedOneShotClient
-from flwr_clustering.simulations.cli import main
-from flwr_clustering.simulations.experiments import (
+from simulations.cli import main
+from simulations.framework import (
     EXPERIMENTS,
     ROW_KEYS,
     run_experiment,
     summarize,
 )
-from flwr_clustering.simulations.masked_experiments import (
+from simulations.masked import (
     PRIVACY_THRESHOLD,
     masked_federation,
     score_federated,

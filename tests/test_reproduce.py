@@ -1,4 +1,4 @@
-"""The reproduction command (``flwr-clustering reproduce | list | bench``), spec 002 §5."""
+"""The reproduction command (``python -m simulations reproduce | list | bench``), spec 002 §5."""
 
 import json
 import sys
@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from flwr_clustering.simulations.cli import main
-from flwr_clustering.simulations.experiments import (
+from simulations.cli import main
+from simulations.framework import (
     ROW_KEYS,
     run_experiment,
     summarize,
@@ -139,12 +139,12 @@ def test_unknown_method_and_bad_runs_exit(tmp_path, capsys):
 
 def test_bench_dispatch(monkeypatch, capsys):
     seen = []
-    fake = types.ModuleType("flwr_clustering.simulations.bench")
+    fake = types.ModuleType("simulations.benchmarks.bench")
     fake.main = lambda argv: seen.append(argv) or 0
-    monkeypatch.setitem(sys.modules, "flwr_clustering.simulations.bench", fake)
+    monkeypatch.setitem(sys.modules, "simulations.benchmarks.bench", fake)
     assert main(["bench", "client-step", "--out", "x"]) == 0
     assert seen == [["client-step", "--out", "x"]]
-    monkeypatch.setitem(sys.modules, "flwr_clustering.simulations.bench", None)
+    monkeypatch.setitem(sys.modules, "simulations.benchmarks.bench", None)
     assert main(["bench", "rounds"]) == 2
     assert "bench" in capsys.readouterr().err
 
@@ -230,7 +230,7 @@ def test_reproduce_feca_ablation_cli(tmp_path):
 
 
 def test_feca_scorer_on_the_true_centres():
-    from flwr_clustering.simulations.feca_experiments import centroid_scores, sset_federated
+    from simulations.feca import centroid_scores, sset_federated
 
     data = sset_federated(1, "Dir(0.3)", seed=3)
     assert data.n_clients == 10 and len(data.X) == 5000

@@ -11,6 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository root holds `simulations`
 
 SCRIPT = textwrap.dedent('''
     import importlib.abc
@@ -31,7 +34,7 @@ SCRIPT = textwrap.dedent('''
     from flwr_clustering.app.client_app import app as client_app
     from flwr_clustering import registry
     from flwr_clustering.app.server_app import run_server
-    from flwr_clustering.simulations.experiments import EXPERIMENTS
+    from simulations.framework import EXPERIMENTS
     from flwr_clustering.strategies import DeepFeCA
     from flwr_clustering.testing import InProcessGrid
 
@@ -61,7 +64,8 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_everything_but_deepfeca_works_without_torch(tmp_path):
-    env = {**os.environ, "USE_TORCH": "0"}
+    env = {**os.environ, "USE_TORCH": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -36,10 +36,10 @@ Speed and memory goals live here, never in the unit tests. Four subcommands, eac
 
 Usage::
 
-    python -m flwr_clustering.simulations.bench client-step --out bench-results
-    python -m flwr_clustering.simulations.bench server-step --clients 10 100 1000
-    python -m flwr_clustering.simulations.bench rounds --clients 10 100 1000 --out bench-results
-    python -m flwr_clustering.simulations.bench inprocess --clients 10 100 1000
+    python -m simulations bench client-step --out bench-results
+    python -m simulations bench server-step --clients 10 100 1000
+    python -m simulations bench rounds --clients 10 100 1000 --out bench-results
+    python -m simulations bench inprocess --clients 10 100 1000
 
 Timings on a shared machine are noisy: every result records the load average before and
 after, and the rounds subcommand interleaves FKM and echo runs.
@@ -214,7 +214,7 @@ def bench_client_step(
     """
     from sklearn.cluster import KMeans
 
-    from ..algorithms.fkm import fkm_client_update
+    from flwr_clustering.algorithms.fkm import fkm_client_update
 
     rows = []
     for n in sizes:
@@ -264,8 +264,8 @@ def client_step_breakdown(
     """
     from scipy.spatial.distance import cdist
 
-    from ..algorithms.fkm import fkm_client_update
-    from ..algorithms.lloyd import check_data, cluster_sums, nearest
+    from flwr_clustering.algorithms.fkm import fkm_client_update
+    from flwr_clustering.algorithms.lloyd import check_data, cluster_sums, nearest
 
     X, C = _blobs(n, d, k, seed)
     d2 = cdist(X, C, metric="sqeuclidean")
@@ -310,7 +310,7 @@ def profile_client_step(
         ``{"function", "ncalls", "tottime_s", "cumtime_s", "share"}`` sorted by own time;
         ``share`` is the fraction of the total profiled time.
     """
-    from ..algorithms.fkm import fkm_client_update
+    from flwr_clustering.algorithms.fkm import fkm_client_update
 
     X, C = _blobs(n, d, k, seed)
     fkm_client_update(X, C)
@@ -429,7 +429,7 @@ def bench_server_step(
     list of dict
         ``{"clients", "points", "threads", "seconds", "min_s"}``.
     """
-    from ..algorithms.fkm import LocalCentroids, fkm_server_aggregate
+    from flwr_clustering.algorithms.fkm import LocalCentroids, fkm_server_aggregate
 
     rows = []
     for m in clients:
@@ -606,7 +606,7 @@ def flower_env(flwr_home: Path, port: int, control_port: int) -> dict[str, str]:
     Returns
     -------
     dict
-        :func:`~flwr_clustering.simulations.processes.flower_env` with those ports.
+        :func:`~simulations.benchmarks.processes.flower_env` with those ports.
     """
     return processes.flower_env(
         flwr_home, FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(port),
@@ -1114,9 +1114,9 @@ def bench_inprocess(
         ``components``: ``{label: cumulative seconds per round}`` of :data:`INPROCESS_ITEMS`
         over rounds >= 2 of the profiled run.
     """
-    from ..app.client_app import app as client_app
-    from ..app.config import build_strategy, merged_config
-    from ..testing import InProcessGrid
+    from flwr_clustering.app.client_app import app as client_app
+    from flwr_clustering.app.config import build_strategy, merged_config
+    from flwr_clustering.testing import InProcessGrid
 
     rows = []
     for n in clients:
@@ -1207,9 +1207,9 @@ def _cmd_inprocess(args: argparse.Namespace) -> int:
 
 # ================================================================================== CLI
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of ``flwr-clustering bench``."""
+    """Return the argument parser of ``python -m simulations bench``."""
     parser = argparse.ArgumentParser(
-        prog="flwr-clustering bench",
+        prog="python -m simulations bench",
         description="Benchmarks: FKM client/server steps and round time vs Flower's floor.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

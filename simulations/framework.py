@@ -1,48 +1,25 @@
-"""Paper experiments: definitions, the runner, and the JSON / Markdown / PNG reports (layer 5).
+"""The reproduction framework: experiment definitions, the method registry, the run loop, reports.
 
-One :class:`Experiment` per figure of a paper: which data and client split, which methods,
-how many runs, and the paper's own numbers, copied as data (never computed). The registry
-:data:`EXPERIMENTS` maps a name to its definition; a later paper adds its experiments by
-calling :func:`register`. The runner uses only the pure loops of layer 1
-(:func:`~flwr_clustering.algorithms.fkm.run_fkm`,
-:func:`~flwr_clustering.algorithms.kfed.run_kfed`) and the data and metrics of layer 2, which
-the Flower tests show equal to the Flower runs.
+One :class:`Experiment` per figure or table of a paper: which data and client split, which
+methods, how many runs, and the paper's own numbers, copied as data (never computed). The
+registry :data:`EXPERIMENTS` maps a name to its definition; each paper module of
+:mod:`simulations` (``garst``, ``feca``, ``deepfeca``, ``masked``, ``dgc``, ``kdc``) adds its
+experiments by calling :func:`register` when it is imported, and :mod:`simulations` imports
+them all. This module imports none of them.
 
-Garst & Reinders, "Federated K-means clustering" (spec ``002-fkm.md``)
----------------------------------------------------------------------
-``garst-fig1b``
-    Fig. 1(b), spec §5.1: base grid (ppc 50, noise 1), 5 clients, beta split, beta in
-    {0.1, 1, 10}: central k-means, FKM, FKM as the paper's code ran it, k-FED untuned
-    (``K_l = K_g = 16``).
-``garst-noise``
-    Figs 3(a-c) and 6, spec §5.2 and §5.3: the ppc = 50 rows of the noise sweep, beta in
-    {0.1, 1, 10} x noise in {1.0, ..., 1.5}: central, FKM, FKM as the paper's code ran it,
-    k-FED untuned; plus FKM's mean ARI by round (Fig. 3(d-f)).
-``garst-clusterwise``
-    Fig. 4(b), spec §4.2 and §5.4: the cluster-wise split (16/1/3/10/7 clusters per client):
-    central, FKM with weighted and with unweighted server seeding, FKM as the paper's code
-    ran it, k-FED with ``K_l = 14``; the median and the fraction of runs below 0.9 as well,
-    since the paper's FKM result is bimodal.
+A :class:`Method` names its ``kind``, a key of the one method registry :data:`RUNNERS`
+(kind -> :data:`Runner`). The kinds of the library's centroid algorithms are registered here:
+``central`` (scikit-learn k-means on the pooled data) and the pure loops of layer 1,
+``fkm`` (:func:`~flwr_clustering.algorithms.fkm.run_fkm`), ``kfed``
+(:func:`~flwr_clustering.algorithms.kfed.run_kfed`), ``feca``, ``mavg`` and ``ffcm``, which the
+Flower tests show equal to the Flower runs. A paper module adds its own kinds with
+:func:`register_runner`, usually through :func:`self_scoring` (a function that runs and scores
+a method and returns every metric of the experiment).
 
-Scoring (spec §4.4): FKM and k-FED get the sample-weighted mean of the per-client ARIs of
-each client's nearest-global-centroid labels (``"ari-client-weighted"`` of
-:func:`~flwr_clustering.metrics.aggregate_evaluation_stats`); central k-means gets
-``KMeans(16, n_init=10, random_state=seed)``'s ARI on the pooled data (``"ari"``). Run ``r``
-uses seed ``seed0 + r`` for every method.
-
-Default protocol: the paper's, 200 runs per setting and R = 100 FKM rounds.
-
-- ``garst-fig1b`` and ``garst-noise`` stop a FKM run early once the Hungarian-matched shift
-  of the global centroids is <= ``tol = 1e-6``. The clients' uploads then repeat, and the
-  re-seeded server k-means kept returning the same centroids: in 420 runs on these settings
-  (noise 1.0, 1.2 and 1.5; ``fkm`` and ``fkm-paper-code``) the early-stopped final ARI was
-  identical to that of exactly 100 rounds. Runs stop after 4 to 11 rounds on average, which
-  cuts the cost of the noise sweep (18 settings x 200 runs x 4 methods) several-fold.
-- ``garst-clusterwise`` runs exactly 100 rounds (``tol = -1``): there the paper-era
-  unweighted server seeding can still jump to another optimum at a later re-seed (1 run in
-  40 moved by 0.06).
-
-``--tol`` overrides either (``tol < 0``: exactly R rounds).
+:func:`reproduce` runs an experiment (:func:`run_experiment`), turns the runs into result rows
+(:func:`summarize`) and writes ``<out>/<name>.json``, ``<name>.md`` (ours against the paper's),
+``<name>.checks.json`` (the paper's claims evaluated on our rows, where the experiment has
+``checks``) and PNG plots.
 """
 
 from __future__ import annotations
@@ -64,14 +41,13 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
-from ..algorithms.feca import run_feca
-from ..algorithms.ffcm import run_ffcm
-from ..algorithms.fkm import run_fkm
-from ..algorithms.kfed import run_kfed
-from ..algorithms.mavg import run_mavg
-from ..data.synthetic import garst_beta_split, garst_clusterwise
-from ..metrics import aggregate_evaluation_stats, local_evaluation_stats
-from ..reporting import to_jsonable
+from flwr_clustering.algorithms.feca import run_feca
+from flwr_clustering.algorithms.ffcm import run_ffcm
+from flwr_clustering.algorithms.fkm import run_fkm
+from flwr_clustering.algorithms.kfed import run_kfed
+from flwr_clustering.algorithms.mavg import run_mavg
+from flwr_clustering.metrics import aggregate_evaluation_stats, local_evaluation_stats
+from flwr_clustering.reporting import to_jsonable
 
 __all__ = [
     "DEFAULT_ROUNDS",
@@ -83,15 +59,18 @@ __all__ = [
     "Experiment",
     "FederatedData",
     "Method",
+    "MethodRun",
     "PaperValue",
     "RunOutcome",
+    "Runner",
     "Setting",
     "client_weighted_ari",
     "register",
-    "register_kind",
+    "register_runner",
     "reproduce",
     "run_experiment",
     "run_method",
+    "self_scoring",
     "summarize",
     "write_markdown",
     "write_plots",
@@ -108,40 +87,6 @@ DEFAULT_TOL = 1e-6
 
 #: Keys every result row has (more may follow).
 ROW_KEYS = ("experiment", "method", "setting", "metric", "ours_mean", "ours_std", "paper", "runs")
-
-#: Method kinds the runner knows.
-KINDS = ("central", "fkm", "kfed", "feca", "mavg", "ffcm")
-
-#: Method kinds added by later papers (:func:`register_kind`): kind ->
-#: ``runner(data, k, seed, **options) -> dict`` of metric values (multi-metric experiments).
-RUNNERS: dict[str, Callable[..., dict[str, float]]] = {}
-
-
-def register_kind(kind: str, runner: Callable[..., dict[str, float]]) -> None:
-    """Add a method kind whose runner scores a run itself.
-
-    For algorithms whose scores need more than output centroids (e.g. the grouping of the
-    clients' local clusters): :func:`run_method` calls ``runner(data, k, seed, **options)``
-    instead of a centroid runner and the experiment's ``scorer``, and takes every metric of
-    the experiment from the returned dict.
-
-    Parameters
-    ----------
-    kind : str
-        New kind name (not one of :data:`KINDS`, not registered yet).
-    runner : callable
-        ``runner(data, k, seed, **options) -> dict`` with a value for every metric of the
-        experiments that use the kind; ``options`` are the method's options without ``"k"``.
-
-    Raises
-    ------
-    ValueError
-        If the kind exists.
-    """
-    if kind in KINDS or kind in RUNNERS:
-        raise ValueError(f"method kind {kind!r} exists")
-    RUNNERS[kind] = runner
-
 
 # --------------------------------------------------------------------------------------------
 # Definitions
@@ -219,10 +164,11 @@ class Method:
     ----------
     name : str
         Short name, the ``"method"`` of the result rows (e.g. ``"fkm-unweighted"``).
-    kind : {"central", "fkm", "kfed", "feca", "mavg", "ffcm"} or a key of RUNNERS
-        Which runner: pooled scikit-learn k-means, or the pure loop of the algorithm
-        (:func:`run_fkm`, :func:`run_kfed`, :func:`run_feca`, :func:`run_mavg`,
-        :func:`run_ffcm`), or a kind added by :func:`register_kind`.
+    kind : str
+        Which runner: a key of :data:`RUNNERS`, e.g. ``"central"`` (scikit-learn k-means on
+        the pooled data), ``"fkm"``, ``"kfed"``, ``"feca"``, ``"mavg"``, ``"ffcm"`` (the pure
+        loops :func:`run_fkm`, :func:`run_kfed`, :func:`run_feca`, :func:`run_mavg`,
+        :func:`run_ffcm`) or a kind a paper module added with :func:`register_runner`.
     label : str
         Human-readable description for the Markdown table.
     options : dict
@@ -232,6 +178,11 @@ class Method:
     tolerance : float
         How far from the paper's mean the reproduction may be before the Markdown table
         flags the difference.
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is not registered (register a paper's runners before its methods).
     """
 
     name: str
@@ -241,14 +192,8 @@ class Method:
     tolerance: float = 0.02
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS and self.kind not in RUNNERS:
-            raise ValueError(f"method kind must be one of {KINDS + tuple(RUNNERS)}, got "
-                             f"{self.kind!r}")
-
-    @property
-    def metric(self) -> str:
-        """The reported metric: ``"ari"`` (pooled) or ``"ari-client-weighted"``."""
-        return "ari" if self.kind == "central" else "ari-client-weighted"
+        if self.kind not in RUNNERS:
+            raise ValueError(f"method kind must be one of {tuple(RUNNERS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -313,20 +258,17 @@ class Experiment:
     metrics : tuple of str
         When set, every run is scored by ``scorer`` and the rows report these metrics
         (one row per method, setting and metric); the paper's numbers are then keyed
-        ``(method, setting, metric)``. When empty, the single metric of
-        :attr:`Method.metric` (ARI).
+        ``(method, setting, metric)``. When empty, the single metric the runner reports
+        (:attr:`RunOutcome.metric`: an ARI).
     scorer : callable, optional
         ``scorer(data, centroids, k) -> dict`` of metric values (needed with ``metrics``,
-        except for methods of a kind added by :func:`register_kind`, which score
-        themselves).
+        except for methods whose runner scores itself, see :func:`self_scoring`).
     per_run_data : bool
         ``load`` takes a ``seed`` keyword and is called with each run's seed (a new random
         split per run, as the paper's repetitions).
     checks : callable, optional
         ``checks(rows) -> list of dict(claim, holds, detail)``: the paper's claims
         evaluated on our rows, written to the Markdown report and ``<name>.checks.json``.
-    lower_is_better : bool
-        For the plots' caption only.
     """
 
     name: str
@@ -429,7 +371,7 @@ def register(experiment: Experiment) -> Experiment:
 
 
 # --------------------------------------------------------------------------------------------
-# Running
+# Methods: the one registry, kind -> runner
 # --------------------------------------------------------------------------------------------
 
 
@@ -440,9 +382,9 @@ class RunOutcome:
     Attributes
     ----------
     score : float
-        The method's metric (:attr:`Method.metric`).
+        The value of ``metric``.
     seconds : float
-        Wall time of the run, scoring included.
+        Wall time of the run, scoring included (set by :func:`run_method`).
     rounds : int, optional
         FKM: aggregations performed.
     converged : bool, optional
@@ -451,7 +393,10 @@ class RunOutcome:
         FKM: score of ``C_g`` after round ``r`` for the tracked rounds ``r <= R``. After an
         early stop the last ``C_g`` stands for the later rounds (it is a fixed point).
     scores : dict, optional
-        Every metric of the experiment's ``scorer`` (multi-metric experiments).
+        Every metric of the experiment (multi-metric experiments).
+    metric : str, default "ari-client-weighted"
+        What ``score`` is: the result rows' metric when the experiment lists no ``metrics``
+        (``"ari"`` for central k-means on the pooled data), else the experiment's first.
     """
 
     score: float
@@ -460,10 +405,11 @@ class RunOutcome:
     converged: bool | None = None
     by_round: dict[int, float] | None = None
     scores: dict[str, float] | None = None
+    metric: str = "ari-client-weighted"
 
 
 def client_weighted_ari(data: FederatedData, centroids: np.ndarray) -> float:
-    """The paper's federated ARI of global centroids (spec §4.4).
+    """The paper's federated ARI of global centroids (Garst & Reinders, spec 002 §4.4).
 
     Each client labels its points by the nearest global centroid and computes its own ARI;
     the result is ``sum_i n_i ARI_i / sum_i n_i``, through the additive evaluation statistics
@@ -488,6 +434,207 @@ def client_weighted_ari(data: FederatedData, centroids: np.ndarray) -> float:
     return float(aggregate_evaluation_stats(stats)["ari-client-weighted"])
 
 
+@dataclass(frozen=True)
+class MethodRun:
+    """One run of one method: everything a :data:`Runner` gets.
+
+    Attributes
+    ----------
+    experiment : Experiment
+        Gives the metrics, the ``scorer`` and the tracked FKM rounds.
+    method : Method
+        What runs.
+    data : FederatedData
+        The setting's data (of this run's seed when the experiment has ``per_run_data``).
+    k : int
+        ``method.options["k"]`` if set, else the experiment's ``k``.
+    seed : int
+        The run's seed (the same for every method of a run).
+    options : dict
+        The method's options without ``"k"``: the runner's keyword arguments (a fresh copy).
+    rounds : int
+        FKM round cap ``R`` (``--rounds``).
+    tol : float
+        FKM early-stop tolerance (``< 0``: exactly ``R`` rounds).
+    """
+
+    experiment: Experiment
+    method: Method
+    data: FederatedData
+    k: int
+    seed: int
+    options: dict[str, Any]
+    rounds: int = DEFAULT_ROUNDS
+    tol: float = DEFAULT_TOL
+
+    def outcome(self, scores: dict[str, float]) -> RunOutcome:
+        """Return the outcome of a run scored on every metric of the experiment.
+
+        Parameters
+        ----------
+        scores : dict
+            A value for every metric of the experiment.
+
+        Returns
+        -------
+        RunOutcome
+            ``score`` is the first metric's value.
+        """
+        metric = self.experiment.metrics[0]
+        return RunOutcome(float(scores[metric]), scores=scores, metric=metric)
+
+    def score(self, centroids: np.ndarray) -> RunOutcome:
+        """Score output centroids: with the experiment's ``scorer``, else the client-weighted ARI.
+
+        Parameters
+        ----------
+        centroids : numpy.ndarray of shape (k', d)
+            The method's global centroids.
+
+        Returns
+        -------
+        RunOutcome
+            Every metric of the experiment, or :func:`client_weighted_ari`.
+        """
+        if self.experiment.scorer is None:
+            return RunOutcome(client_weighted_ari(self.data, centroids))
+        return self.outcome(self.experiment.scorer(self.data, centroids, self.k))
+
+
+#: A method kind's runner: ``runner(run) -> RunOutcome``, one run, scored.
+Runner = Callable[[MethodRun], RunOutcome]
+
+#: The method registry: kind (:attr:`Method.kind`) -> runner. The library's centroid
+#: algorithms are registered below; paper modules add theirs with :func:`register_runner`.
+RUNNERS: dict[str, Runner] = {}
+
+
+def register_runner(kind: str, runner: Runner) -> Runner:
+    """Add a method kind to :data:`RUNNERS`.
+
+    Parameters
+    ----------
+    kind : str
+        New kind name (the :attr:`Method.kind` of the methods that run it).
+    runner : Runner
+        ``runner(run: MethodRun) -> RunOutcome``; :func:`self_scoring` makes one from a
+        function that returns every metric.
+
+    Returns
+    -------
+    Runner
+        The same runner.
+
+    Raises
+    ------
+    ValueError
+        If the kind exists.
+    """
+    if kind in RUNNERS:
+        raise ValueError(f"method kind {kind!r} exists")
+    RUNNERS[kind] = runner
+    return runner
+
+
+def self_scoring(score: Callable[..., dict[str, float]]) -> Runner:
+    """Make a runner of a function that runs a method and scores it itself.
+
+    For algorithms whose scores need more than output centroids (e.g. the grouping of the
+    clients' local clusters): the experiment's ``scorer`` is not used, and every metric of
+    the experiment comes from the returned dict.
+
+    Parameters
+    ----------
+    score : callable
+        ``score(data, k, seed, **options) -> dict`` with a value for every metric of the
+        experiments that use it; ``options`` are the method's options without ``"k"``.
+
+    Returns
+    -------
+    Runner
+        Raises ``ValueError`` when run for an experiment without ``metrics``.
+    """
+
+    def run(run: MethodRun) -> RunOutcome:
+        if not run.experiment.metrics:
+            raise ValueError(f"method kind {run.method.kind!r} needs an experiment with metrics")
+        return run.outcome(score(run.data, run.k, run.seed, **run.options))
+
+    return run
+
+
+def _run_central(run: MethodRun) -> RunOutcome:
+    """``central``: scikit-learn k-means on the pooled data (``n_init`` from the options).
+
+    Without a ``scorer``, the ARI of its labels on the pooled data (``"ari"``).
+    """
+    km = KMeans(run.k, n_init=run.options.get("n_init", 10), random_state=run.seed)
+    km.fit(run.data.X)
+    if run.experiment.scorer is not None:
+        return run.score(km.cluster_centers_)
+    return RunOutcome(float(adjusted_rand_score(run.data.y, km.labels_)), metric="ari")
+
+
+def _run_fkm(run: MethodRun) -> RunOutcome:
+    """``fkm``: :func:`run_fkm` for at most ``rounds`` rounds with early stop at ``tol``.
+
+    Without a ``scorer``, also the score after each of the experiment's tracked rounds.
+    """
+    data = run.data
+    result = run_fkm(data.clients, run.k, seed=run.seed, max_rounds=run.rounds, tol=run.tol,
+                     **run.options)
+    if run.experiment.scorer is not None:
+        return run.score(result.centroids)
+    by_round: dict[int, float] = {}
+    cache: dict[int, float] = {}
+    for r in run.experiment.track_rounds:
+        if r > run.rounds:
+            continue
+        i = min(r, len(result.history)) - 1
+        if i not in cache:
+            cache[i] = client_weighted_ari(data, result.history[i])
+        by_round[r] = cache[i]
+    final = len(result.history) - 1
+    score = cache[final] if final in cache else client_weighted_ari(data, result.centroids)
+    return RunOutcome(score, rounds=len(result.history), converged=result.converged,
+                      by_round=by_round)
+
+
+def _run_kfed(run: MethodRun) -> RunOutcome:
+    """``kfed``: :func:`run_kfed` (options ``k_local``, ``p``)."""
+    return run.score(run_kfed(run.data.clients, run.k, seed=run.seed, **run.options))
+
+
+def _run_feca(run: MethodRun) -> RunOutcome:
+    """``feca``: :func:`run_feca`."""
+    return run.score(run_feca(run.data.clients, run.k, seed=run.seed, **run.options).centroids)
+
+
+def _run_mavg(run: MethodRun) -> RunOutcome:
+    """``mavg``: :func:`run_mavg` on the clients with at least ``k`` points.
+
+    M-Avg matches k centroids per client: a client with fewer points takes no part (the
+    Flower MAvg drops it with a logged reason).
+    """
+    clients = [X for X in run.data.clients if len(X) >= run.k]
+    return run.score(run_mavg(clients, run.k, seed=run.seed, **run.options))
+
+
+def _run_ffcm(run: MethodRun) -> RunOutcome:
+    """``ffcm``: :func:`run_ffcm`."""
+    return run.score(run_ffcm(run.data.clients, run.k, seed=run.seed, **run.options).centroids)
+
+
+for _kind, _runner in (("central", _run_central), ("fkm", _run_fkm), ("kfed", _run_kfed),
+                       ("feca", _run_feca), ("mavg", _run_mavg), ("ffcm", _run_ffcm)):
+    register_runner(_kind, _runner)
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
 def run_method(
     experiment: Experiment,
     method: Method,
@@ -497,12 +644,12 @@ def run_method(
     rounds: int = DEFAULT_ROUNDS,
     tol: float = DEFAULT_TOL,
 ) -> RunOutcome:
-    """Run one method once and score it as the paper does.
+    """Run one method once with its kind's runner (:data:`RUNNERS`) and score it.
 
     Parameters
     ----------
     experiment : Experiment
-        Gives ``k`` and the tracked rounds.
+        Gives ``k``, the metrics and the tracked rounds.
     method : Method
         What to run.
     data : FederatedData
@@ -517,68 +664,15 @@ def run_method(
     Returns
     -------
     RunOutcome
-        Score and bookkeeping.
+        Score and bookkeeping; ``seconds`` is the wall time of the runner.
     """
     start = time.perf_counter()
-    opts = dict(method.options)
-    k = int(opts.pop("k", experiment.k))
-    if method.kind in RUNNERS:
-        if not experiment.metrics:
-            raise ValueError(f"method kind {method.kind!r} needs an experiment with metrics")
-        scores = RUNNERS[method.kind](data, k, seed, **opts)
-        return RunOutcome(float(scores[experiment.metrics[0]]), time.perf_counter() - start,
-                          scores=scores)
-    if experiment.scorer is not None:
-        centroids = _centroids(method.kind, data, k, seed, opts, rounds=rounds)
-        scores = experiment.scorer(data, centroids, k)
-        return RunOutcome(float(scores[experiment.metrics[0]]), time.perf_counter() - start,
-                          scores=scores)
-    if method.kind == "central":
-        km = KMeans(k, n_init=opts.get("n_init", 10), random_state=seed).fit(data.X)
-        score = float(adjusted_rand_score(data.y, km.labels_))
-        return RunOutcome(score, time.perf_counter() - start)
-    if method.kind == "kfed":
-        centres = run_kfed(data.clients, k, opts.pop("k_local", None), seed=seed, **opts)
-        return RunOutcome(client_weighted_ari(data, centres), time.perf_counter() - start)
-    result = run_fkm(data.clients, k, seed=seed, max_rounds=rounds, tol=tol, **opts)
-    by_round: dict[int, float] = {}
-    cache: dict[int, float] = {}
-    for r in experiment.track_rounds:
-        if r > rounds:
-            continue
-        i = min(r, len(result.history)) - 1
-        if i not in cache:
-            cache[i] = client_weighted_ari(data, result.history[i])
-        by_round[r] = cache[i]
-    final = len(result.history) - 1
-    score = cache[final] if final in cache else client_weighted_ari(data, result.centroids)
-    return RunOutcome(
-        score,
-        time.perf_counter() - start,
-        rounds=len(result.history),
-        converged=result.converged,
-        by_round=by_round,
-    )
-
-
-def _centroids(
-    kind: str, data: FederatedData, k: int, seed: int, opts: dict[str, Any], *, rounds: int
-) -> np.ndarray:
-    """The centroids of one method run, from its pure loop (multi-metric experiments)."""
-    if kind == "central":
-        km = KMeans(k, n_init=opts.get("n_init", 1), random_state=seed).fit(data.X)
-        return km.cluster_centers_
-    if kind == "kfed":
-        return run_kfed(data.clients, k, opts.pop("k_local", None), seed=seed, **opts)
-    if kind == "feca":
-        return run_feca(data.clients, k, seed=seed, **opts).centroids
-    if kind == "mavg":
-        # M-Avg matches k centroids per client: a client with fewer points takes no part
-        # (the Flower MAvg drops it with a logged reason).
-        return run_mavg([X for X in data.clients if len(X) >= k], k, seed=seed, **opts)
-    if kind == "ffcm":
-        return run_ffcm(data.clients, k, seed=seed, **opts).centroids
-    return run_fkm(data.clients, k, seed=seed, max_rounds=rounds, **opts).centroids
+    options = dict(method.options)
+    k = int(options.pop("k", experiment.k))
+    run = MethodRun(experiment, method, data, k, seed, options, rounds=rounds, tol=tol)
+    outcome = RUNNERS[method.kind](run)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
 
 
 @lru_cache(maxsize=32)
@@ -747,7 +841,7 @@ def summarize(
             outcomes = results.get((m.name, s.label))
             if outcomes is None:
                 continue
-            for metric in exp.metrics or (m.metric,):
+            for metric in exp.metrics or (outcomes[0].metric,):
                 if exp.metrics:
                     values = [o.scores[metric] for o in outcomes]
                     paper = exp.paper.get((m.name, s.label, metric))
@@ -801,7 +895,7 @@ def _row(
         row["frac_threshold"] = exp.frac_threshold
         row["ours_frac_below"] = float(np.mean(scores < exp.frac_threshold))
         row["paper_frac_below"] = None if paper is None else paper.frac_below
-    if m.kind == "fkm":
+    if all(o.rounds is not None for o in outcomes):  # FKM
         by_round: dict[int, float] = {}
         for r in exp.track_rounds:
             vals = [o.by_round[r] for o in outcomes if o.by_round and r in o.by_round]
@@ -1207,281 +1301,3 @@ def reproduce(
         files += write_plots(out_dir / f"{name}.png", name, rows)
     return {"rows": rows, "files": files, "seconds": seconds, "checks": meta.get("checks", [])}
 
-
-# --------------------------------------------------------------------------------------------
-# Garst & Reinders, "Federated K-means clustering" (spec 002)
-# --------------------------------------------------------------------------------------------
-
-
-def _split(X: np.ndarray, y: np.ndarray, client: np.ndarray) -> FederatedData:
-    return FederatedData(X, y, client, n_classes=16)
-
-
-def garst_beta_data(beta: float, ppc: int = 50, noise: float = 1.0) -> FederatedData:
-    """The paper's grid data with the beta split over 5 clients (spec §4.1).
-
-    Parameters
-    ----------
-    beta : float
-        Spread of the split (0.1, 1 or 10).
-    ppc : int, default 50
-        Points per cluster.
-    noise : float, default 1.0
-        Cluster standard deviation.
-
-    Returns
-    -------
-    FederatedData
-        Exactly the authors' "abl" partition (``np.random.seed(42)`` stream).
-    """
-    return _split(*garst_beta_split(beta, ppc=ppc, noise=noise))
-
-
-def garst_clusterwise_data(ppc: int = 50, noise: float = 1.0) -> FederatedData:
-    """The cluster-wise data of Fig. 4 (16/1/3/10/7 clusters per client, spec §4.2).
-
-    Parameters
-    ----------
-    ppc : int, default 50
-        Points per cluster.
-    noise : float, default 1.0
-        Cluster standard deviation.
-
-    Returns
-    -------
-    FederatedData
-        Client sizes [473, 10, 34, 173, 98].
-    """
-    return _split(*garst_clusterwise(ppc=ppc, noise=noise))
-
-
-_BETAS = (0.1, 1.0, 10.0)
-_NOISES = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5)
-_ROUNDS = (1, 2, 3, 5, 10, 20, 50, 100)
-
-
-def _beta_label(beta: float) -> str:
-    return f"beta={beta:g}"
-
-
-def _noise_label(beta: float, noise: float) -> str:
-    return f"beta={beta:g},noise={noise:.1f}"
-
-
-_CENTRAL = Method("central", "central",
-                  "scikit-learn KMeans(16, n_init=10, random_state=seed) on the pooled data; "
-                  "ARI on the pooled data", {"n_init": 10})
-_FKM = Method("fkm", "fkm",
-              "FKM, this library's defaults: private init (one Lloyd step before the first "
-              "upload), weighted server seeding (scikit-learn >= 1.3), p = 2, L = 1, "
-              "n_init = 10",
-              {"p": 2, "local_iters": 1, "init": "private", "seeding": "weighted"})
-_FKM_UNWEIGHTED = Method(
-    "fkm-unweighted", "fkm",
-    "FKM with private init and unweighted server seeding (scikit-learn < 1.3 semantics: "
-    "unweighted k-means++ seeds, weighted Lloyd, best weighted inertia of 10)",
-    {"p": 2, "local_iters": 1, "init": "private", "seeding": "unweighted"})
-_FKM_PAPER = Method(
-    "fkm-paper-code", "fkm",
-    "FKM as the paper's code ran it: raw k-means++ seeds uploaded at init (init='paper'), "
-    "unweighted server seeding, counts after a final E-step (recount)",
-    {"p": 2, "local_iters": 1, "init": "paper", "seeding": "unweighted", "recount": True})
-
-
-def _kfed(k_local: int) -> Method:
-    return Method(
-        "kfed", "kfed",
-        f"k-FED (Dennis et al. 2021), K_l = {k_local}, one shot; p = 1 like the reference "
-        "code the paper ran (no privacy filter: a client with n <= K_l uploads its rows)",
-        {"k_local": k_local, "p": 1}, tolerance=0.05)
-
-
-_GARST_COMMON_NOTES = (
-    "Scoring as in the paper (spec §4.4): FKM and k-FED report the per-client ARI of each "
-    "client's nearest-global-centroid labels averaged with weights n_i "
-    "(`ari-client-weighted`); central k-means reports the ARI on the pooled data (`ari`). "
-    "The two are different quantities: a client-weighted ARI can exceed the pooled one.",
-    "Data: regenerated exactly (the authors' `np.random.seed(42)` stream); the beta split is "
-    "the authors' 'abl' partition, which reproduces their stored client sizes.",
-    "FKM init: our default (`init='private'`) runs one Lloyd step before the first upload, so "
-    "only means of >= p points leave a client. The paper's code uploaded the raw k-means++ "
-    "seeds (data rows) at init; `fkm-paper-code` rows run that, with the paper-era "
-    "unweighted server seeding. The paper's FKM number, from the code it ran, is the paper "
-    "column of every FKM variant.",
-    "FKM rounds: at most R; with tol >= 0 a run stops once the Hungarian-matched shift of "
-    "the global centroids is <= tol. The clients' uploads then repeat, and on the beta-split "
-    "data the re-seeded server k-means kept returning the same centroids: in 420 runs "
-    "(Fig. 1(b) settings, noise 1.2 and 1.5; `fkm` and `fkm-paper-code`) the early-stopped "
-    "final ARI was identical to that of exactly 100 rounds (`--tol -1`). On the cluster-wise "
-    "data the unweighted seeding of the paper's code can still jump to another optimum at a "
-    "later re-seed (1 run in 40 moved by 0.06), so `garst-clusterwise` runs exactly R rounds "
-    "by default.",
-    "k-FED runs with p = 1, as the authors' k-FED code (no privacy filter); with our library "
-    "default p = 2 its mean ARI on beta = 0.1 drops by about 0.02 (singleton local clusters "
-    "withheld).",
-)
-
-
-def _fig1b_paper() -> dict[tuple[str, str], PaperValue]:
-    fkm = {0.1: (0.949, 0.009, 0.950), 1.0: (0.958, 0.003, None), 10.0: (0.957, 0.008, None)}
-    kfed = {0.1: (0.643, 0.078), 1.0: (0.735, 0.058), 10.0: (0.841, 0.056)}
-    # Same-partition k-FED (the noise sweep's noise 1.0 column, spec §5.2).
-    kfed_same = {0.1: 0.690, 1.0: 0.729, 10.0: 0.852}
-    paper: dict[tuple[str, str], PaperValue] = {}
-    for beta in _BETAS:
-        label = _beta_label(beta)
-        conv = dict(zip(_ROUNDS, _CONVERGENCE[(beta, 1.0)], strict=True))
-        mean, std, median = fkm[beta]
-        for m in ("fkm", "fkm-unweighted", "fkm-paper-code"):
-            paper[(m, label)] = PaperValue(mean, std, median, by_round=conv)
-        paper[("kfed", label)] = PaperValue(
-            *kfed[beta],
-            note=f"other split; same split: {kfed_same[beta]:.3f}",
-        )
-        paper[("central", label)] = PaperValue(0.955, 0.001)
-    return paper
-
-
-#: Spec §5.3: FKM mean ARI by round (r = 1, 2, 3, 5, 10, 20, 50, 100), ppc 50.
-_CONVERGENCE: dict[tuple[float, float], tuple[float, ...]] = {
-    (0.1, 1.0): (0.950, 0.953, 0.952, 0.952, 0.952, 0.951, 0.950, 0.949),
-    (0.1, 1.2): (0.845, 0.870, 0.876, 0.878, 0.880, 0.880, 0.879, 0.880),
-    (0.1, 1.5): (0.610, 0.645, 0.662, 0.679, 0.689, 0.693, 0.696, 0.697),
-    (1.0, 1.0): (0.946, 0.955, 0.957, 0.958, 0.958, 0.958, 0.958, 0.958),
-    (1.0, 1.2): (0.840, 0.871, 0.879, 0.884, 0.886, 0.886, 0.886, 0.886),
-    (1.0, 1.5): (0.602, 0.635, 0.655, 0.678, 0.697, 0.705, 0.706, 0.707),
-    (10.0, 1.0): (0.940, 0.956, 0.957, 0.957, 0.957, 0.957, 0.957, 0.957),
-    (10.0, 1.2): (0.828, 0.870, 0.881, 0.886, 0.887, 0.887, 0.887, 0.887),
-    (10.0, 1.5): (0.615, 0.651, 0.670, 0.689, 0.703, 0.707, 0.709, 0.709),
-}
-#: Spec §5.3, other noise levels at beta = 0.1: round 1 and round 100 only.
-_CONVERGENCE_ENDS: dict[tuple[float, float], dict[int, float]] = {
-    (0.1, 1.1): {1: 0.907, 100: 0.926},
-    (0.1, 1.3): {1: 0.769, 100: 0.834},
-    (0.1, 1.4): {1: 0.688, 100: 0.777},
-}
-
-#: Spec §5.2, ppc 50 rows: (central, FKM, k-FED) per beta, for noise 1.0 .. 1.5.
-_NOISE_TABLE: dict[float, tuple[tuple[float, float, float], ...]] = {
-    0.1: ((0.955, 0.949, 0.690), (0.924, 0.926, 0.640), (0.888, 0.880, 0.598),
-          (0.840, 0.834, 0.542), (0.785, 0.777, 0.480), (0.725, 0.697, 0.432)),
-    1.0: ((0.955, 0.958, 0.729), (0.924, 0.922, 0.703), (0.888, 0.886, 0.650),
-          (0.840, 0.844, 0.613), (0.785, 0.786, 0.568), (0.725, 0.707, 0.520)),
-    10.0: ((0.955, 0.957, 0.852), (0.924, 0.927, 0.819), (0.888, 0.887, 0.775),
-           (0.840, 0.840, 0.729), (0.785, 0.768, 0.680), (0.725, 0.709, 0.607)),
-}
-#: Spec §5.2: FKM std at beta = 0.1, ppc 50, noise 1.0 .. 1.5.
-_NOISE_FKM_STD_B01 = (0.009, 0.002, 0.018, 0.019, 0.031, 0.016)
-
-
-def _noise_paper() -> dict[tuple[str, str], PaperValue]:
-    paper: dict[tuple[str, str], PaperValue] = {}
-    for beta, cells in _NOISE_TABLE.items():
-        for i, (noise, (central, fkm, kfed)) in enumerate(zip(_NOISES, cells, strict=True)):
-            label = _noise_label(beta, noise)
-            if (beta, noise) in _CONVERGENCE:
-                conv = dict(zip(_ROUNDS, _CONVERGENCE[(beta, noise)], strict=True))
-            else:
-                conv = _CONVERGENCE_ENDS.get((beta, noise))
-            std = _NOISE_FKM_STD_B01[i] if beta == 0.1 else None
-            paper[("central", label)] = PaperValue(central)
-            for m in ("fkm", "fkm-paper-code"):
-                paper[(m, label)] = PaperValue(fkm, std, by_round=conv)
-            paper[("kfed", label)] = PaperValue(kfed)
-    return paper
-
-
-def _clusterwise_paper() -> dict[tuple[str, str], PaperValue]:
-    fkm = PaperValue(0.902, 0.053, 0.949, frac_below=0.465,
-                     by_round={1: 0.856, 2: 0.886, 5: 0.898, 10: 0.901, 100: 0.902})
-    return {
-        ("central", "cluster-wise"): PaperValue(0.952, 0.001, 0.952),
-        ("fkm", "cluster-wise"): fkm,
-        ("fkm-unweighted", "cluster-wise"): fkm,
-        ("fkm-paper-code", "cluster-wise"): fkm,
-        ("kfed", "cluster-wise"): PaperValue(0.863, 0.060, 0.866),
-    }
-
-
-register(Experiment(
-    name="garst-fig1b",
-    title="Garst & Reinders Fig. 1(b): grid data ppc 50, noise 1, 5 clients, beta split",
-    source="spec 002 §5.1 (from the authors' result arrays, 200 runs, FKM R = 100)",
-    k=16,
-    load=garst_beta_data,
-    settings=tuple(Setting(_beta_label(b), {"beta": b, "ppc": 50, "noise": 1.0},
-                           group=f"β={b:g}") for b in _BETAS),
-    methods=(_CENTRAL, _FKM, _FKM_PAPER, _kfed(16)),
-    paper=_fig1b_paper(),
-    notes=_GARST_COMMON_NOTES + (
-        "Paper's central and k-FED boxes in Fig. 1(b) come from another random split of the "
-        "same 800 points (the 'regular' files, spec §4.1); central does not depend on the "
-        "split, k-FED does. The k-FED numbers of the paper on *our* split are the noise-1.0 "
-        "column of the noise sweep: 0.690 / 0.729 / 0.852.",
-        "FKM by round: the paper's row is spec §5.3 (noise 1.0), the same result arrays as "
-        "the Fig. 1(b) FKM boxes.",
-    ),
-))
-
-register(Experiment(
-    name="garst-noise",
-    title="Garst & Reinders Figs 3 and 6: noise sweep, ppc 50, 5 clients, beta split",
-    source="spec 002 §5.2 (means, ppc 50 rows) and §5.3 (FKM by round); 200 runs, R = 100",
-    k=16,
-    load=garst_beta_data,
-    settings=tuple(
-        Setting(_noise_label(b, n), {"beta": b, "ppc": 50, "noise": n},
-                panel=f"β={b:g}", group=f"{n:.1f}")
-        for b in _BETAS for n in _NOISES
-    ),
-    methods=(_CENTRAL, _FKM, _FKM_PAPER, _kfed(16)),
-    paper=_noise_paper(),
-    notes=_GARST_COMMON_NOTES + (
-        "At high noise our default FKM (`fkm`) scores 0.01-0.02 above the paper while "
-        "`fkm-paper-code` matches it, round by round from r = 1: the difference is the "
-        "initial upload. Means after one local Lloyd step give the server a better first "
-        "C_g than raw k-means++ seeds (the paper's code), and FKM keeps that advantage "
-        "(spec §5.6 found init irrelevant at noise 1 only, where both agree).",
-        "The paper gives FKM standard deviations for beta = 0.1 only; central's is <= 0.006 "
-        "and k-FED's 0.04-0.09 throughout (spec §5.2).",
-        "Box-plot x axis: noise (cluster standard deviation); one panel per beta.",
-    ),
-))
-
-register(Experiment(
-    name="garst-clusterwise",
-    title="Garst & Reinders Fig. 4(b): cluster-wise split, 16/1/3/10/7 clusters per client",
-    source="spec 002 §5.4 (200 runs, FKM R = 100)",
-    k=16,
-    load=garst_clusterwise_data,
-    settings=(Setting("cluster-wise", {"ppc": 50, "noise": 1.0}, group="cluster-wise"),),
-    methods=(_CENTRAL, _FKM, _FKM_UNWEIGHTED, _FKM_PAPER, _kfed(14)),
-    paper=_clusterwise_paper(),
-    frac_threshold=0.9,
-    tol=-1.0,
-    notes=_GARST_COMMON_NOTES + (
-        "The paper's FKM result is bimodal (53.5% of runs >= 0.94, 46.5% < 0.87), hence the "
-        "median and the fraction of runs below 0.9. The paper blames initialisation; spec "
-        "§2.5 item 5 blames the unweighted server seeding of scikit-learn < 1.3. The three FKM "
-        "rows separate the two: in the 200-run default, weighted seeding (`fkm`) never falls "
-        "below 0.9, unweighted seeding after the private init (`fkm-unweighted`) does in about "
-        "one run in ten, and only the paper's code path, raw-seed init *and* unweighted "
-        "seeding (`fkm-paper-code`), gives the paper's bimodal split, mean, median and "
-        "by-round curve.",
-        "Client 1 holds 10 points of one cluster: FKM seeds 10 singletons and never uploads "
-        "(p = 2); k-FED (K_l = 14 >= 10, p = 1) uploads its 10 raw points, as the reference "
-        "code does.",
-        "k-FED uses the paper's informed K_l = 14 (spec §3.2).",
-    ),
-))
-
-
-# Registers the experiments of Xu et al. (spec 001) and of Maritan & Schenato (spec 000);
-# imported last, as they use this module.
-from . import (  # noqa: E402, F401
-    deepfeca_experiments,
-    dgc_experiments,
-    feca_experiments,
-    kdc_experiments,
-    masked_experiments,
-)

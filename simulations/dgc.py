@@ -8,7 +8,7 @@ reference values of these reports are the numbers of spec §5.3, an *independent
 re-implementation* made while rebuilding the spec: they are labelled as such and are not the
 paper's.
 
-Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
+Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``dgc-iris``
     Tables 1 and 2 (spec §4.4 experiments 1-2, §5.3): Iris, ring of m = 10 users,
@@ -54,7 +54,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_iris
 
-from ..algorithms.dgc import (
+from flwr_clustering.algorithms.dgc import (
     build_graph,
     consensus_distance,
     flag_outliers,
@@ -65,15 +65,17 @@ from ..algorithms.dgc import (
     run_dgc,
     run_lgc,
 )
-from ..metrics import matched_centroid_error, model_contingencies, per_model_metrics
-from .experiments import (
+from flwr_clustering.metrics import matched_centroid_error, model_contingencies, per_model_metrics
+
+from .framework import (
     Experiment,
     FederatedData,
     Method,
     PaperValue,
     Setting,
     register,
-    register_kind,
+    register_runner,
+    self_scoring,
 )
 
 __all__ = [
@@ -528,11 +530,11 @@ def _good(data: DGCData) -> np.ndarray:
     return np.ones(len(data.X), bool) if data.outlier is None else ~data.outlier
 
 
-register_kind("dgc", score_dgc)
-register_kind("dgc-skl-km", _score_sklearn)
-register_kind("dgc-cgc-km", _score_cgc)
-register_kind("dgc-lgc-km", _score_lgc)
-register_kind("dgc-admm-km", _score_admm)
+register_runner("dgc", self_scoring(score_dgc))
+register_runner("dgc-skl-km", self_scoring(_score_sklearn))
+register_runner("dgc-cgc-km", self_scoring(_score_cgc))
+register_runner("dgc-lgc-km", self_scoring(_score_lgc))
+register_runner("dgc-admm-km", self_scoring(_score_admm))
 
 
 # ------------------------------------------------------------------------------ methods

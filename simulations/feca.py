@@ -1,6 +1,6 @@
 """Experiments of Xu et al., "Jigsaw Game: Federated Clustering" (spec ``001-feca.md``).
 
-Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
+Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``feca-table1``
     Table 1: matched ℓ2 distance to the true centres (÷1e4, the paper's unit) for M-Avg,
@@ -34,17 +34,18 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.lloyd import assign_to_nearest
-from ..data.registry import split_arrays
-from ..data.ssets import sset_lookalike
-from ..metrics import (
+from flwr_clustering.algorithms.lloyd import assign_to_nearest
+from flwr_clustering.data.registry import split_arrays
+from flwr_clustering.data.ssets import sset_lookalike
+from flwr_clustering.metrics import (
     contingency,
     matched_centroid_error,
     nmi_from_contingency,
     purity_from_contingency,
     purity_per_cluster_from_contingency,
 )
-from .experiments import Experiment, FederatedData, Method, PaperValue, Setting, register
+
+from .framework import Experiment, FederatedData, Method, PaperValue, Setting, register
 
 __all__ = ["SPLITS", "centroid_scores", "sset_federated"]
 

@@ -11,7 +11,7 @@ None of the paper's data sets is available offline (spec §5), so **no cell of t
 has a paper value**; the paper's own numbers for other data (Figs 3-5, 7, Table 5) are quoted
 in the notes as context only.
 
-Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
+Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``kdc-equivalence``
     Property (a), spec §6 [C1] and §8 test 1: the distributed labels equal the labels of the
@@ -69,8 +69,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from ..algorithms.fkm import client_rng
-from ..algorithms.kdc import (
+from flwr_clustering.algorithms.fkm import client_rng
+from flwr_clustering.algorithms.kdc import (
     allocate_sample,
     coreset_kmeans,
     kdc_central,
@@ -82,9 +82,18 @@ from ..algorithms.kdc import (
     run_kdc,
     select_parameters,
 )
-from ..data import registry
-from ..data.shapes import SHAPES
-from .experiments import Experiment, FederatedData, Method, Setting, register, register_kind
+from flwr_clustering.data import registry
+from flwr_clustering.data.shapes import SHAPES
+
+from .framework import (
+    Experiment,
+    FederatedData,
+    Method,
+    Setting,
+    register,
+    register_runner,
+    self_scoring,
+)
 
 __all__ = [
     "DATASETS",
@@ -436,10 +445,10 @@ def score_coreset(data: KDCData, k: int | None = None, seed: int = 0, *,
     return {**clustering_scores(data.y, np.concatenate(labels)), "psi": _NAN, "tau": _NAN}
 
 
-register_kind("kdc-equivalence", score_equivalence)
-register_kind("kdc", score_kdc)
-register_kind("kdc-kmeans", score_kmeans)
-register_kind("kdc-coreset", score_coreset)
+register_runner("kdc-equivalence", self_scoring(score_equivalence))
+register_runner("kdc", self_scoring(score_kdc))
+register_runner("kdc-kmeans", self_scoring(score_kmeans))
+register_runner("kdc-coreset", self_scoring(score_coreset))
 
 
 # ------------------------------------------------------------------------------ runtime
@@ -667,9 +676,9 @@ def score_runtime_coreset(data: KDCData, k: int | None = None, seed: int = 0
             "nmi": clustering_scores(data.y, np.concatenate(labels))["nmi"]}
 
 
-register_kind("kdc-runtime", score_runtime_kdc)
-register_kind("kdc-runtime-kmeans", score_runtime_kmeans)
-register_kind("kdc-runtime-coreset", score_runtime_coreset)
+register_runner("kdc-runtime", self_scoring(score_runtime_kdc))
+register_runner("kdc-runtime-kmeans", self_scoring(score_runtime_kmeans))
+register_runner("kdc-runtime-coreset", self_scoring(score_runtime_coreset))
 
 
 # ------------------------------------------------------------------------------ methods

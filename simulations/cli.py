@@ -1,12 +1,12 @@
-"""The ``flwr-clustering`` command: reproduce paper experiments, list them, run benchmarks.
+"""The command line of the reproductions: reproduce paper experiments, list them, run benchmarks.
 
-Usage::
+Usage, from the repository root::
 
-    flwr-clustering list
-    flwr-clustering reproduce garst-fig1b [--runs N] [--rounds R] [--tol T] [--seed S]
-                                          [--out DIR] [--methods M ...] [--jobs J]
-    flwr-clustering reproduce all --out results
-    flwr-clustering bench <bench arguments>      # flwr_clustering.simulations.bench
+    python -m simulations list
+    python -m simulations reproduce garst-fig1b [--runs N] [--rounds R] [--tol T] [--seed S]
+                                                [--out DIR] [--methods M ...] [--jobs J]
+    python -m simulations reproduce all --out results
+    python -m simulations bench <bench arguments>      # simulations.benchmarks.bench
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
 ``experiment, method, setting, metric, ours_mean, ours_std, paper, runs`` and more),
@@ -33,11 +33,17 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .experiments import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_TOL, EXPERIMENTS, reproduce
+from .framework import DEFAULT_ROUNDS, DEFAULT_RUNS, DEFAULT_TOL, EXPERIMENTS, reproduce
 
 __all__ = ["build_parser", "main"]
 
-logger = logging.getLogger("flwr_clustering.simulations")
+logger = logging.getLogger("simulations")
+
+#: The command, as the help and the messages show it.
+PROG = "python -m simulations"
+
+#: The benchmark module, imported only by ``bench``.
+BENCH_MODULE = "simulations.benchmarks.bench"
 
 _DEFAULTS_HELP = (
     f"Defaults follow the paper: {DEFAULT_RUNS} runs per setting, R = {DEFAULT_ROUNDS} FKM "
@@ -57,7 +63,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser of ``flwr-clustering``.
+    """Build the argument parser of ``python -m simulations``.
 
     Returns
     -------
@@ -65,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         With subcommands ``reproduce``, ``list`` and ``bench``.
     """
     parser = argparse.ArgumentParser(
-        prog="flwr-clustering",
+        prog=PROG,
         description="Federated clustering for Flower: paper reproductions and benchmarks.",
         epilog=_DEFAULTS_HELP,
     )
@@ -101,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the experiments", description="List the experiments.")
 
     sub.add_parser(
-        "bench", help="benchmarks (flwr_clustering.simulations.bench); arguments pass through",
+        "bench", help=f"benchmarks ({BENCH_MODULE}); arguments pass through",
         add_help=False,
     )
     return parser
@@ -120,12 +126,12 @@ def _list() -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     try:
-        bench = importlib.import_module("flwr_clustering.simulations.bench")
+        bench = importlib.import_module(BENCH_MODULE)
     except ModuleNotFoundError as err:
-        if err.name != "flwr_clustering.simulations.bench":
+        if err.name != BENCH_MODULE:
             raise
-        print("flwr-clustering bench: the benchmark module flwr_clustering.simulations.bench "
-              "is not available in this installation", file=sys.stderr)
+        print(f"{PROG} bench: the benchmark module {BENCH_MODULE} is not available in this "
+              "installation", file=sys.stderr)
         return 2
     return int(bench.main(list(argv)) or 0)
 
@@ -159,7 +165,7 @@ def _reproduce(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flwr-clustering`` console script.
+    """Entry point of ``python -m simulations``.
 
     Parameters
     ----------
@@ -181,6 +187,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     return _reproduce(parser, args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 The paper: "Distributed clustering in partially overlapping feature spaces" (spec
 ``000-masked-feature-clustering.md``).
 
-Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
+Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``masked-table2``
     Table 2: Algorithm 1 (federated, Method A, alpha 0.8, F = 3) under Assumption 1 (chain
@@ -45,29 +45,31 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..algorithms.masked import (
+from flwr_clustering.algorithms.masked import (
     client_mask,
     mask_aware_means,
     masked_squared_distances,
     run_masked_federated,
     run_masked_oneshot,
 )
-from ..data.registry import load_partition, load_pooled
-from ..metrics import (
+from flwr_clustering.data.registry import load_partition, load_pooled
+from flwr_clustering.metrics import (
     aggregation_correctness,
     assumption8_rate,
     centroid_agreement,
     contingency,
     hungarian_accuracy,
 )
-from .experiments import (
+
+from .framework import (
     Experiment,
     FederatedData,
     Method,
     PaperValue,
     Setting,
     register,
-    register_kind,
+    register_runner,
+    self_scoring,
 )
 
 __all__ = [
@@ -365,8 +367,8 @@ def score_oneshot(data: MaskedData, k: int | None = None, seed: int = 0,
     }
 
 
-register_kind("masked-federated", score_federated)
-register_kind("masked-oneshot", score_oneshot)
+register_runner("masked-federated", self_scoring(score_federated))
+register_runner("masked-oneshot", self_scoring(score_oneshot))
 
 
 # ------------------------------------------------------------------ settings and methods

@@ -1,6 +1,6 @@
 """DeepFeCA experiment of Xu et al., "Jigsaw Game: Federated Clustering" (spec ``001-feca.md``).
 
-Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
+Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``deepfeca-digits``
     Table 3's comparison (spec §2.6 and §5) on offline data: federated representation
@@ -31,9 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from ..data.registry import split_arrays
-from .experiments import Experiment, FederatedData, Method, Setting, register, register_kind
-from .feca_experiments import SPLITS
+from flwr_clustering.data.registry import split_arrays
+
+from .feca import SPLITS
+from .framework import (
+    Experiment,
+    FederatedData,
+    Method,
+    Setting,
+    register,
+    register_runner,
+    self_scoring,
+)
 
 __all__ = [
     "CLIENTS",
@@ -75,7 +84,7 @@ def digits_federated(split: str = "IID", clients: int = CLIENTS, *, seed: int = 
     Parameters
     ----------
     split : str, default "IID"
-        A key of :data:`~flwr_clustering.simulations.feca_experiments.SPLITS` (``"IID"``,
+        A key of :data:`~simulations.feca.SPLITS` (``"IID"``,
         ``"Dir(0.3)"``, ``"Dir(0.1)"``).
     clients : int, default 10
         Number of clients.
@@ -152,7 +161,7 @@ def representation_scores(weights: Sequence[np.ndarray], spec: Any, data: Federa
     from sklearn.cluster import KMeans
     from sklearn.metrics import normalized_mutual_info_score
 
-    from ..algorithms.deepfeca import (
+    from flwr_clustering.algorithms.deepfeca import (
         build_model,
         embed,
         linear_probe,
@@ -176,7 +185,7 @@ def representation_scores(weights: Sequence[np.ndarray], spec: Any, data: Federa
 
 
 def _spec(data: FederatedData):
-    from ..algorithms.deepfeca import NetworkSpec
+    from flwr_clustering.algorithms.deepfeca import NetworkSpec
 
     return NetworkSpec.for_data("cnn", data.X.shape[1])
 
@@ -211,7 +220,7 @@ def score_deepfeca(data: FederatedData, k: int, seed: int, *, rounds: int = ROUN
     dict
         :func:`representation_scores` plus ``seconds`` (wall time of ``run_deepfeca``).
     """
-    from ..algorithms.deepfeca import TrainOptions, run_deepfeca
+    from flwr_clustering.algorithms.deepfeca import TrainOptions, run_deepfeca
 
     spec = _spec(data)
     clients = [labelled(data)[0]] if centralized else data.clients
@@ -228,19 +237,19 @@ def score_random(data: FederatedData, k: int, seed: int, **_: Any) -> dict[str, 
 
     No training (``seconds`` 0): the network every trained method of the run starts from.
     """
-    from ..algorithms.deepfeca import initial_weights
+    from flwr_clustering.algorithms.deepfeca import initial_weights
 
     spec = _spec(data)
     return {**representation_scores(initial_weights(spec, seed), spec, data, seed),
             "seconds": 0.0}
 
 
-register_kind("deepfeca", partial(score_deepfeca, labeller="feca"))
-register_kind("deepfeca-mavg", partial(score_deepfeca, labeller="mavg"))
-register_kind("deepfeca-kfed", partial(score_deepfeca, labeller="kfed"))
-register_kind("deepfeca-centralized", partial(score_deepfeca, labeller="feca",
-                                              centralized=True))
-register_kind("deepfeca-random", score_random)
+register_runner("deepfeca", self_scoring(partial(score_deepfeca, labeller="feca")))
+register_runner("deepfeca-mavg", self_scoring(partial(score_deepfeca, labeller="mavg")))
+register_runner("deepfeca-kfed", self_scoring(partial(score_deepfeca, labeller="kfed")))
+register_runner("deepfeca-centralized",
+                self_scoring(partial(score_deepfeca, labeller="feca", centralized=True)))
+register_runner("deepfeca-random", self_scoring(score_random))
 
 
 # ----------------------------------------------------------------------------- claims

@@ -1,6 +1,6 @@
 """Driving real Flower processes: environment, ports, ``/proc``, stopping by PID, the CLI.
 
-Used by the benchmarks (:mod:`flwr_clustering.simulations.bench`: a private simulation
+Used by the benchmarks (:mod:`simulations.benchmarks.bench`: a private simulation
 SuperLink, memory of its process tree) and by the integration tests (``flwr run`` on a
 private local SuperLink; SuperLink + SuperNodes on 127.0.0.1).
 
