@@ -19,15 +19,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial.distance import cdist
-from sklearn.metrics import (
-    adjusted_rand_score,
-    normalized_mutual_info_score,
-    silhouette_score,
-)
-from sklearn.metrics.cluster import contingency_matrix
 
+# SciPy's optimize and spatial modules and scikit-learn's metrics are imported inside the
+# functions that use them: the strategies and clients import this module, and importing them
+# must stay cheap (scikit-learn alone pulls in pandas and pyarrow).
 from .algorithms.lloyd import assign_to_nearest, check_data, nearest, squared_distances
 
 __all__ = [
@@ -221,6 +216,8 @@ def nmi_from_contingency(table: np.ndarray) -> float:
     ValueError
         If the table is empty or malformed.
     """
+    from sklearn.metrics import normalized_mutual_info_score
+
     return float(normalized_mutual_info_score(*_labels_from_table(table)))
 
 
@@ -379,6 +376,9 @@ def matched_centroid_error(C_est: np.ndarray, C_true: np.ndarray) -> tuple[float
     ValueError
         On NaN/inf, wrong dimensions or a feature-count mismatch.
     """
+    from scipy.optimize import linear_sum_assignment
+    from scipy.spatial.distance import cdist
+
     C_true = check_data(C_true, name="C_true")
     C_est = check_data(C_est, name="C_est", n_features=C_true.shape[1])
     rows, cols = linear_sum_assignment(cdist(C_est, C_true, metric="sqeuclidean"))
@@ -606,6 +606,9 @@ def centralized_metrics(
     ValueError
         On empty or malformed data, or ``y`` of the wrong length.
     """
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+    from sklearn.metrics.cluster import contingency_matrix
+
     X = np.asarray(X, dtype=np.float64)
     if X.ndim == 2 and np.isnan(X).any():
         # Rows of partially overlapping feature spaces: distances on each row's features.
@@ -655,6 +658,8 @@ def pooled_silhouette(X: np.ndarray, labels: np.ndarray) -> float:
         ``sklearn.metrics.silhouette_score(X, labels)`` (Euclidean), or NaN when fewer than 2
         clusters are used or every point is its own cluster (silhouette undefined).
     """
+    from sklearn.metrics import silhouette_score
+
     X = check_data(X, name="data")
     n_used = len(np.unique(labels))
     if n_used < 2 or n_used > len(X) - 1:
@@ -668,6 +673,8 @@ def accuracy_from_contingency(table: np.ndarray) -> float:
     ``linear_sum_assignment`` on the table (either orientation); the federated form of
     :func:`hungarian_accuracy`, exact because the table is additive over clients.
     """
+    from scipy.optimize import linear_sum_assignment
+
     table = np.asarray(table)
     total = table.sum()
     if total == 0:
@@ -760,6 +767,8 @@ def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> floa
     float
         Fraction of points whose cluster is matched to their class.
     """
+    from sklearn.metrics.cluster import contingency_matrix
+
     return accuracy_from_contingency(contingency_matrix(labels_true, labels_pred))
 
 
@@ -783,6 +792,8 @@ def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray
     float
         In ``[0, 1]``; 1 is a perfect aggregation.
     """
+    from scipy.optimize import linear_sum_assignment
+
     classes = np.asarray(classes, dtype=np.int64)
     table = np.zeros((len(groups), int(classes.max()) + 1))
     for g, members in enumerate(groups):
@@ -811,6 +822,8 @@ def centroid_agreement(C: np.ndarray, reference: np.ndarray) -> tuple[float, flo
     (float, float)
         Mean cosine similarity, mean relative distance.
     """
+    from scipy.optimize import linear_sum_assignment
+
     C = np.asarray(C, dtype=np.float64)
     R = np.asarray(reference, dtype=np.float64)
     both = ~np.isnan(C)[:, None, :] & ~np.isnan(R)[None, :, :]

@@ -1,4 +1,8 @@
-"""The README's snippets run as written, through an in-process grid."""
+"""The snippets of the README and of the docs run as written, through an in-process grid.
+
+A snippet is a ```python block right after a ``<!-- readme-test: TAG -->`` line, in README.md
+or in a page under docs/; a snippet that moves between pages moves with its test.
+"""
 
 import re
 from pathlib import Path
@@ -10,20 +14,30 @@ from flwr_clustering.algorithms.fkm import run_fkm
 from flwr_clustering.data import load_partition
 from flwr_clustering.testing import InProcessGrid
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+FECA_GUIDE = DOCS / "algorithms" / "feca.md"
+MASKED_GUIDE = DOCS / "algorithms" / "masked.md"
+DEEPFECA_GUIDE = DOCS / "algorithms" / "deepfeca.md"
+_TAG = r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)```"
 
 
-def _snippet(tag):
-    text = README.read_text()
-    match = re.search(rf"<!-- readme-test: {tag} -->\n```python\n(.*?)```", text, re.S)
-    assert match, f"README has no snippet tagged {tag}"
-    return match.group(1)
+def snippet(path, tag):
+    """The snippet tagged ``tag`` in the Markdown file ``path``."""
+    found = [code for t, code in re.findall(_TAG, Path(path).read_text(), re.S) if t == tag]
+    assert len(found) == 1, f"{path.relative_to(ROOT)} has {len(found)} snippets tagged {tag}"
+    return found[0]
+
+
+def _run(path, tag, ns):
+    exec(compile(snippet(path, tag), f"{path.relative_to(ROOT)}:{tag}", "exec"), ns)
 
 
 def test_readme_server_and_client_snippets_run(capsys):
     server_ns, client_ns = {}, {}
-    exec(compile(_snippet("server"), "README-server", "exec"), server_ns)
-    exec(compile(_snippet("client"), "README-client", "exec"), client_ns)
+    _run(README, "server", server_ns)
+    _run(README, "client", client_ns)
     grid = InProcessGrid(client_ns["app"], 5)
     server_ns["app"](grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                                    run_config={}))
@@ -46,11 +60,11 @@ def test_readme_commands_are_the_ci_commands():
     assert "pip install -e . && " in text and "flwr run . --stream" in text
 
 
-def test_readme_feca_snippet_runs_and_equals_the_pure_loop(capsys):
+def test_docs_feca_snippet_runs_and_equals_the_pure_loop(capsys):
     from flwr_clustering.algorithms.feca import run_feca
 
     ns = {}
-    exec(compile(_snippet("feca"), "README-feca", "exec"), ns)
+    _run(FECA_GUIDE, "feca", ns)
     out = capsys.readouterr().out
     assert "FeCA: (15, 2) NMI" in out
     assert float(re.search(r"NMI ([0-9.]+)", out).group(1)) > 0.8
@@ -59,9 +73,9 @@ def test_readme_feca_snippet_runs_and_equals_the_pure_loop(capsys):
     np.testing.assert_array_equal(ns["centroids"], run_feca(clients, 15).centroids)
 
 
-def test_readme_masked_snippet_runs_and_is_exact(capsys):
+def test_docs_masked_snippet_runs_and_is_exact(capsys):
     ns = {}
-    exec(compile(_snippet("masked"), "README-masked", "exec"), ns)
+    _run(MASKED_GUIDE, "masked", ns)
     assert "Algorithm 2: (16, 128) accuracy 1.0" in capsys.readouterr().out
     from flwr_clustering.algorithms.masked import run_masked_oneshot
 
@@ -70,17 +84,26 @@ def test_readme_masked_snippet_runs_and_is_exact(capsys):
     np.testing.assert_array_equal(ns["centroids"], run_masked_oneshot(clients, 16).centroids)
 
 
-def test_readme_deepfeca_snippet_runs_and_equals_the_pure_loop(capsys):
+def test_docs_deepfeca_snippet_runs_and_equals_the_pure_loop(capsys):
     import pytest
 
     pytest.importorskip("torch")
     from flwr_clustering.algorithms.deepfeca import TrainOptions, run_deepfeca
 
     ns = {}
-    exec(compile(_snippet("deepfeca"), "README-deepfeca", "exec"), ns)
+    _run(DEEPFECA_GUIDE, "deepfeca", ns)
     out = capsys.readouterr().out
     assert re.search(r"DeepFeCA: 17 weight arrays, C\* \((\d+), 32\)", out), out
     clients = [load_partition(i, 5, dataset="digits", partitioner="iid")[0] for i in range(5)]
     ref = run_deepfeca(clients, 30, rounds=2, options=TrainOptions(epochs=1))
     np.testing.assert_array_equal(ns["result"].arrays["centroids"].numpy(), ref.centroids)
     assert all(np.array_equal(a, b) for a, b in zip(ns["weights"], ref.weights, strict=True))
+
+
+def test_every_tagged_snippet_is_tested():
+    # A new or moved snippet needs its test here: the tags found must be the ones tested above.
+    tested = {(README, "server"), (README, "client"), (FECA_GUIDE, "feca"),
+              (MASKED_GUIDE, "masked"), (DEEPFECA_GUIDE, "deepfeca")}
+    found = {(path, tag) for path in [README, *sorted(DOCS.rglob("*.md"))]
+             for tag, _ in re.findall(_TAG, path.read_text(), re.S)}
+    assert found == tested

@@ -11,7 +11,16 @@ Nothing is downloaded at run time.
   pseudo-writer groups.
 - :mod:`~flwr_clustering.data.local_file` -- one client's data file (CSV/NPY/NPZ/Parquet).
 - :mod:`~flwr_clustering.data.registry` -- data sets by name and cached client partitions.
+
+Importing this package is cheap: the partitioners (which need Flower Datasets, ``datasets``,
+pandas and pyarrow) load on first use of one of their names, and pandas and scikit-learn load
+inside the functions that need them.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from flwr_clustering.data.local_file import load_local_file, save_local_file
 from flwr_clustering.data.masks import (
@@ -24,16 +33,6 @@ from flwr_clustering.data.masks import (
     feature_masks,
     shared_block_masks,
     style_groups,
-)
-from flwr_clustering.data.partitioners import (
-    AssignmentPartitioner,
-    BetaSpatialPartitioner,
-    ClusterWisePartitioner,
-    FeatureMaskPartitioner,
-    SortedChunkPartitioner,
-    arrays_to_dataset,
-    dataset_to_arrays,
-    partition_arrays,
 )
 from flwr_clustering.data.registry import (
     DATASETS,
@@ -60,6 +59,49 @@ from flwr_clustering.data.synthetic import (
     garst_clusterwise,
     garst_grid,
 )
+
+if TYPE_CHECKING:
+    from flwr_clustering.data.partitioners import (
+        AssignmentPartitioner,
+        BetaSpatialPartitioner,
+        ClusterWisePartitioner,
+        FeatureMaskPartitioner,
+        SortedChunkPartitioner,
+        arrays_to_dataset,
+        dataset_to_arrays,
+        partition_arrays,
+    )
+
+#: Names served by :func:`__getattr__` from their module on first use (PEP 562).
+_LAZY: dict[str, str] = {
+    name: "flwr_clustering.data.partitioners"
+    for name in (
+        "AssignmentPartitioner",
+        "BetaSpatialPartitioner",
+        "ClusterWisePartitioner",
+        "FeatureMaskPartitioner",
+        "SortedChunkPartitioner",
+        "arrays_to_dataset",
+        "dataset_to_arrays",
+        "partition_arrays",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a lazily served name (see :data:`_LAZY`) on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """List the eager and the lazily served names."""
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "MASK_SCHEMES",

@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas (and through it pyarrow) is imported by the functions that read or write CSV and
+# Parquet, not here: importing the package must stay cheap for clients that never touch a file.
 
 __all__ = ["SUPPORTED_EXTENSIONS", "load_local_file", "save_local_file"]
 
@@ -65,6 +71,8 @@ def _load_table(
     path: Path, frame: pd.DataFrame, label_column: str | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Split a pandas DataFrame into float64 features and optional int64 labels."""
+    import pandas as pd
+
     if frame.shape[0] == 0:
         raise ValueError(f"{path}: file is empty (no data rows)")
     y = None
@@ -171,6 +179,8 @@ def load_local_file(
             raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
         return X, y
 
+    import pandas as pd
+
     try:
         if suffix == ".csv":
             # pandas >= 3 parses floats exactly by default and deprecates the option.
@@ -249,6 +259,8 @@ def save_local_file(
     names = [f"x{j}" for j in range(X.shape[1])]
     if label_column in names:
         raise ValueError(f"{path}: label_column {label_column!r} clashes with a feature name")
+    import pandas as pd
+
     frame = pd.DataFrame(X, columns=names)
     if y is not None:
         frame[label_column] = y

@@ -52,7 +52,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
 
 from flwr_clustering.data.masks import (
     MASK_SCHEMES,
@@ -60,13 +59,6 @@ from flwr_clustering.data.masks import (
     dim_lookalike,
     feature_masks,
     style_groups,
-)
-from flwr_clustering.data.partitioners import (
-    AssignmentPartitioner,
-    ClusterWisePartitioner,
-    FeatureMaskPartitioner,
-    SortedChunkPartitioner,
-    partition_arrays,
 )
 from flwr_clustering.data.shapes import SHAPES, shapes
 from flwr_clustering.data.ssets import sset_lookalike
@@ -385,6 +377,18 @@ def split_arrays(
     ValueError
         On an unknown partitioner, or ``"natural"`` without ``natural``.
     """
+    # Flower Datasets (and through it ``datasets``, pandas and pyarrow) is imported here, on
+    # the first split, not with the package: importing the package must stay cheap.
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
+
+    from flwr_clustering.data.partitioners import (
+        AssignmentPartitioner,
+        ClusterWisePartitioner,
+        FeatureMaskPartitioner,
+        SortedChunkPartitioner,
+        partition_arrays,
+    )
+
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     extra = None

@@ -8,7 +8,6 @@ blobs, and three blobs of varied density.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import make_blobs, make_circles, make_moons
 
 __all__ = ["SHAPES", "shapes"]
 
@@ -28,6 +27,8 @@ def shapes(name: str, n_samples: int = 1500, seed: int = 0) -> tuple[np.ndarray,
     X : numpy.ndarray of shape (n_samples, 2), float64
     y : numpy.ndarray of shape (n_samples,), int64
     """
+    from sklearn.datasets import make_blobs, make_circles, make_moons  # heavy: import on use
+
     if name == "moons":
         X, y = make_moons(n_samples, noise=0.05, random_state=seed)
     elif name == "circles":
