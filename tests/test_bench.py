@@ -19,8 +19,8 @@ import pytest
 from flwr.app import MessageType
 from sklearn.datasets import make_blobs
 
-from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering import registry
+from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.config import build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient

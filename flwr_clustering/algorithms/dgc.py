@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.special import expit
 
 from ..options import Options, option
 
@@ -136,6 +135,8 @@ def loss_weight(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
         KM 2; Huber 1 near (``a <= delta``, also at ``a = 0``) and ``delta / a`` far;
         logistic ``2 expit(u)`` (no overflow); Fair ``2 delta u / (delta + u)`` (0 at u = 0).
     """
+    from scipy.special import expit
+
     _check_loss(loss, delta)
     u = np.asarray(u, dtype=np.float64)
     if loss == "kmeans":

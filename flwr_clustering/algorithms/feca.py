@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.spatial.distance import pdist, squareform
 
 from ..options import Options, option
 from .fkm import client_rng
@@ -197,6 +196,8 @@ def merged_sse(X: np.ndarray, labels: np.ndarray, p: int, q: int) -> float:
 
 def _closest_pair(C: np.ndarray, alive: list[int]) -> tuple[int, int]:
     """The closest pair among ``alive`` (ties: lexicographically first)."""
+    from scipy.spatial.distance import pdist, squareform
+
     dist = squareform(pdist(C[alive]))
     np.fill_diagonal(dist, np.inf)
     a, b = np.unravel_index(int(np.argmin(dist)), dist.shape)
@@ -279,6 +280,8 @@ def empirical_radii(
     numpy.ndarray of shape (len(kept),)
         The radii of the kept centroids, in the order of ``kept``.
     """
+    from scipy.spatial.distance import pdist, squareform
+
     r1 = _farthest_own_point(X, labels, centroids)[kept]
     if len(kept) < 2:
         return r1
@@ -308,6 +311,8 @@ def theoretical_radii(
     numpy.ndarray of shape (len(kept),)
         The same radius for every kept centroid.
     """
+    from scipy.spatial.distance import pdist, squareform
+
     r1 = _farthest_own_point(X, labels, centroids)[kept]
     if len(kept) < 2:
         return r1

@@ -38,7 +38,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from ..options import Options, option
 from .lloyd import _threadpool_controller, check_data, matched_shift, seed_from, squared_distances
@@ -469,6 +468,8 @@ def ffcm_server_v2(
         On malformed uploads, a ``previous`` of the wrong shape, or all supports 0 with
         ``weighted=True``.
     """
+    from sklearn.cluster import KMeans
+
     centres, supports = check_ffcm_uploads(uploads, k=k)
     points = centres.reshape(-1, centres.shape[2])
     weights = supports.reshape(-1) if weighted else None

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.cluster import kmeans_plusplus
 
 from ..options import Options, option
 from .lloyd import (
@@ -156,6 +155,8 @@ def fkm_client_init(
     LocalCentroids
         The upload (``index`` is all ``-1``).
     """
+    from sklearn.cluster import kmeans_plusplus
+
     X = check_data(X)
     if init not in INIT_MODES:
         raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")

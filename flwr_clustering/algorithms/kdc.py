@@ -28,15 +28,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial.distance import cdist
-from sklearn.cluster import KMeans
 
 from ..options import Options, option
 from .lloyd import check_data, seed_from
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = [
     "IsolationKernel",
@@ -153,6 +153,8 @@ def build_ik(S: np.ndarray, psi: int, t: int, rng: np.random.Generator | int,
     -------
     IsolationKernel
     """
+    from scipy.spatial.distance import cdist
+
     S = check_data(S, name="IK sample")
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -176,6 +178,8 @@ def build_ik(S: np.ndarray, psi: int, t: int, rng: np.random.Generator | int,
 
 def _cells(model: IsolationKernel, X: np.ndarray) -> np.ndarray:
     """Cell index (0..psi-1) of every row in every partitioning; -1 outside (iNNE)."""
+    from scipy.spatial.distance import cdist
+
     t, psi, d = model.centres.shape
     flat = model.centres.reshape(t * psi, d)
     out = np.empty((len(X), t), dtype=np.int64)
@@ -198,6 +202,8 @@ def feature_map(model: IsolationKernel, X: np.ndarray) -> sp.csr_matrix:
     partitioning ``i``: exactly ``t`` ones (aNNE), at most ``t`` (iNNE; a row outside every
     ball is all zero).
     """
+    import scipy.sparse as sp
+
     X = check_data(X, name="data", n_features=model.centres.shape[2])
     cells = _cells(model, X)
     t, psi = model.t, model.psi
@@ -211,6 +217,8 @@ def feature_map(model: IsolationKernel, X: np.ndarray) -> sp.csr_matrix:
 def ik_similarity(F: sp.spmatrix, G: sp.spmatrix | None = None, t: int | None = None
                   ) -> np.ndarray:
     """Dense IK similarity ``Phi(X) Phi(Y)^T / t`` (fraction of shared cells), in [0, 1]."""
+    import scipy.sparse as sp
+
     F = sp.csr_matrix(F)
     G = F if G is None else sp.csr_matrix(G)
     if t is None:
@@ -220,6 +228,8 @@ def ik_similarity(F: sp.spmatrix, G: sp.spmatrix | None = None, t: int | None = 
 
 def kernel_mean_maps(F: sp.spmatrix, groups: Sequence[np.ndarray]) -> np.ndarray:
     """Kernel mean map of every group: ``mean_{y in G_i} Phi(y)``, dense ``(k, t psi)``."""
+    import scipy.sparse as sp
+
     F = sp.csr_matrix(F)
     maps = np.zeros((len(groups), F.shape[1]))
     for i, g in enumerate(groups):
@@ -242,6 +252,8 @@ def assign_by_distribution(F: sp.spmatrix, maps: np.ndarray) -> tuple[np.ndarray
     scores : numpy.ndarray of shape (n, k)
         The inner products.
     """
+    import scipy.sparse as sp
+
     scores = np.asarray(sp.csr_matrix(F) @ np.asarray(maps, dtype=np.float64).T)
     if scores.shape[1] == 0:
         raise ValueError("no cluster to assign to")
@@ -296,6 +308,9 @@ def kbcc_components(F: sp.spmatrix, tau: float, t: int) -> tuple[int, np.ndarray
 def kbcc_components_multi(F: sp.spmatrix, taus: Sequence[float], t: int
                           ) -> list[tuple[int, np.ndarray]]:
     """:func:`kbcc_components` for several thresholds, sharing the similarity blocks."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
     F = sp.csr_matrix(F)
     s = F.shape[0]
     state = [(s, np.arange(s)) for _ in taus]
@@ -330,6 +345,9 @@ def kernel_kmeans(F: sp.spmatrix, k: int, rng: np.random.Generator | int, *,
     is kernel k-means exactly; spec §3.6). Returns the ``k`` clusters as index arrays (empty
     clusters dropped with an error).
     """
+    import scipy.sparse as sp
+    from sklearn.cluster import KMeans
+
     F = sp.csr_matrix(F)
     if F.shape[0] < k:
         raise ValueError(f"kernel k-means needs at least k={k} points, got {F.shape[0]}")
@@ -672,6 +690,9 @@ def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
         more than its cluster's size); scikit-learn's k-means takes no negative weight, so
         those centres are left out and the weights used sum to more than ``n``.
     """
+    from scipy.spatial.distance import cdist
+    from sklearn.cluster import KMeans
+
     rng = np.random.default_rng(seed)
     data = [check_data(X, name=f"site {i} data") for i, X in enumerate(data)]
     local = []

@@ -13,9 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.distance import cdist
-from sklearn.cluster import KMeans, kmeans_plusplus
-from sklearn.utils.extmath import randomized_svd
 
 from ..options import Options, option
 from .fkm import LocalCentroids, client_rng
@@ -45,6 +42,10 @@ def awasthi_sheffet(
     counts : numpy.ndarray of shape (min(n, k'),), int64
         Points nearest to each centre.
     """
+    from scipy.spatial.distance import cdist
+    from sklearn.cluster import KMeans, kmeans_plusplus
+    from sklearn.utils.extmath import randomized_svd
+
     n = len(X)
     if n <= k_local:
         return X.copy(), np.ones(n, dtype=np.int64)
@@ -112,6 +113,8 @@ def max_from_set_seeds(first: np.ndarray, rest: np.ndarray, k: int) -> np.ndarra
     numpy.ndarray of shape (k, d)
         Seeds; ``first`` truncated to ``k`` rows if it has more.
     """
+    from scipy.spatial.distance import cdist
+
     seeds = list(first[:k])
     rest = np.array(rest, copy=True)
     dist = cdist(rest, np.asarray(seeds)).min(axis=1) if len(seeds) else np.full(len(rest), np.inf)
@@ -138,6 +141,8 @@ def kfed_server(uploads: Sequence[LocalCentroids], k: int) -> np.ndarray:
     numpy.ndarray of shape (k, d)
         Global centres (the local centres themselves when at most ``k`` arrived).
     """
+    from sklearn.cluster import KMeans
+
     uploads = [u for u in uploads if len(u.means)]
     if not uploads:
         raise ValueError("no client uploaded any centre")

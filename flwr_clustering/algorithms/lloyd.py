@@ -7,13 +7,12 @@ Everything here is plain NumPy / SciPy / scikit-learn and takes its randomness f
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial.distance import cdist
-from sklearn.cluster import KMeans, kmeans_plusplus
-from threadpoolctl import ThreadpoolController
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "assign_to_nearest",
@@ -112,6 +111,8 @@ def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     ValueError
         On NaN/inf, wrong dimensions, no centroid, or a feature-count mismatch.
     """
+    from scipy.spatial.distance import cdist
+
     C = check_data(C, name="centroids")
     if len(C) == 0:
         raise ValueError("centroids must hold at least one row (k >= 1)")
@@ -180,6 +181,8 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     counts : numpy.ndarray of shape (k,), int64
         ``counts[j] = |{i : labels[i] == j}|``.
     """
+    import scipy.sparse as sp
+
     n, d = X.shape
     counts = np.bincount(labels, minlength=k).astype(np.int64)
     if d <= _BINCOUNT_MAX_FEATURES:
@@ -247,6 +250,8 @@ def matched_shift(C_old: np.ndarray | None, C_new: np.ndarray) -> float:
         ``max_j ||C_new[j] - C_old[pi(j)]||`` for the optimal matching ``pi``;
         ``inf`` when there is no previous set or the shapes differ.
     """
+    from scipy.optimize import linear_sum_assignment
+
     if C_old is None or C_old.shape != C_new.shape:
         return float("inf")
     cost = ((C_new[:, None, :] - C_old[None, :, :]) ** 2).sum(-1)
@@ -257,8 +262,11 @@ def matched_shift(C_old: np.ndarray | None, C_new: np.ndarray) -> float:
 @functools.cache
 def _threadpool_controller() -> ThreadpoolController:
     # Built once: a ThreadpoolController scans the loaded libraries, which costs about as
-    # much as a small server k-means. The libraries (BLAS, scikit-learn's OpenMP) are loaded
-    # by the imports of this module, before the first call.
+    # much as a small server k-means. It only controls the libraries loaded when it is built,
+    # so scikit-learn's OpenMP runtime (BLAS comes with NumPy) is loaded first.
+    import sklearn.cluster  # noqa: F401
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
@@ -298,6 +306,8 @@ def weighted_kmeans(
     numpy.ndarray of shape (k, d)
         The cluster centres.
     """
+    from sklearn.cluster import KMeans, kmeans_plusplus
+
     weights = np.asarray(weights, dtype=np.float64)
     if seeding not in ("weighted", "unweighted"):
         raise ValueError(f"seeding must be 'weighted' or 'unweighted', got {seeding!r}")
@@ -367,6 +377,8 @@ def local_kmeans(
     ValueError
         If ``X`` is empty, not 2-D or holds NaN/inf, or ``k < 1``.
     """
+    from sklearn.cluster import KMeans
+
     X = check_data(X)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")

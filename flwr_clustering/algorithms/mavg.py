@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-from scipy.spatial.distance import cdist
 
 from ..options import Options, option
 from .fkm import client_rng
@@ -149,6 +147,9 @@ def match_to(reference: np.ndarray, C: np.ndarray, *, metric: str = "euclidean")
         The permutation ``perm`` minimising ``sum_j cost(reference[j], C[perm[j]])``;
         ``C[perm]`` is ``C`` in the reference's order.
     """
+    from scipy.optimize import linear_sum_assignment
+    from scipy.spatial.distance import cdist
+
     cost = cdist(reference, C, metric=metric)
     _, cols = linear_sum_assignment(cost)
     return cols.astype(np.int64)

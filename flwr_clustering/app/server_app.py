@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
-from sklearn.cluster import KMeans
 
 from .. import registry
 from ..algorithms.lloyd import assign_to_nearest
@@ -88,6 +87,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     if pooled is not None and complete is not None:
         X, y = pooled
         X_complete = complete[0]
+        from sklearn.cluster import KMeans  # the centralized baseline (simulation only)
+
         km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
         extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
         labels = strategy.pooled_labels(X)

@@ -56,7 +56,7 @@ class DeepFeCA(ClusteringStrategy):
     k : int
         Clusters, the pseudo-classes of the local training. Over-clustering helps, as in
         DeepCluster-v2: on digits (10 classes) ``k = 30`` improves the network and
-        ``k = 10`` degrades it (README).
+        ``k = 10`` degrades it (docs/algorithms/deepfeca.md).
     labeller : {"feca", "mavg", "kfed"}, default "feca"
         Where the pseudo-labels come from: FeCA (DeepFeCA), or the M-Avg and k-FED
         baselines run on the same features.
