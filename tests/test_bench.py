@@ -23,11 +23,10 @@ from flwr_clustering import registry
 from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.config import build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
-from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.strategies.echo import Echo
 from flwr_clustering.testing import InProcessGrid
 from simulations.benchmarks import bench, processes
+from simulations.benchmarks.echo import ECHO, ECHO_ALGORITHM, ECHO_COUNT, Echo, EchoClient
 
 K = 4
 N_CLIENTS = 3
@@ -35,8 +34,8 @@ N_CLIENTS = 3
 
 def _run_config(algorithm: str, tmp_path: Path, rounds: int = 3) -> dict:
     return {
-        "algorithm": algorithm, "dataset": "blobs", "partitioner": "iid",
-        "n-samples": 60 * N_CLIENTS, "n-features": 3, "centers": K, "k": K,
+        "algorithm": bench.run_config_algorithm(algorithm), "dataset": "blobs",
+        "partitioner": "iid", "n-samples": 60 * N_CLIENTS, "n-features": 3, "centers": K, "k": K,
         "max-rounds": rounds, "tol": -1.0, "min-nodes": N_CLIENTS,
         "out-dir": str(tmp_path / algorithm),
     }
@@ -57,9 +56,11 @@ def _train_pairs(grid: InProcessGrid):
 
 # ------------------------------------------------------------------------------- echo
 def test_echo_is_registered_in_the_app():
-    spec = registry.get("echo")
-    assert (spec.strategy, spec.client) == (Echo, EchoClient)
-    cfg = merged_config({"algorithm": "echo", "k": 7, "max-rounds": 4, "tol": -1.0})
+    # echo is not part of the library: the App loads it by module path
+    assert "echo" not in registry.names(listed_only=False)
+    spec = registry.get(ECHO_ALGORITHM)
+    assert spec is ECHO and (spec.strategy, spec.client) == (Echo, EchoClient)
+    cfg = merged_config({"algorithm": ECHO_ALGORITHM, "k": 7, "max-rounds": 4, "tol": -1.0})
     strategy = build_strategy(cfg)
     assert isinstance(strategy, Echo)
     assert (strategy.k, strategy.max_rounds, strategy.tol) == (7, 4, -1.0)
@@ -164,7 +165,9 @@ def _client_step_calls() -> list[int]:
     X, _ = make_blobs(300, centers=4, n_features=3, random_state=0)
     C = X[:4].copy()
     calls = {"check_X": 0, "cdist": 0, "nearest": 0, "sums": 0}
-    real_check, real_cdist = lloyd.check_data, lloyd.cdist
+    import scipy.spatial.distance as ssd
+
+    real_check, real_cdist = lloyd.check_data, ssd.cdist
     real_nearest, real_sums = lloyd.nearest, lloyd.cluster_sums
 
     def check(A, *a, **kw):
@@ -179,7 +182,7 @@ def _client_step_calls() -> list[int]:
 
     with mock.patch.object(lloyd, "check_data", check), \
             mock.patch.object(fkm, "check_data", check), \
-            mock.patch.object(lloyd, "cdist", count("cdist", real_cdist)), \
+            mock.patch.object(ssd, "cdist", count("cdist", real_cdist)), \
             mock.patch.object(lloyd, "nearest", count("nearest", real_nearest)), \
             mock.patch.object(lloyd, "cluster_sums", count("sums", real_sums)):
         fkm.fkm_client_update(X, C, p=2, local_iters=1)
@@ -254,7 +257,7 @@ def test_flwr_run_command_follows_the_brief(tmp_path):
     fed = cmd[cmd.index("--federation-config") + 1]
     assert fed == "num-supernodes=100 client-resources-num-cpus=1"
     rc = cmd[cmd.index("--run-config") + 1].split()
-    for item in ("algorithm='echo'", "dataset='blobs'", "partitioner='iid'", "n-samples=10000",
+    for item in (f"algorithm='{ECHO_ALGORITHM}'", "dataset='blobs'", "partitioner='iid'", "n-samples=10000",
                  "k=16", "max-rounds=5", "tol=-1.0", "min-nodes=100"):
         assert item in rc
     assert not any(item.startswith("iterations=") for item in rc)

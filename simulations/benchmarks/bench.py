@@ -19,7 +19,7 @@ Speed and memory goals live here, never in the unit tests. Four subcommands, eac
 
 ``rounds``
     ``flwr run`` Ray simulations of FedKMeans (``algorithm='fkm'``) and of its no-computation
-    twin Echo (``algorithm='echo'``, :mod:`flwr_clustering.strategies.echo`) on ``blobs`` data
+    twin Echo (:mod:`simulations.benchmarks.echo`) on ``blobs`` data
     with an ``iid`` split (``n-samples = samples-per-client x clients``), a fixed number of
     rounds (``tol=-1``) and ``min-nodes = clients``. Round time is the median of the
     ``"seconds"`` of rounds >= 2 in ``history.json`` (round 1 includes Ray's start-up);
@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from . import processes
+from .echo import ECHO_ALGORITHM
 
 __all__ = [
     "PssSampler",
@@ -731,12 +732,17 @@ def summarize_history(history: list[dict[str, Any]], skip: int = 1) -> dict[str,
     return out
 
 
+def run_config_algorithm(name: str) -> str:
+    """The run-config value of ``algorithm`` for a benchmark label (``echo`` lives here)."""
+    return ECHO_ALGORITHM if name == "echo" else name
+
+
 def _flwr_run_command(
     app: Path, algorithm: str, clients: int, rounds: int, k: int, samples_per_client: int,
     features: int, out_dir: Path, cpus_per_client: int,
 ) -> list[str]:
     run_config = " ".join([
-        f"algorithm='{algorithm}'", "dataset='blobs'", "partitioner='iid'",
+        f"algorithm='{run_config_algorithm(algorithm)}'", "dataset='blobs'", "partitioner='iid'",
         f"n-samples={samples_per_client * clients}", f"n-features={features}", f"centers={k}",
         f"k={k}", f"max-rounds={rounds}", "tol=-1.0", f"min-nodes={clients}",
         f"out-dir='{out_dir}'",
@@ -1070,7 +1076,7 @@ def _cmd_rounds(args: argparse.Namespace) -> int:
 INPROCESS_ITEMS = (
     ("ClientApp handler, all clients (adapter + client)", "clients/base.py", "_handle"),
     ("client: FedKMeansClient.fit", "clients/fkm.py", "fit"),
-    ("client: EchoClient.fit", "clients/echo.py", "fit"),
+    ("client: EchoClient.fit", "benchmarks/echo.py", "fit"),
     ("client: local_evaluation_stats (the 'evaluate' stats)", "metrics.py",
      "local_evaluation_stats"),
     ("client+server: ari_from_contingency", "metrics.py", "ari_from_contingency"),
@@ -1122,7 +1128,7 @@ def bench_inprocess(
     for n in clients:
         for alg in algorithms:
             rc = {
-                "algorithm": alg, "dataset": "blobs", "partitioner": "iid",
+                "algorithm": run_config_algorithm(alg), "dataset": "blobs", "partitioner": "iid",
                 "n-samples": samples_per_client * int(n), "n-features": features,
                 "centers": k, "k": k, "max-rounds": rounds, "tol": -1.0, "min-nodes": int(n),
             }
