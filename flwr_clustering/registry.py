@@ -93,6 +93,8 @@ class AlgorithmSpec:
 
 
 _REGISTRY: dict[str, AlgorithmSpec] = {}
+#: Algorithms loaded by module path (not listed, not part of the App's default keys).
+_LOADED: dict[str, AlgorithmSpec] = {}
 _BUILTINS_LOADED = False
 
 
@@ -144,7 +146,8 @@ def get(name: str) -> AlgorithmSpec:
     ----------
     name : str
         A registered name (``"fkm"``, ``"feca"``, ...) or ``"module:ATTRIBUTE"`` naming an
-        :class:`AlgorithmSpec` outside the package (imported and registered on first use).
+        :class:`AlgorithmSpec` outside the package (imported on first use; its keys join
+        the run config of the runs that name it).
 
     Raises
     ------
@@ -154,6 +157,8 @@ def get(name: str) -> AlgorithmSpec:
     _load_builtins()
     if name in _REGISTRY:
         return _REGISTRY[name]
+    if name in _LOADED:
+        return _LOADED[name]
     if ":" in name:
         module, _, attr = name.partition(":")
         try:
@@ -162,7 +167,7 @@ def get(name: str) -> AlgorithmSpec:
             raise ValueError(f"cannot load algorithm {name!r}: {ex}") from ex
         if not isinstance(spec, AlgorithmSpec):
             raise ValueError(f"{name!r} is a {type(spec).__name__}, not an AlgorithmSpec")
-        _REGISTRY.setdefault(name, spec)
+        _LOADED[name] = spec
         return spec
     raise ValueError(f"unknown algorithm {name!r}; choose from {names()} or give "
                      "'module:ATTRIBUTE' of an AlgorithmSpec")
@@ -171,8 +176,7 @@ def get(name: str) -> AlgorithmSpec:
 def names(*, listed_only: bool = True) -> list[str]:
     """The registered algorithm names, sorted (``listed_only``: without helpers)."""
     _load_builtins()
-    return sorted(n for n, s in _REGISTRY.items()
-                  if ":" not in n and (s.listed or not listed_only))
+    return sorted(n for n, s in _REGISTRY.items() if s.listed or not listed_only)
 
 
 def run_config_defaults() -> dict[str, Any]:

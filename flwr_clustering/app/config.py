@@ -106,12 +106,17 @@ def merged_config(run_config: dict[str, Any] | None) -> dict[str, Any]:
     ValueError
         On an unknown key or algorithm, or a value of the wrong type.
     """
+    run_config = dict(run_config or {})
     cfg = default_run_config()
-    for key, value in dict(run_config or {}).items():
+    # an algorithm loaded by module path brings its own keys
+    spec = registry.get(str(run_config.get("algorithm", cfg["algorithm"])))
+    for key, value in spec.options.run_config_defaults().items():
+        cfg.setdefault(key, value)
+    for key, value in run_config.items():
         if key not in cfg:
             raise ValueError(f"unknown run-config key {key!r}; valid keys: {sorted(cfg)}")
         cfg[key] = value
-    registry.get(str(cfg["algorithm"]))  # an unknown algorithm is an error here
+    spec.options.from_config(cfg, run_config_only=True)  # a bad option value is an error here
     AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
