@@ -44,3 +44,11 @@ def test_every_docs_page_is_reachable_from_the_readme():
         seen.add(page)
         todo += [(page.parent / t.split("#", 1)[0]).resolve() for t in relative_links(page)]
     assert [str(p.relative_to(ROOT)) for p in PAGES if p not in seen] == []
+
+
+def test_every_run_config_key_is_documented():
+    from flwr_clustering.app.config import default_run_config
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [key for key in default_run_config() if f"`{key}`" not in text]
+    assert missing == []
