@@ -12,7 +12,8 @@ A :class:`Method` names its ``kind``, a key of the one method registry :data:`RU
 ``central`` (scikit-learn k-means on the pooled data) and the pure loops of layer 1,
 ``fkm`` (:func:`~flwr_clustering.algorithms.fkm.run_fkm`), ``kfed``
 (:func:`~flwr_clustering.algorithms.kfed.run_kfed`), ``feca``, ``mavg`` and ``ffcm``, which the
-Flower tests show equal to the Flower runs. A paper module adds its own kinds with
+Flower tests show equal to the Flower runs; the loops are taken from the algorithm registry
+(:mod:`flwr_clustering.registry`), the same declaration the App reads. A paper module adds its own kinds with
 :func:`register_runner`, usually through :func:`self_scoring` (a function that runs and scores
 a method and returns every metric of the experiment).
 
@@ -41,11 +42,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
-from flwr_clustering.algorithms.feca import run_feca
-from flwr_clustering.algorithms.ffcm import run_ffcm
-from flwr_clustering.algorithms.fkm import run_fkm
-from flwr_clustering.algorithms.kfed import run_kfed
-from flwr_clustering.algorithms.mavg import run_mavg
+from flwr_clustering import registry
 from flwr_clustering.metrics import aggregate_evaluation_stats, local_evaluation_stats
 from flwr_clustering.reporting import to_jsonable
 
@@ -581,8 +578,8 @@ def _run_fkm(run: MethodRun) -> RunOutcome:
     Without a ``scorer``, also the score after each of the experiment's tracked rounds.
     """
     data = run.data
-    result = run_fkm(data.clients, run.k, seed=run.seed, max_rounds=run.rounds, tol=run.tol,
-                     **run.options)
+    result = registry.get("fkm").loop(data.clients, run.k, seed=run.seed,
+                                      max_rounds=run.rounds, tol=run.tol, **run.options)
     if run.experiment.scorer is not None:
         return run.score(result.centroids)
     by_round: dict[int, float] = {}
@@ -600,33 +597,30 @@ def _run_fkm(run: MethodRun) -> RunOutcome:
                       by_round=by_round)
 
 
-def _run_kfed(run: MethodRun) -> RunOutcome:
-    """``kfed``: :func:`run_kfed` (options ``k_local``, ``p``)."""
-    return run.score(run_kfed(run.data.clients, run.k, seed=run.seed, **run.options))
+def _loop_runner(name: str, *, min_rows_k: bool = False) -> Runner:
+    """A runner of the pure loop that the registry declares for ``name``.
 
-
-def _run_feca(run: MethodRun) -> RunOutcome:
-    """``feca``: :func:`run_feca`."""
-    return run.score(run_feca(run.data.clients, run.k, seed=run.seed, **run.options).centroids)
-
-
-def _run_mavg(run: MethodRun) -> RunOutcome:
-    """``mavg``: :func:`run_mavg` on the clients with at least ``k`` points.
-
-    M-Avg matches k centroids per client: a client with fewer points takes no part (the
-    Flower MAvg drops it with a logged reason).
+    The loop (``run_kfed``, ``run_feca``, ``run_mavg``, ``run_ffcm``) gets the clients, ``k``,
+    the run's seed and the method's options; its centroids are scored. ``min_rows_k``: only
+    clients with at least ``k`` points take part (M-Avg matches ``k`` centroids per client;
+    the Flower MAvg drops a smaller client with a logged reason).
     """
-    clients = [X for X in run.data.clients if len(X) >= run.k]
-    return run.score(run_mavg(clients, run.k, seed=run.seed, **run.options))
+
+    def run(r: MethodRun) -> RunOutcome:
+        clients = r.data.clients
+        if min_rows_k:
+            clients = [X for X in clients if len(X) >= r.k]
+        result = registry.get(name).loop(clients, r.k, seed=r.seed, **r.options)
+        return r.score(getattr(result, "centroids", result))
+
+    run.__doc__ = f"``{name}``: the registry's pure loop of {name!r}, scored."
+    return run
 
 
-def _run_ffcm(run: MethodRun) -> RunOutcome:
-    """``ffcm``: :func:`run_ffcm`."""
-    return run.score(run_ffcm(run.data.clients, run.k, seed=run.seed, **run.options).centroids)
-
-
-for _kind, _runner in (("central", _run_central), ("fkm", _run_fkm), ("kfed", _run_kfed),
-                       ("feca", _run_feca), ("mavg", _run_mavg), ("ffcm", _run_ffcm)):
+for _kind, _runner in (("central", _run_central), ("fkm", _run_fkm),
+                       ("kfed", _loop_runner("kfed")), ("feca", _loop_runner("feca")),
+                       ("mavg", _loop_runner("mavg", min_rows_k=True)),
+                       ("ffcm", _loop_runner("ffcm"))):
     register_runner(_kind, _runner)
 
 
