@@ -381,7 +381,7 @@ def labeller_client(F: np.ndarray, labeller: str, k: int, rng: np.random.Generat
         if len(F) <= kl:
             raise ValueError(f"{len(F)} rows, not more than k'={kl}: k-FED would upload raw "
                              "rows, so this client withholds its reply")
-        return kfed_client(F, kl, rng, p=privacy_threshold).to_arrays()
+        return kfed_client(F, kl, rng, privacy_threshold=privacy_threshold).to_arrays()
     raise ValueError(f"labeller must be one of {LABELLERS}, got {labeller!r}")
 
 
@@ -412,7 +412,8 @@ def parse_labeller_upload(arrays: Sequence[np.ndarray], labeller: str, *, k: int
         return C
     if labeller == "kfed":
         upload = check_local_centroids(LocalCentroids.from_arrays(arrays),
-                                       n_features=n_features, p=privacy_threshold)
+                                       n_features=n_features,
+                                       privacy_threshold=privacy_threshold)
         kl = 3 if k_local is None else int(k_local)
         if len(upload.means) > kl:
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={kl}")

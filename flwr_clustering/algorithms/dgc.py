@@ -282,11 +282,12 @@ def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
 
 
 def initial_centres(data: Sequence[np.ndarray], k: int, *, seed: int = 0,
-                    scheme: str = "kmeans", min_count: int = 2) -> np.ndarray:
+                    scheme: str = "kmeans", privacy_threshold: int = 2) -> np.ndarray:
     """Every user's :func:`local_init` with its own generator ``client_rng(seed, i)``."""
     from .fkm import client_rng
 
-    return np.stack([local_init(X, k, client_rng(seed, i), scheme, min_count=min_count)
+    return np.stack([local_init(X, k, client_rng(seed, i), scheme,
+                                privacy_threshold=privacy_threshold)
                      for i, X in enumerate(data)])
 
 
@@ -408,13 +409,13 @@ INITS = ("kmeans", "random")
 
 
 def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "kmeans",
-               *, min_count: int = 2) -> np.ndarray:
+               *, privacy_threshold: int = 2) -> np.ndarray:
     """A user's own initial centres (independent, unsynchronised; spec §2.3).
 
     ``"kmeans"`` (default): a local single-start k-means. A cluster of fewer than
-    ``min_count`` points (a one-point mean is a row) starts at the mean of all the user's
+    ``privacy_threshold`` points (a one-point mean is a row) starts at the mean of all the user's
     rows instead, and a user with fewer than ``k`` points repeats its last centre; a user
-    with fewer than ``min_count`` rows cannot start privately and gets an error.
+    with fewer than ``privacy_threshold`` rows cannot start privately and gets an error.
     ``"random"``: ``k`` distinct local rows drawn uniformly, the paper's random
     initialisation, **which sends raw rows to the neighbours** (and the relay).
     """
@@ -427,11 +428,11 @@ def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "k
         return X[rng.choice(len(X), size=k, replace=False)].copy()
     if scheme != "kmeans":
         raise ValueError(f"init must be one of {INITS}, got {scheme!r}")
-    if len(X) < max(1, min_count):
-        raise ValueError(f"a user needs at least {max(1, min_count)} rows (the minimum count) "
-                         f"to start privately, got {len(X)}")
+    if len(X) < max(1, privacy_threshold):
+        raise ValueError(f"a user needs at least {max(1, privacy_threshold)} rows (the minimum "
+                         f"count, privacy_threshold) to start privately, got {len(X)}")
     C, labels = local_kmeans(X, k, rng)
-    C[np.bincount(labels, minlength=len(C)) < min_count] = X.mean(axis=0)
+    C[np.bincount(labels, minlength=len(C)) < privacy_threshold] = X.mean(axis=0)
     if len(C) < k:
         C = np.vstack([C, np.repeat(C[-1:], k - len(C), axis=0)])
     return C

@@ -1,7 +1,7 @@
 """FKM: federated k-means of Garst & Reinders (Algorithm 1; spec ``002-fkm.md``).
 
 Protocol, per round: every client uploads its local centroids and their sizes (clusters
-smaller than the privacy threshold ``p`` are withheld); the server runs a
+smaller than the privacy threshold ``privacy_threshold`` are withheld); the server runs a
 count-weighted k-means with ``K_g`` clusters over all received centroids (Eq. 1) and
 broadcasts the ``K_g`` global centroids; every client keeps the global centroids that
 attract at least one of its points, runs ``L`` Lloyd steps from them and uploads again.
@@ -51,7 +51,7 @@ class LocalCentroids:
     means : numpy.ndarray of shape (k_i, d)
         Local centroids (``k_i`` may be 0).
     counts : numpy.ndarray of shape (k_i,), int64
-        Number of local points behind each centroid; every count is ``>= p``.
+        Number of local points behind each centroid; every count is ``>= privacy_threshold``.
     index : numpy.ndarray of shape (k_i,), int64
         Index of the global centroid each local centroid started from (``-1`` at
         initialisation). Only the ``"lloyd"`` server update uses it.
@@ -93,8 +93,8 @@ def client_rng(seed: int, client_id: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(client_id)])
 
 
-def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
-    keep = (part_counts >= p) & (counts >= p)
+def _filtered(means, part_counts, counts, index, privacy_threshold) -> LocalCentroids:
+    keep = (part_counts >= privacy_threshold) & (counts >= privacy_threshold)
     return LocalCentroids(
         np.ascontiguousarray(means[keep], dtype=np.float64),
         counts[keep].astype(np.int64),
@@ -102,7 +102,9 @@ def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
     )
 
 
-def _local_lloyd(X, C, index, p, local_iters, recount, labels=None) -> LocalCentroids:
+def _local_lloyd(
+    X, C, index, privacy_threshold, local_iters, recount, labels=None
+) -> LocalCentroids:
     part_counts = np.zeros(len(C), dtype=np.int64)
     for _ in range(local_iters):
         C, part_counts, _ = lloyd_step(X, C, labels)
@@ -112,7 +114,7 @@ def _local_lloyd(X, C, index, p, local_iters, recount, labels=None) -> LocalCent
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
         # are of the points nearest to the NEW means (spec 002 §2.5 item 3).
         counts = np.bincount(assign_to_nearest(X, C)[0], minlength=len(C)).astype(np.int64)
-    return _filtered(C, part_counts, counts, index, p)
+    return _filtered(C, part_counts, counts, index, privacy_threshold)
 
 
 def fkm_client_init(
@@ -120,7 +122,7 @@ def fkm_client_init(
     k: int,
     rng: np.random.Generator,
     *,
-    p: int = 2,
+    privacy_threshold: int = 2,
     init: str = "private",
     local_iters: int = 1,
     recount: bool = False,
@@ -135,11 +137,11 @@ def fkm_client_init(
         ``K_g``, the global number of clusters.
     rng : numpy.random.Generator
         The client's generator (see :func:`client_rng`).
-    p : int, default 2
-        Privacy threshold: clusters with fewer than ``p`` points are withheld.
+    privacy_threshold : int, default 2
+        Clusters with fewer than ``privacy_threshold`` points are withheld.
     init : {"private", "paper"}
         ``"private"`` (default) runs ``max(1, local_iters)`` Lloyd steps from the seeds
-        before uploading, so only means of ``>= p`` points leave the client.
+        before uploading, so only means of ``>= privacy_threshold`` points leave the client.
         ``"paper"`` uploads the k-means++ seeds themselves, as the paper's code does:
         **these are raw data rows**.
     local_iters : int, default 1
@@ -147,7 +149,7 @@ def fkm_client_init(
     recount : bool, default False
         Count points nearest to the new means (the paper's scikit-learn semantics)
         instead of the partition that produced them; in both cases a centroid is only
-        uploaded when the partition behind it has at least ``p`` points.
+        uploaded when the partition behind it has at least ``privacy_threshold`` points.
 
     Returns
     -------
@@ -165,15 +167,15 @@ def fkm_client_init(
     index = np.full(k_i, -1, dtype=np.int64)
     if init == "paper":
         counts = np.bincount(assign_to_nearest(X, seeds)[0], minlength=k_i).astype(np.int64)
-        return _filtered(seeds, counts, counts, index, p)
-    return _local_lloyd(X, seeds, index, p, max(1, local_iters), recount)
+        return _filtered(seeds, counts, counts, index, privacy_threshold)
+    return _local_lloyd(X, seeds, index, privacy_threshold, max(1, local_iters), recount)
 
 
 def fkm_client_update(
     X: np.ndarray,
     global_centroids: np.ndarray,
     *,
-    p: int = 2,
+    privacy_threshold: int = 2,
     local_iters: int = 1,
     recount: bool = False,
 ) -> LocalCentroids:
@@ -189,7 +191,7 @@ def fkm_client_update(
         The client's data.
     global_centroids : numpy.ndarray of shape (K, d)
         The broadcast ``C_g``.
-    p, local_iters, recount
+    privacy_threshold, local_iters, recount
         As in :func:`fkm_client_init` (``local_iters`` may be 0: then the upload is the
         surviving global centroids with their local counts, i.e. only evaluation).
 
@@ -207,19 +209,24 @@ def fkm_client_update(
     present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)
-        return _filtered(C[present], counts, counts, present, p)
+        return _filtered(C[present], counts, counts, present, privacy_threshold)
     # Dropping centroids that attract no point changes no row's nearest centroid (cdist
     # values are per pair, ties still go to the lowest index), so the first local step
     # reuses this assignment, renumbered, instead of computing the distances again.
     renumber = np.zeros(len(C), dtype=np.int64)
     renumber[present] = np.arange(len(present))
     return _local_lloyd(
-        X, C[present], present.astype(np.int64), p, local_iters, recount, renumber[labels]
+        X, C[present], present.astype(np.int64), privacy_threshold, local_iters, recount,
+        renumber[labels],
     )
 
 
 def check_local_centroids(
-    upload: LocalCentroids, *, n_features: int | None, p: int, k: int | None = None
+    upload: LocalCentroids,
+    *,
+    n_features: int | None,
+    privacy_threshold: int = 2,
+    k: int | None = None,
 ) -> LocalCentroids:
     """Validate an upload received from a client (server side).
 
@@ -229,8 +236,8 @@ def check_local_centroids(
         The payload.
     n_features : int or None
         Expected dimension (``None``: not known yet).
-    p : int
-        Privacy threshold every count must meet.
+    privacy_threshold : int, default 2
+        Every count must be at least this (and at least 1).
     k : int, optional
         Number of global centroids; ``index`` entries must be in ``[-1, k)``.
 
@@ -242,7 +249,7 @@ def check_local_centroids(
     Raises
     ------
     ValueError
-        Naming what is malformed: shapes, non-finite values, counts below ``p``.
+        Naming what is malformed: shapes, non-finite values, counts below the threshold.
     """
     means = np.asarray(upload.means, dtype=np.float64)
     counts = np.asarray(upload.counts)
@@ -258,8 +265,10 @@ def check_local_centroids(
         raise ValueError(f"means have {means.shape[1]} features, expected {n_features}")
     if not np.isfinite(means).all():
         raise ValueError("means contain NaN or inf")
-    if len(counts) and (counts < max(p, 1)).any():
-        raise ValueError(f"a count is below the privacy threshold p={p}: {counts.min()}")
+    if len(counts) and (counts < max(privacy_threshold, 1)).any():
+        raise ValueError(
+            f"a count is below the privacy threshold {privacy_threshold}: {counts.min()}"
+        )
     if k is not None and len(index) and ((index < -1) | (index >= k)).any():
         raise ValueError(f"index values must lie in [-1, {k}), got {index.min()}..{index.max()}")
     return LocalCentroids(means, counts.astype(np.int64), index.astype(np.int64))
@@ -293,7 +302,8 @@ def fkm_server_aggregate(
         centroids, re-seeded every round. ``"lloyd"`` is federated Lloyd: the new global
         centroid ``j`` is the count-weighted mean of the local centroids that grew from
         ``previous[j]`` (needs ``previous`` and the ``index`` of each upload); a global
-        centroid no client kept stays where it was. With ``p = 0`` and every client this
+        centroid no client kept stays where it was. With ``privacy_threshold = 0`` and every
+        client this
         is exactly one centralized Lloyd step.
     previous : numpy.ndarray of shape (k, d), optional
         ``C_g`` of the previous round (required by ``"lloyd"``).
@@ -372,7 +382,7 @@ def run_fkm(
     seed: int = 0,
     max_rounds: int = 20,
     tol: float = 1e-6,
-    p: int = 2,
+    privacy_threshold: int = 2,
     local_iters: int = 1,
     init: str = "private",
     recount: bool = False,
@@ -397,7 +407,7 @@ def run_fkm(
     tol : float, default 1e-6
         Stop when the Hungarian-matched shift of ``C_g`` falls to ``tol`` or below
         (``tol < 0`` disables the test).
-    p, local_iters, init, recount
+    privacy_threshold, local_iters, init, recount
         Client options (:func:`fkm_client_init`, :func:`fkm_client_update`).
     seeding, update, n_init
         Server options (:func:`fkm_server_aggregate`).
@@ -411,7 +421,9 @@ def run_fkm(
         Final and per-round global centroids.
     """
     server_rng = np.random.default_rng(seed)
-    client_opts = dict(p=p, local_iters=local_iters, recount=recount)
+    client_opts = dict(
+        privacy_threshold=privacy_threshold, local_iters=local_iters, recount=recount
+    )
     previous = None if initial_centroids is None else np.asarray(initial_centroids, float)
     if previous is None:
         uploads = [

@@ -46,7 +46,7 @@ def mavg_client(
     n_init: int = 1,
     max_iter: int = 300,
     tol: float = 1e-4,
-    privacy_threshold: int = 0,
+    privacy_threshold: int = 2,
 ) -> np.ndarray:
     """The M-Avg client step: local k-means, upload the ``k`` centroids (once).
 
@@ -60,9 +60,10 @@ def mavg_client(
         The client's generator (see :func:`~flwr_clustering.algorithms.fkm.client_rng`).
     init, n_init, max_iter, tol
         Options of :func:`local_kmeans`.
-    privacy_threshold : int, default 0
+    privacy_threshold : int, default 2
         If a local cluster has fewer points, the client refuses: M-Avg needs all ``k``
-        centroids, and a one-point centroid is a raw row (the Flower client uses 2).
+        centroids, and a one-point centroid is a raw row. ``0`` disables the check (the
+        paper's M-Avg has none).
 
     Returns
     -------
@@ -225,6 +226,7 @@ def run_mavg(
     n_init: int = 1,
     max_iter: int = 300,
     tol: float = 1e-4,
+    privacy_threshold: int = 2,
 ) -> np.ndarray:
     """Run M-Avg on in-memory client arrays, with no Flower (the reference loop).
 
@@ -242,6 +244,9 @@ def run_mavg(
         ``max_iter`` of :func:`mavg_server` (matching passes).
     init, n_init, max_iter, tol
         Client k-means options (:func:`local_kmeans`).
+    privacy_threshold : int, default 2
+        As in :func:`mavg_client`: a client with a smaller local cluster refuses, and
+        the run raises.
 
     Returns
     -------
@@ -251,8 +256,8 @@ def run_mavg(
     Raises
     ------
     ValueError
-        If there is no client, a client has fewer than ``k`` points or bad data, or the
-        clients' feature counts differ.
+        If there is no client, a client has fewer than ``k`` points, a local cluster
+        below ``privacy_threshold`` or bad data, or the clients' feature counts differ.
     """
     if len(clients) == 0:
         raise ValueError("M-Avg needs at least one client, got none")
@@ -268,6 +273,6 @@ def run_mavg(
             )
         uploads.append(
             mavg_client(X, k, client_rng(seed, i), init=init, n_init=n_init, max_iter=max_iter,
-                        tol=tol)
+                        tol=tol, privacy_threshold=privacy_threshold)
         )
     return mavg_server(uploads, reference=reference, max_iter=match_iter, metric=metric)

@@ -42,7 +42,7 @@ class DGCClient(ClusteringClient):
         if config.get("phase") == "init":
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             C = local_init(self.X, int(config["k"]), rng, str(config.get("init", "kmeans")),
-                           min_count=int(config.get("privacy-threshold", 2)))
+                           privacy_threshold=int(config.get("privacy-threshold", 2)))
             return [C], len(self.X), {}
         if len(parameters) not in (2, 3):
             raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum] "

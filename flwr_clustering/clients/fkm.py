@@ -55,7 +55,7 @@ class FedKMeansClient(ClusteringClient):
         """
         phase = config.get("phase", "update")
         opts = dict(
-            p=int(config.get("privacy-threshold", 2)),
+            privacy_threshold=int(config.get("privacy-threshold", 2)),
             local_iters=int(config.get("local-iterations", 1)),
             recount=bool(config.get("recount", False)),
         )

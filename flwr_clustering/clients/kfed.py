@@ -48,5 +48,6 @@ class KFedClient(ClusteringClient):
                 f"k'={k_local}: k-FED would upload raw rows, so this client withholds its reply"
             )
         rng = client_rng(int(config.get("seed", 0)), self.client_id)
-        upload = kfed_client(self.X, k_local, rng, p=int(config.get("privacy-threshold", 2)))
+        upload = kfed_client(self.X, k_local, rng,
+                             privacy_threshold=int(config.get("privacy-threshold", 2)))
         return upload.to_arrays(), len(self.X), {}

@@ -227,7 +227,8 @@ class Method:
         Human-readable description for the Markdown table.
     options : dict
         Keyword arguments of the runner (:func:`run_fkm`: ``init``, ``seeding``,
-        ``recount``, ``p``, ...; :func:`run_kfed`: ``k_local``, ``p``; ...); for
+        ``recount``, ``privacy_threshold``, ...; :func:`run_kfed`: ``k_local``,
+        ``privacy_threshold``; ...); for
         ``"central"``: ``n_init``. ``"k"`` overrides the experiment's ``k``.
     tolerance : float
         How far from the paper's mean the reproduction may be before the Markdown table
@@ -1275,17 +1276,20 @@ _FKM = Method("fkm", "fkm",
               "FKM, this library's defaults: private init (one Lloyd step before the first "
               "upload), weighted server seeding (scikit-learn >= 1.3), p = 2, L = 1, "
               "n_init = 10",
-              {"p": 2, "local_iters": 1, "init": "private", "seeding": "weighted"})
+              {"privacy_threshold": 2, "local_iters": 1, "init": "private",
+               "seeding": "weighted"})
 _FKM_UNWEIGHTED = Method(
     "fkm-unweighted", "fkm",
     "FKM with private init and unweighted server seeding (scikit-learn < 1.3 semantics: "
     "unweighted k-means++ seeds, weighted Lloyd, best weighted inertia of 10)",
-    {"p": 2, "local_iters": 1, "init": "private", "seeding": "unweighted"})
+    {"privacy_threshold": 2, "local_iters": 1, "init": "private",
+     "seeding": "unweighted"})
 _FKM_PAPER = Method(
     "fkm-paper-code", "fkm",
     "FKM as the paper's code ran it: raw k-means++ seeds uploaded at init (init='paper'), "
     "unweighted server seeding, counts after a final E-step (recount)",
-    {"p": 2, "local_iters": 1, "init": "paper", "seeding": "unweighted", "recount": True})
+    {"privacy_threshold": 2, "local_iters": 1, "init": "paper", "seeding": "unweighted",
+     "recount": True})
 
 
 def _kfed(k_local: int) -> Method:
@@ -1293,7 +1297,7 @@ def _kfed(k_local: int) -> Method:
         "kfed", "kfed",
         f"k-FED (Dennis et al. 2021), K_l = {k_local}, one shot; p = 1 like the reference "
         "code the paper ran (no privacy filter: a client with n <= K_l uploads its rows)",
-        {"k_local": k_local, "p": 1}, tolerance=0.05)
+        {"k_local": k_local, "privacy_threshold": 1}, tolerance=0.05)
 
 
 _GARST_COMMON_NOTES = (

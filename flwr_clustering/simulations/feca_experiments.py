@@ -135,10 +135,11 @@ _FECA10 = Method("feca-n-init-10", "feca",
                  "n_init before 1.4, the paper's era); otherwise the defaults", {"n_init": 10})
 _MAVG = Method("mavg", "mavg",
                "M-Avg: single-start k-means per client, Hungarian matching (Euclidean cost) "
-               "to client 0's centroids, unweighted average", {})
+               "to client 0's centroids, unweighted average, no privacy filter (as the "
+               "paper)", {"privacy_threshold": 0})
 _KFED5 = Method("kfed-k5", "kfed",
                 "k-FED with k' = 5 (the paper's tuned value for S-sets), one shot, p = 1 as "
-                "the reference code", {"k_local": 5, "p": 1})
+                "the reference code", {"k_local": 5, "privacy_threshold": 1})
 _CENTRAL = Method("central", "central",
                   "single-start scikit-learn KMeans (k-means++, n_init = 1) on the pooled "
                   "data", {"n_init": 1})

@@ -126,10 +126,11 @@ class FedKMeans(ClusteringStrategy):
         }
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
-        """Decode ``[means, counts, index]`` and check shapes, finiteness and ``p``."""
+        """Decode ``[means, counts, index]`` and check shapes, finiteness, counts."""
         return check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
-            p=self.privacy_threshold, k=None if self.centroids is None else len(self.centroids),
+            privacy_threshold=self.privacy_threshold,
+            k=None if self.centroids is None else len(self.centroids),
         )
 
     def payload_features(self, payload: LocalCentroids) -> int | None:

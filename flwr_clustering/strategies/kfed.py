@@ -65,7 +65,7 @@ class KFed(ClusteringStrategy):
         """Decode ``[centres, counts, index]`` and validate it."""
         upload = check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
-            p=self.privacy_threshold,
+            privacy_threshold=self.privacy_threshold,
         )
         if len(upload.means) > self.k_local:
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={self.k_local}")
