@@ -19,8 +19,7 @@ from flwr_clustering.algorithms.ffcm import (
     pooled_mean_std,
     run_ffcm,
 )
-from flwr_clustering.algorithms.fkm import client_rng
-from flwr_clustering.algorithms.lloyd import local_kmeans, matched_shift
+from flwr_clustering.algorithms.lloyd import client_rng, local_kmeans, matched_shift
 from flwr_clustering.algorithms.mavg import (
     match_to,
     mavg_client,

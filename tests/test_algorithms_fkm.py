@@ -6,9 +6,6 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from flwr_clustering.algorithms.fkm import (
-    LocalCentroids,
-    check_local_centroids,
-    client_rng,
     fkm_client_init,
     fkm_client_update,
     fkm_server_aggregate,
@@ -24,11 +21,13 @@ from flwr_clustering.algorithms.kfed import (
 from flwr_clustering.algorithms.lloyd import (
     assign_to_nearest,
     check_data,
+    client_rng,
     cluster_sums,
     lloyd_step,
     matched_shift,
     weighted_kmeans,
 )
+from flwr_clustering.algorithms.local_centroids import LocalCentroids, check_local_centroids
 
 
 def _blobs(n=600, k=4, d=2, seed=0):

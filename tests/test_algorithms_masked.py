@@ -8,7 +8,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from flwr_clustering.algorithms.fkm import client_rng
+from flwr_clustering.algorithms.lloyd import client_rng
 from flwr_clustering.algorithms.masked import (
     MaskedStats,
     bounding_box,

@@ -61,9 +61,9 @@ from typing import Any
 import numpy as np
 
 from .feca import FeCAUpload, check_feca_upload, feca_client, feca_server
-from .fkm import LocalCentroids, check_local_centroids
 from .kfed import kfed_client, kfed_server
 from .lloyd import assign_to_nearest, check_data
+from .local_centroids import LocalCentroids, check_local_centroids
 from .mavg import REFERENCES, mavg_client, mavg_server
 
 __all__ = [

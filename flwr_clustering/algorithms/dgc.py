@@ -284,7 +284,7 @@ def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
 def initial_centres(data: Sequence[np.ndarray], k: int, *, seed: int = 0,
                     scheme: str = "kmeans", privacy_threshold: int = 2) -> np.ndarray:
     """Every user's :func:`local_init` with its own generator ``client_rng(seed, i)``."""
-    from .fkm import client_rng
+    from .lloyd import client_rng
 
     return np.stack([local_init(X, k, client_rng(seed, i), scheme,
                                 privacy_threshold=privacy_threshold)

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
-from .fkm import client_rng
-from .lloyd import check_data, cluster_sums, local_kmeans
+from .lloyd import check_data, client_rng, cluster_sums, local_kmeans
 
 __all__ = [
     "RADIUS_MODES",
@@ -559,7 +558,7 @@ def run_feca(
     k_local : int, optional
         ``k'``, clusters of each client's Lloyd run; defaults to ``k``.
     seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
+        Client ``i`` uses :func:`~flwr_clustering.algorithms.lloyd.client_rng(seed, i)`.
     **client_opts
         Keyword arguments of :func:`feca_client` (``std_mode``, ``radius``,
         ``eliminate``, ``privacy_threshold``, ``init``, ``n_init``, ``max_iter``).

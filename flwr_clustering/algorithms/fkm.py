@@ -21,17 +21,16 @@ from sklearn.cluster import kmeans_plusplus
 from .lloyd import (
     assign_to_nearest,
     check_data,
+    client_rng,
     lloyd_step,
     matched_shift,
     seed_from,
     weighted_kmeans,
 )
+from .local_centroids import LocalCentroids
 
 __all__ = [
     "FKMResult",
-    "LocalCentroids",
-    "check_local_centroids",
-    "client_rng",
     "fkm_client_init",
     "fkm_client_update",
     "fkm_server_aggregate",
@@ -40,57 +39,6 @@ __all__ = [
 
 INIT_MODES = ("private", "paper")
 SERVER_UPDATES = ("kmeans", "lloyd")
-
-
-@dataclass
-class LocalCentroids:
-    """What one client uploads: local centroids, their sizes and their origin.
-
-    Attributes
-    ----------
-    means : numpy.ndarray of shape (k_i, d)
-        Local centroids (``k_i`` may be 0).
-    counts : numpy.ndarray of shape (k_i,), int64
-        Number of local points behind each centroid; every count is ``>= privacy_threshold``.
-    index : numpy.ndarray of shape (k_i,), int64
-        Index of the global centroid each local centroid started from (``-1`` at
-        initialisation). Only the ``"lloyd"`` server update uses it.
-    """
-
-    means: np.ndarray
-    counts: np.ndarray
-    index: np.ndarray
-
-    def to_arrays(self) -> list[np.ndarray]:
-        """Return the payload as the list ``[means, counts, index]``."""
-        return [self.means, self.counts, self.index]
-
-    @classmethod
-    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> LocalCentroids:
-        """Build from ``[means, counts, index]`` (the inverse of :meth:`to_arrays`)."""
-        if len(arrays) != 3:
-            raise ValueError(f"expected 3 arrays (means, counts, index), got {len(arrays)}")
-        means, counts, index = (np.asarray(a) for a in arrays)
-        return cls(means, counts, index)
-
-
-def client_rng(seed: int, client_id: int) -> np.random.Generator:
-    """The random generator of client ``client_id`` in a run seeded with ``seed``.
-
-    Parameters
-    ----------
-    seed : int
-        The run seed.
-    client_id : int
-        A stable client identifier (the partition id in simulation).
-
-    Returns
-    -------
-    numpy.random.Generator
-        ``default_rng([seed, client_id])``: independent streams per client, the same in
-        the pure loop and under Flower.
-    """
-    return np.random.default_rng([int(seed), int(client_id)])
 
 
 def _filtered(means, part_counts, counts, index, privacy_threshold) -> LocalCentroids:
@@ -136,7 +84,7 @@ def fkm_client_init(
     k : int
         ``K_g``, the global number of clusters.
     rng : numpy.random.Generator
-        The client's generator (see :func:`client_rng`).
+        The client's generator (see :func:`~flwr_clustering.algorithms.lloyd.client_rng`).
     privacy_threshold : int, default 2
         Clusters with fewer than ``privacy_threshold`` points are withheld.
     init : {"private", "paper"}
@@ -219,59 +167,6 @@ def fkm_client_update(
         X, C[present], present.astype(np.int64), privacy_threshold, local_iters, recount,
         renumber[labels],
     )
-
-
-def check_local_centroids(
-    upload: LocalCentroids,
-    *,
-    n_features: int | None,
-    privacy_threshold: int = 2,
-    k: int | None = None,
-) -> LocalCentroids:
-    """Validate an upload received from a client (server side).
-
-    Parameters
-    ----------
-    upload : LocalCentroids
-        The payload.
-    n_features : int or None
-        Expected dimension (``None``: not known yet).
-    privacy_threshold : int, default 2
-        Every count must be at least this (and at least 1).
-    k : int, optional
-        Number of global centroids; ``index`` entries must be in ``[-1, k)``.
-
-    Returns
-    -------
-    LocalCentroids
-        The same upload with canonical dtypes.
-
-    Raises
-    ------
-    ValueError
-        Naming what is malformed: shapes, non-finite values, counts below the threshold.
-    """
-    means = np.asarray(upload.means, dtype=np.float64)
-    counts = np.asarray(upload.counts)
-    index = np.asarray(upload.index)
-    if means.ndim != 2:
-        raise ValueError(f"means must be 2-D (k_i, d), got shape {means.shape}")
-    if counts.shape != (len(means),) or index.shape != (len(means),):
-        raise ValueError(
-            f"counts {counts.shape} and index {index.shape} must have shape ({len(means)},) "
-            f"to match means {means.shape}"
-        )
-    if n_features is not None and len(means) and means.shape[1] != n_features:
-        raise ValueError(f"means have {means.shape[1]} features, expected {n_features}")
-    if not np.isfinite(means).all():
-        raise ValueError("means contain NaN or inf")
-    if len(counts) and (counts < max(privacy_threshold, 1)).any():
-        raise ValueError(
-            f"a count is below the privacy threshold {privacy_threshold}: {counts.min()}"
-        )
-    if k is not None and len(index) and ((index < -1) | (index >= k)).any():
-        raise ValueError(f"index values must lie in [-1, {k}), got {index.min()}..{index.max()}")
-    return LocalCentroids(means, counts.astype(np.int64), index.astype(np.int64))
 
 
 def fkm_server_aggregate(
@@ -401,7 +296,7 @@ def run_fkm(
         ``K_g``.
     seed : int, default 0
         Seeds the server generator ``default_rng(seed)`` and client ``i``'s generator
-        :func:`client_rng(seed, i) <client_rng>`.
+        :func:`client_rng(seed, i) <flwr_clustering.algorithms.lloyd.client_rng>`.
     max_rounds : int, default 20
         Number of aggregations ``R`` at most.
     tol : float, default 1e-6

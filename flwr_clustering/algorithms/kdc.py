@@ -35,7 +35,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
 
-from .lloyd import check_data, seed_from
+from .lloyd import check_data, client_rng, seed_from
 
 __all__ = [
     "IsolationKernel",
@@ -483,7 +483,6 @@ class KDCResult:
 
 
 def _site_rng(seed: int, site: int) -> np.random.Generator:
-    from .fkm import client_rng
 
     return client_rng(seed, site)
 

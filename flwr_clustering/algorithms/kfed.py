@@ -16,8 +16,8 @@ from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils.extmath import randomized_svd
 
-from .fkm import LocalCentroids, client_rng
-from .lloyd import assign_to_nearest, check_data, seed_from
+from .lloyd import assign_to_nearest, check_data, client_rng, seed_from
+from .local_centroids import LocalCentroids
 
 __all__ = ["awasthi_sheffet", "kfed_client", "kfed_server", "max_from_set_seeds", "run_kfed"]
 
@@ -166,7 +166,7 @@ def run_kfed(
     k_local : int, optional
         ``k'``; defaults to ``k`` (the untuned setting of the paper).
     seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
+        Client ``i`` uses :func:`~flwr_clustering.algorithms.lloyd.client_rng(seed, i)`.
     privacy_threshold : int, default 2
         As in :func:`kfed_client`.
 

@@ -18,6 +18,7 @@ from threadpoolctl import ThreadpoolController
 __all__ = [
     "assign_to_nearest",
     "check_data",
+    "client_rng",
     "cluster_sums",
     "local_kmeans",
     "lloyd_step",
@@ -43,6 +44,25 @@ def seed_from(rng: np.random.Generator) -> int:
         A seed in ``[0, 2**31 - 1)``.
     """
     return int(rng.integers(0, 2**31 - 1))
+
+
+def client_rng(seed: int, client_id: int) -> np.random.Generator:
+    """The random generator of client ``client_id`` in a run seeded with ``seed``.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    client_id : int
+        A stable client identifier (the partition id in simulation).
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``default_rng([seed, client_id])``: independent streams per client, the same in
+        the pure loop and under Flower.
+    """
+    return np.random.default_rng([int(seed), int(client_id)])
 
 
 def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None) -> np.ndarray:

@@ -959,7 +959,7 @@ def run_masked_federated(
         default) lets every client choose ``K_i <= k`` by silhouette
         (:func:`choose_local_clusters`).
     seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
+        Client ``i`` uses :func:`~flwr_clustering.algorithms.lloyd.client_rng(seed, i)`.
     local_iterations, privacy_threshold
         See :func:`masked_client_update`.
     n_init : int, default 10
@@ -972,7 +972,7 @@ def run_masked_federated(
     MaskedFederatedResult
         Final centroids, history and the initial grouping.
     """
-    from .fkm import client_rng
+    from .lloyd import client_rng
 
     if method not in ("A", "B"):
         raise ValueError(f"method must be 'A' or 'B', got {method!r}")
@@ -1305,7 +1305,7 @@ def run_masked_oneshot(
     MaskedOneShotResult
         Global centroids, groups and per-client label maps.
     """
-    from .fkm import client_rng
+    from .lloyd import client_rng
 
     ks = _per_client(k_local, len(clients))
     uploads, local_labels = [], []

@@ -28,8 +28,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
-from .fkm import client_rng
-from .lloyd import check_data, local_kmeans
+from .lloyd import check_data, client_rng, local_kmeans
 
 __all__ = ["check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
 
@@ -57,7 +56,7 @@ def mavg_client(
     k : int
         Number of clusters.
     rng : numpy.random.Generator
-        The client's generator (see :func:`~flwr_clustering.algorithms.fkm.client_rng`).
+        The client's generator (see :func:`~flwr_clustering.algorithms.lloyd.client_rng`).
     init, n_init, max_iter, tol
         Options of :func:`local_kmeans`.
     privacy_threshold : int, default 2
@@ -237,7 +236,7 @@ def run_mavg(
     k : int
         Number of clusters.
     seed : int, default 0
-        Client ``i`` uses :func:`client_rng(seed, i) <flwr_clustering.algorithms.fkm.client_rng>`.
+        Client ``i`` uses :func:`client_rng(seed, i) <flwr_clustering.algorithms.lloyd.client_rng>`.
     reference, metric
         Server options (:func:`mavg_server`).
     match_iter : int, default 1

@@ -18,7 +18,7 @@ from ..algorithms.dgc import (
     node_update,
     outlier_scores,
 )
-from ..algorithms.fkm import client_rng
+from ..algorithms.lloyd import client_rng
 from ..metrics import model_contingencies, sse
 from .base import ClusteringClient
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithms.fkm import client_rng, fkm_client_init, fkm_client_update
+from ..algorithms.fkm import fkm_client_init, fkm_client_update
+from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
 __all__ = ["FedKMeansClient"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.fkm import client_rng
 from ..algorithms.kdc import IsolationKernel, kdc_site_assign, kdc_site_sample
+from ..algorithms.lloyd import client_rng
 from ..metrics import label_evaluation_stats
 from .base import ClusteringClient
 

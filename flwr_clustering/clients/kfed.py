@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..algorithms.fkm import client_rng
 from ..algorithms.kfed import kfed_client
+from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
 __all__ = ["KFedClient"]

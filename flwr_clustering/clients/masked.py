@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import client_rng
+from ..algorithms.lloyd import client_rng
 from ..algorithms.masked import (
     client_local_clusters,
     client_mask,

@@ -433,7 +433,8 @@ def bench_server_step(
     list of dict
         ``{"clients", "points", "threads", "seconds", "min_s"}``.
     """
-    from ..algorithms.fkm import LocalCentroids, fkm_server_aggregate
+    from ..algorithms.fkm import fkm_server_aggregate
+    from ..algorithms.local_centroids import LocalCentroids
 
     rows = []
     for m in clients:

@@ -69,7 +69,6 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from ..algorithms.fkm import client_rng
 from ..algorithms.kdc import (
     allocate_sample,
     coreset_kmeans,
@@ -82,6 +81,7 @@ from ..algorithms.kdc import (
     run_kdc,
     select_parameters,
 )
+from ..algorithms.lloyd import client_rng
 from ..data import registry
 from ..data.shapes import SHAPES
 from .experiments import Experiment, FederatedData, Method, Setting, register, register_kind

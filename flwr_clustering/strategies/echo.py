@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import INIT_MODES, LocalCentroids
+from ..algorithms.fkm import INIT_MODES
+from ..algorithms.local_centroids import LocalCentroids
 from .base import ClusteringStrategy, Reply
 from .fkm import FedKMeans
 

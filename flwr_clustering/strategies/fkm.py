@@ -6,14 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import (
-    INIT_MODES,
-    SERVER_UPDATES,
-    LocalCentroids,
-    check_local_centroids,
-    fkm_server_aggregate,
-)
+from ..algorithms.fkm import INIT_MODES, SERVER_UPDATES, fkm_server_aggregate
 from ..algorithms.lloyd import matched_shift
+from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FedKMeans"]

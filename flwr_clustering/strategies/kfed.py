@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import LocalCentroids, check_local_centroids
 from ..algorithms.kfed import kfed_server
+from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["KFed"]
