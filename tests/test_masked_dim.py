@@ -4,11 +4,9 @@ DIM look-alike both algorithms under both assumptions reproduce the paper's rows
 import numpy as np
 import pytest
 
-from flwr_clustering.algorithms.masked import (
-    mask_aware_means,
-    run_masked_federated,
-    run_masked_oneshot,
-)
+from flwr_clustering.algorithms.masked import mask_aware_means
+from flwr_clustering.algorithms.masked_federated import run_masked_federated
+from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 from flwr_clustering.data.masks import (
     apply_mask,
     chain_masks,

@@ -11,13 +11,9 @@ from typing import Any
 import numpy as np
 
 from ..algorithms.lloyd import client_rng
-from ..algorithms.masked import (
-    client_local_clusters,
-    client_mask,
-    fit_gaussians,
-    masked_client_update,
-    masked_squared_distances,
-)
+from ..algorithms.masked import client_local_clusters, client_mask, masked_squared_distances
+from ..algorithms.masked_federated import masked_client_update
+from ..algorithms.masked_oneshot import fit_gaussians
 from ..metrics import evaluation_stats_from_distances
 from .base import ClusteringClient
 
@@ -93,7 +89,7 @@ class MaskedFederatedClient(MaskedClient):
     ``config["phase"]``: ``"init"`` runs the local clustering (:meth:`local_clusters`) and
     uploads the per-feature sums and counts of the clusters of at least
     ``privacy-threshold`` points; ``"update"`` runs one federated round from the received
-    global centroids (:func:`~flwr_clustering.algorithms.masked.masked_client_update`) and
+    global centroids (:func:`~flwr_clustering.algorithms.masked_federated.masked_client_update`) and
     uploads ``K`` aligned rows. Payload: ``[sums (k, d), counts (k, d)]``.
     """
 

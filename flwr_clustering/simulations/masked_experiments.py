@@ -45,13 +45,9 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..algorithms.masked import (
-    client_mask,
-    mask_aware_means,
-    masked_squared_distances,
-    run_masked_federated,
-    run_masked_oneshot,
-)
+from ..algorithms.masked import client_mask, mask_aware_means, masked_squared_distances
+from ..algorithms.masked_federated import run_masked_federated
+from ..algorithms.masked_oneshot import run_masked_oneshot
 from ..data.registry import load_partition, load_pooled
 from ..metrics import (
     aggregation_correctness,

@@ -10,18 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.masked import (
+from ..algorithms.masked import LOCAL_ALGORITHMS, MaskedStats
+from ..algorithms.masked_federated import masked_server_update, method_a, method_b
+from ..algorithms.masked_oneshot import (
     FORCE_NORMALIZATIONS,
-    LOCAL_ALGORITHMS,
     GaussianUpload,
-    MaskedStats,
     cluster_overlap,
     force_agglomeration,
     force_sums,
-    masked_server_update,
     merge_groups,
-    method_a,
-    method_b,
     proxy_clusters,
 )
 from .base import ClusteringStrategy, Reply
