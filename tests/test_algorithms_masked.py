@@ -11,6 +11,7 @@ from sklearn.datasets import make_blobs
 from flwr_clustering.algorithms.lloyd import client_rng
 from flwr_clustering.algorithms.masked import (
     MaskedStats,
+    assumption8_rate,
     bounding_box,
     client_mask,
     cluster_stats,
@@ -494,3 +495,24 @@ def test_proxies_without_any_uploaded_cluster_fail_clearly():
         proxy_clusters([empty], np.random.default_rng(0))
     with pytest.raises(ValueError, match="no local cluster"):
         proxy_clusters([], np.random.default_rng(0))
+
+
+def test_assumption8_rate_is_one_on_separated_blobs_and_low_when_the_overlap_is_blind():
+    rng = np.random.default_rng(0)
+    m0, m1 = np.array([1, 1, 0], bool), np.array([0, 1, 1], bool)
+
+    def client(mask, centres):
+        y = np.repeat([0, 1], 50)
+        Xc = np.array(centres)[y] + 0.1 * rng.standard_normal((100, 3))
+        X = Xc.copy()
+        X[:, ~mask] = np.nan
+        return X, Xc, y
+
+    # classes differ on the shared feature 1: the masked distances keep the order
+    good = [client(m0, [[0, 0, 0], [5, 5, 5]]), client(m1, [[0, 0, 0], [5, 5, 5]])]
+    rate = assumption8_rate(*zip(*good, strict=True), np.random.default_rng(1))
+    assert rate == 1.0
+    # classes equal on the shared feature: the overlap cannot tell them apart
+    blind = [client(m0, [[0, 0, 0], [5, 0, 5]]), client(m1, [[0, 0, 0], [5, 0, 5]])]
+    rate = assumption8_rate(*zip(*blind, strict=True), np.random.default_rng(1))
+    assert 0.2 < rate < 0.8

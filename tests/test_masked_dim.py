@@ -4,7 +4,11 @@ DIM look-alike both algorithms under both assumptions reproduce the paper's rows
 import numpy as np
 import pytest
 
-from flwr_clustering.algorithms.masked import mask_aware_means
+from flwr_clustering.algorithms.masked import (
+    aggregation_correctness,
+    centroid_agreement,
+    mask_aware_means,
+)
 from flwr_clustering.algorithms.masked_federated import run_masked_federated
 from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 from flwr_clustering.data.masks import (
@@ -14,11 +18,7 @@ from flwr_clustering.data.masks import (
     dim_lookalike,
     shared_block_masks,
 )
-from flwr_clustering.metrics import (
-    aggregation_correctness,
-    centroid_agreement,
-    hungarian_accuracy,
-)
+from flwr_clustering.metrics import hungarian_accuracy
 
 
 def test_chain_masks_follow_the_spec_recipe():

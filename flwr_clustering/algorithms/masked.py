@@ -16,7 +16,11 @@ NumPy/SciPy:
   shared subspace, rescaled by the diagonal of the reference set's bounding box in that
   subspace; disjoint masks give NaN ("invalid"), never 0;
 - :func:`masked_squared_distances`: a client's rows against global centroids on its own
-  features (compatibility check, labels, evaluation).
+  features (compatibility check, labels, evaluation);
+- the paper's evaluation (Sec. 6): the optimal mask-aware centroids of Eq. 1
+  (:func:`mask_aware_means`), aggregation correctness (E1/E4), centroid agreement (E3) and
+  the satisfaction rate of Assumption 8 (Table 1). Simulation only: they need true labels
+  or complete rows.
 
 The algorithms themselves live in :mod:`~flwr_clustering.algorithms.masked_federated`
 (Algorithm 1, Methods A and B) and :mod:`~flwr_clustering.algorithms.masked_oneshot`
@@ -27,10 +31,12 @@ No Flower import (layer 1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from .kmedoids import local_kmedoids
 
@@ -38,7 +44,10 @@ __all__ = [
     "LOCAL_ALGORITHMS",
     "MIN_SILHOUETTE",
     "MaskedStats",
+    "aggregation_correctness",
+    "assumption8_rate",
     "bounding_box",
+    "centroid_agreement",
     "choose_local_clusters",
     "client_local_clusters",
     "client_mask",
@@ -520,3 +529,139 @@ def k_local_per_client(k_local: int | Sequence[int | None] | None, n: int) -> li
     if len(ks) != n:
         raise ValueError(f"k_local has {len(ks)} entries for {n} clients")
     return ks
+
+
+# ------------------------------------------------ evaluation of Sec. 6 (simulation only)
+
+
+def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray) -> float:
+    """E1 / E4 of Maritan & Schenato: how correctly local clusters were grouped.
+
+    Each local cluster carries the majority true class of its points (``classes``); groups
+    are matched to classes by the Hungarian method on the group x class counts; the result
+    is the fraction of local clusters placed in the group matched to their class (spec 000
+    §7.3, whose formula the paper does not give).
+
+    Parameters
+    ----------
+    groups : sequence of sequence of int
+        Local cluster indices per global group.
+    classes : numpy.ndarray
+        Majority class of every local cluster.
+
+    Returns
+    -------
+    float
+        In ``[0, 1]``; 1 is a perfect aggregation.
+    """
+    classes = np.asarray(classes, dtype=np.int64)
+    table = np.zeros((len(groups), int(classes.max()) + 1))
+    for g, members in enumerate(groups):
+        np.add.at(table[g], classes[list(members)], 1)
+    rows, cols = linear_sum_assignment(-table)
+    return float(table[rows, cols].sum() / len(classes))
+
+
+def centroid_agreement(C: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """E3 of Maritan & Schenato: cosine similarity and relative distance to Eq. 1.
+
+    Rows are matched by the Hungarian method on the Euclidean distance over the coordinates
+    both define (NaN marks a coordinate nobody observed; pairs with none in common are
+    matched last); then the means over matched pairs of ``cos(c, o)`` and
+    ``||c - o|| / ||o||`` on those coordinates.
+
+    Parameters
+    ----------
+    C : numpy.ndarray of shape (k1, d)
+        Estimated centroids (NaN allowed).
+    reference : numpy.ndarray of shape (k2, d)
+        The optimal mask-aware centroids (NaN allowed).
+
+    Returns
+    -------
+    (float, float)
+        Mean cosine similarity, mean relative distance.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    R = np.asarray(reference, dtype=np.float64)
+    both = ~np.isnan(C)[:, None, :] & ~np.isnan(R)[None, :, :]
+    diff = np.where(both, np.nan_to_num(C)[:, None, :] - np.nan_to_num(R)[None, :, :], 0.0)
+    cost = np.sqrt((diff**2).sum(-1))
+    # A pair with no coordinate in common cannot be compared: never match it if avoidable.
+    cost[~both.any(-1)] = 10.0 * (cost.max() + 1.0)
+    rows, cols = linear_sum_assignment(cost)
+    cos, rel = [], []
+    for r, c in zip(rows, cols, strict=True):
+        m = both[r, c]
+        a, b = C[r, m], R[c, m]
+        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
+        rel.append(float(np.linalg.norm(a - b) / np.linalg.norm(b)))
+    return float(np.mean(cos)), float(np.mean(rel))
+
+
+def assumption8_rate(
+    clients: Sequence[np.ndarray],
+    complete: Sequence[np.ndarray],
+    labels: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    n_triplets: int = 1000,
+) -> float:
+    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Table 1; spec 000 §7.3).
+
+    Samples triplets ``x1`` of client ``i`` and class ``a``, ``x2`` of a neighbour ``j`` and
+    class ``a``, ``x3`` of a neighbour ``k`` and class ``b != a`` (neighbours: clients whose
+    masks share a feature with ``i``'s, ``i`` excluded) and checks implication (14): when
+    ``x2`` is closer to ``x1`` than ``x3`` on the complete rows, it is also closer under the
+    rescaled masked distances ``d_ij``, ``d_ik`` (Eq. 3, ``S`` = all complete rows). The rate
+    is over the triplets whose premise holds (those with a false premise would satisfy the
+    implication vacuously); simulation only, it needs the complete rows.
+
+    Parameters
+    ----------
+    clients : sequence of numpy.ndarray
+        Client rows with NaN outside the masks (they give the masks).
+    complete : sequence of numpy.ndarray
+        The same rows complete.
+    labels : sequence of numpy.ndarray
+        True classes per client.
+    rng : numpy.random.Generator
+        Sampling.
+    n_triplets : int, default 1000
+        Triplets drawn (the paper's 1000).
+
+    Returns
+    -------
+    float
+        Fraction in ``[0, 1]``; NaN when no valid triplet exists.
+    """
+    masks = [~np.isnan(np.asarray(X, dtype=np.float64)).all(axis=0) for X in clients]
+    full = np.vstack([np.asarray(Xc, dtype=np.float64) for Xc in complete])
+    span = full.max(axis=0) - full.min(axis=0)
+    n = len(clients)
+    neighbours = [[j for j in range(n) if j != i and (masks[i] & masks[j]).any()]
+                  for i in range(n)]
+    by_class = [{int(c): np.flatnonzero(np.asarray(y) == c) for c in np.unique(y)}
+                for y in labels]
+
+    def rescaled(x: np.ndarray, x2: np.ndarray, m: np.ndarray) -> float:
+        return float(np.linalg.norm((x - x2)[m]) / max(np.linalg.norm(span[m]), 1e-12))
+
+    held, ok = 0, 0
+    for _ in range(int(n_triplets)):
+        i = int(rng.integers(n))
+        if not by_class[i] or not neighbours[i]:
+            continue
+        a = int(rng.choice(list(by_class[i])))
+        same = [j for j in neighbours[i] if a in by_class[j]]
+        other = [(k, b) for k in neighbours[i] for b in by_class[k] if b != a]
+        if not same or not other:
+            continue
+        j = same[int(rng.integers(len(same)))]
+        k, b = other[int(rng.integers(len(other)))]
+        x1 = complete[i][rng.choice(by_class[i][a])]
+        x2 = complete[j][rng.choice(by_class[j][a])]
+        x3 = complete[k][rng.choice(by_class[k][b])]
+        if np.linalg.norm(x1 - x2) < np.linalg.norm(x1 - x3):
+            held += 1
+            ok += rescaled(x1, x2, masks[i] & masks[j]) < rescaled(x1, x3, masks[i] & masks[k])
+    return ok / held if held else math.nan

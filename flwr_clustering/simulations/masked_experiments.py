@@ -27,8 +27,8 @@ also with n = 3, since 64 pixels over 10 clients leave each one only 9-12 featur
 
 Protocol: run ``r`` loads the data with ``seed=r`` (masks, row split and, for ``dim-128``,
 the generator) and runs the algorithm with ``seed=r``. Metrics per run (spec §7.3): E1 / E4
-(:func:`~flwr_clustering.metrics.aggregation_correctness` of the uploaded local clusters,
-labelled by their majority true class), E2 / E5 accuracy in % (Hungarian-matched), the
+(:func:`~flwr_clustering.algorithms.masked.aggregation_correctness` of the uploaded local
+clusters, labelled by their majority true class), E2 / E5 accuracy in % (Hungarian-matched), the
 accuracy of centralized k-means on the complete unmasked rows (``KMeans(K, n_init=10,
 random_state=r)``), E3 (cosine and relative distance of the Hungarian-matched global
 centroids to the optimal mask-aware centroids of Eq. 1), the floats uploaded by all clients
@@ -45,17 +45,18 @@ from typing import Any
 import numpy as np
 from sklearn.cluster import KMeans
 
-from ..algorithms.masked import client_mask, mask_aware_means, masked_squared_distances
-from ..algorithms.masked_federated import run_masked_federated
-from ..algorithms.masked_oneshot import run_masked_oneshot
-from ..data.registry import load_partition, load_pooled
-from ..metrics import (
+from ..algorithms.masked import (
     aggregation_correctness,
     assumption8_rate,
     centroid_agreement,
-    contingency,
-    hungarian_accuracy,
+    client_mask,
+    mask_aware_means,
+    masked_squared_distances,
 )
+from ..algorithms.masked_federated import run_masked_federated
+from ..algorithms.masked_oneshot import run_masked_oneshot
+from ..data.registry import load_partition, load_pooled
+from ..metrics import contingency, hungarian_accuracy
 from .experiments import (
     Experiment,
     FederatedData,
