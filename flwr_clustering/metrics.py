@@ -5,7 +5,7 @@ the global centroids and sends the returned counts and partial sums (never a dat
 server calls :func:`aggregate_evaluation_stats`. Contingency tables, SSE and the simplified
 silhouette are sums over points, so the global ARI, NMI, purity, SSE and simplified silhouette
 equal what :func:`centralized_metrics` computes on the pooled data with the same centroids
-(Garst & Reinders, spec 002 §4.4 and §7).
+(Garst & Reinders, Sec. 3: ARI and the simplified silhouette).
 
 The paper's own ARI for federated methods is different: the sample-weighted mean of per-client
 ARIs, ``sum_i n_i ARI_i / sum_i n_i``. It is reported as ``"ari-client-weighted"``.
@@ -249,9 +249,10 @@ def purity_from_contingency(table: np.ndarray) -> float:
 def purity_per_cluster_from_contingency(table: np.ndarray) -> float:
     """Unweighted mean over non-empty clusters of the cluster's purity.
 
-    The second reading of "the average purity for all clusters" (Xu et al., spec 001 §4):
-    ``mean_j (max_c table[j, c] / sum_c table[j, c])`` over clusters with at least one point.
-    :func:`purity_from_contingency` is the standard (point-weighted) form.
+    The second reading of "the average purity for all clusters" (Xu et al., Sec. 6,
+    "Evaluation metric"): ``mean_j (max_c table[j, c] / sum_c table[j, c])`` over clusters
+    with at least one point. :func:`purity_from_contingency` is the standard
+    (point-weighted) form.
 
     Parameters
     ----------
@@ -309,7 +310,7 @@ def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
     ``s_i = (b_i - a_i) / max(a_i, b_i)`` with ``a_i`` the (non-squared) distance to the
     nearest centroid and ``b_i`` the distance to the second nearest; ``s_i = 0`` when
     ``max(a_i, b_i) = 0`` or when there is a single centroid. Additive over clients
-    (spec 002 §4.4).
+    (Garst & Reinders, Sec. 3, FEMNIST).
 
     Parameters
     ----------
@@ -389,7 +390,7 @@ def matched_centroid_mse(C_est: np.ndarray, C_true: np.ndarray) -> float:
 
     ``l2**2 / m`` with ``l2`` from :func:`matched_centroid_error` and ``m = min(k1, k2)`` the
     number of matched pairs; with ``k1 = k2 = k`` this is the paper's ``MSE = l2**2 / k``
-    (spec 001 §4: FeCA's S1 ``l2 = 1.0e4`` gives ``MSE = 6.7e6``).
+    (Tables 1 and 5: FeCA's S1 ``l2 = 1.0e4`` gives ``MSE = 6.7e6``).
 
     Parameters
     ----------
@@ -563,7 +564,7 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
         out["purity"] = purity_from_contingency(table)
         out["purity-per-cluster"] = purity_per_cluster_from_contingency(table)
         out["accuracy"] = accuracy_from_contingency(table)
-        # The paper's number (spec 002 §4.4); a missing "ari-local" is recomputed from the
+        # Garst & Reinders' number (Sec. 3); a missing "ari-local" is recomputed from the
         # client's own table, which gives the same value.
         weighted = [
             int(s["num-examples"])
@@ -714,7 +715,7 @@ def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dic
     """Accuracy and ARI of every model from its table, summarised over the models.
 
     The paper's DGC numbers are the mean over users of each user's accuracy with its own
-    centres (spec 003 §4.3); the spread shows how far from consensus the users still are.
+    centres (Armacki et al., Sec. 5); the spread shows how far from consensus the users still are.
 
     Parameters
     ----------
@@ -745,7 +746,7 @@ def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dic
 def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Accuracy after the best one-to-one cluster-to-class matching (Hungarian method).
 
-    The accuracy of Maritan & Schenato (E2, E5; spec 000 §7.3).
+    The accuracy of Maritan & Schenato (E2, E5; Sec. 6.2 and 6.3).
 
     Parameters
     ----------

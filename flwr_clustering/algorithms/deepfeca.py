@@ -1,6 +1,6 @@
 """DeepFeCA: federated representation learning by clustering (Xu et al., Algorithm 6).
 
-Each round ``t`` (spec 001 §2.6):
+Each round ``t`` (Xu et al., Sec. 5, Algorithm 6):
 
 1. **Cluster exchange.** The server sends the global network ``θ̄``. Every client embeds
    its rows with it (L2-normalised projection features) and runs the *labeller's* client
@@ -18,7 +18,8 @@ the clustering features are the L2-normalised outputs of a projection head, the
 classifier's prototypes are the L2-normalised centroids ``C*``, and the loss is the
 cross-entropy of the cosine similarities divided by a temperature (0.1).
 
-Choices where the paper is silent (spec 001 §2.6, "not specified"), all options:
+Choices where the paper is silent (Sec. 5 gives only the network, the rounds, the clients,
+the local epochs and the batch size), all options:
 
 - **k**: the number of classes (10 for digits); k-FED's ``k'`` defaults to 3 (the value
   the paper used for CIFAR-10's 10 classes).

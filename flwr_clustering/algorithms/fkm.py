@@ -1,4 +1,4 @@
-"""FKM: federated k-means of Garst & Reinders (Algorithm 1; spec ``002-fkm.md``).
+"""FKM: federated k-means of Garst & Reinders (Sec. 2, Algorithm 1).
 
 Protocol, per round: every client uploads its local centroids and their sizes (clusters
 smaller than the privacy threshold ``privacy_threshold`` are withheld); the server runs a
@@ -60,7 +60,7 @@ def _local_lloyd(
     counts = part_counts
     if recount:
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
-        # are of the points nearest to the NEW means (spec 002 §2.5 item 3).
+        # are of the points nearest to the NEW means (Algorithm 1 line 17 as their code runs it).
         counts = np.bincount(assign_to_nearest(X, C)[0], minlength=len(C)).astype(np.int64)
     return _filtered(C, part_counts, counts, index, privacy_threshold)
 
@@ -210,7 +210,7 @@ def fkm_server_aggregate(
     numpy.ndarray of shape (k', d)
         The global centroids; ``k' = k`` unless only ``M <= k`` local centroids were
         received, in which case the ``M`` local centroids are returned unchanged
-        (spec 002 §2.5 item 4).
+        (an implementation choice; the paper leaves ``M <= K_g`` open, Algorithm 1 line 10).
 
     Raises
     ------

@@ -1,6 +1,6 @@
 """k-FED: one-shot federated clustering of Dennis, Li & Smith (ICML 2021).
 
-The baseline of Garst & Reinders (spec ``002-fkm.md`` §3.2). Every client runs the
+The baseline of Garst & Reinders (Sec. 3) and Xu et al. (Sec. 6). Every client runs the
 Awasthi-Sheffet local step (projection on the top ``k'`` right singular vectors,
 k-means++ seeding, 1:3 distance pruning, Lloyd to convergence) and uploads its ``k'``
 local centres once; the server seeds ``K`` centres max-from-set starting from the first

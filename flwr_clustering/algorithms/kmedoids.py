@@ -24,11 +24,11 @@ def local_kmedoids(
     """Alternating k-medoids (Park & Jun's Voronoi iteration) with Euclidean distance.
 
     Each start is seeded with scikit-learn's ``kmeans_plusplus`` (whose centres are data
-    points) or, with ``init``, with the rows closest to the given centroids (spec §3.1
-    item 3); then points go to their nearest medoid and each medoid moves to the point of
-    its cluster with the smallest total distance, until nothing changes. Of ``n_init``
-    starts the lowest total distance wins. **Medoids are real rows**: a client that uploads
-    them shares raw data points.
+    points) or, with ``init``, with the rows closest to the given centroids (Maritan &
+    Schenato, Sec. 4.1.3 step 2); then points go to their nearest medoid and each medoid
+    moves to the point of its cluster with the smallest total distance, until nothing
+    changes. Of ``n_init`` starts the lowest total distance wins. **Medoids are real rows**:
+    a client that uploads them shares raw data points.
 
     Parameters
     ----------

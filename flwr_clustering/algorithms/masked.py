@@ -230,7 +230,7 @@ def local_kmeans_masked(
     return labels, cluster_stats(X, labels, k)
 
 
-#: Local clustering algorithms a client may run (spec §1, §3.1 item 3).
+#: Local clustering algorithms a client may run (Sec. 4.1.1: any algorithm, centroids or medoids).
 LOCAL_ALGORITHMS = ("kmeans", "kmedoids")
 
 
@@ -288,7 +288,7 @@ def choose_local_clusters(
     X: np.ndarray, k_max: int, rng: np.random.Generator, *, algorithm: str = "kmeans",
     n_init: int = 10, min_silhouette: float = MIN_SILHOUETTE, sample_size: int = 2000,
 ) -> tuple[np.ndarray, MaskedStats]:
-    """Pick ``K_i <= k_max`` by the silhouette score and return that clustering (spec §3.1).
+    """Pick ``K_i <= k_max`` by the silhouette score and return that clustering (Sec. 4.1.1).
 
     Clusters the observed columns for every ``K_i`` in ``2..min(k_max, n - 1)`` (in that
     order, one generator) and keeps the best mean silhouette (scikit-learn, Euclidean; on a
@@ -539,8 +539,8 @@ def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray
 
     Each local cluster carries the majority true class of its points (``classes``); groups
     are matched to classes by the Hungarian method on the group x class counts; the result
-    is the fraction of local clusters placed in the group matched to their class (spec 000
-    §7.3, whose formula the paper does not give).
+    is the fraction of local clusters placed in the group matched to their class (an
+    implementation choice: Sec. 6.2 defines E1 without a formula).
 
     Parameters
     ----------
@@ -606,7 +606,7 @@ def assumption8_rate(
     rng: np.random.Generator,
     n_triplets: int = 1000,
 ) -> float:
-    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Table 1; spec 000 §7.3).
+    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Sec. 6.1, Table 1).
 
     Samples triplets ``x1`` of client ``i`` and class ``a``, ``x2`` of a neighbour ``j`` and
     class ``a``, ``x3`` of a neighbour ``k`` and class ``b != a`` (neighbours: clients whose

@@ -52,9 +52,10 @@ def _nan_argmin(D: np.ndarray) -> tuple[int, ...] | None:
 def _constrained_agglomeration(
     stats: MaskedStats, owners: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[MaskedStats, list[list[int]]]:
-    """Method A when no participant has ``k`` local centroids (spec §3.2 ambiguity).
+    """Method A when no participant has ``k`` local centroids.
 
-    Every local centroid starts as its own group; the closest pair of groups (rescaled
+    An implementation choice: Sec. 4.1.2 only says to seed with centroids that "should not
+    be merged". Every local centroid starts as its own group; the closest pair of groups (rescaled
     distance between their merged centroids, over shared features) that share no
     participant merges, until ``k`` groups remain. With one participant holding ``k``
     centroids this reduces to seeding with them; it also covers clients that each hold
@@ -89,7 +90,7 @@ def _constrained_agglomeration(
 def method_a(
     stats: MaskedStats, owners: np.ndarray, k: int, *, seed_owner: int | None = None
 ) -> tuple[MaskedStats, list[list[int]]]:
-    """Method A: greedy constrained merging of local centroids (spec §3.2).
+    """Method A: greedy constrained merging of local centroids (Sec. 4.1.2).
 
     Seeds ``k`` groups with the centroids of one participant that has exactly ``k`` (the
     one with the most points, ties: lowest id, unless ``seed_owner``), then repeatedly
@@ -251,7 +252,7 @@ def masked_client_update(
     privacy_threshold: int = 2,
     algorithm: str = "kmeans",
 ) -> MaskedStats:
-    """One federated round of Algorithm 1 on a client (lines 14-18, spec §3.1).
+    """One federated round of Algorithm 1 on a client (Sec. 4.1.3, lines 14-18).
 
     Keeps the global centroids compatible with the local data (those that attract at least
     ``min_points`` local points, default ``max(2, ceil(0.02 n))``), runs k-means warm-started

@@ -190,7 +190,8 @@ def force_agglomeration(
     ``Fsum[r] += Fsum[s]``, ``size_r += size_s`` (the printed denominator's ``G[s] x G[s]``
     typo fixed to ``G[r] x G[s]``). Ties: the lowest (r, s).
 
-    With ``overlap`` (spec §4.1, ``normalize="valid_pairs"``) the denominator counts only
+    With ``overlap`` (``normalize="valid_pairs"``, an option of ours; Eq. 11 as printed, Sec. 5.1,
+    counts every pair) the denominator counts only
     the point pairs whose clusters share a feature, so pairs that have no distance do not
     dilute the force between groups that span disjoint feature sets; groups without any
     valid pair never merge while another pair can.

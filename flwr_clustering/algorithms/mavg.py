@@ -1,6 +1,6 @@
-"""M-Avg: one-shot Match Averaging of local k-means centroids (spec ``001-feca.md`` §3.2).
+"""M-Avg: one-shot Match Averaging of local k-means centroids (a baseline of Xu et al.).
 
-The FeCA paper (Xu et al. 2024, §5 "Baselines") describes M-Avg in one sentence: it
+The FeCA paper (Xu et al. 2024, Sec. 6 "Baselines") describes M-Avg in one sentence: it
 "matches different sets of centroids from clients by minimizing their ℓ2-distances and
 returns the means of matched centroids". Everything else is a documented choice:
 

@@ -8,8 +8,8 @@ calling :func:`register`. The runner uses only the pure loops of layer 1
 :func:`~flwr_clustering.algorithms.kfed.run_kfed`) and the data and metrics of layer 2, which
 the Flower tests show equal to the Flower runs.
 
-Garst & Reinders, "Federated K-means clustering" (spec ``002-fkm.md``)
----------------------------------------------------------------------
+Garst & Reinders, "Federated K-means clustering" (Sec. 3)
+--------------------------------------------------------
 ``garst-fig1b``
     Fig. 1(b), spec §5.1: base grid (ppc 50, noise 1), 5 clients, beta split, beta in
     {0.1, 1, 10}: central k-means, FKM, FKM as the paper's code ran it, k-FED untuned
@@ -1210,7 +1210,7 @@ def reproduce(
 
 
 # --------------------------------------------------------------------------------------------
-# Garst & Reinders, "Federated K-means clustering" (spec 002)
+# Garst & Reinders, "Federated K-means clustering" (Sec. 3)
 # --------------------------------------------------------------------------------------------
 
 
@@ -1410,7 +1410,7 @@ def _clusterwise_paper() -> dict[tuple[str, str], PaperValue]:
 register(Experiment(
     name="garst-fig1b",
     title="Garst & Reinders Fig. 1(b): grid data ppc 50, noise 1, 5 clients, beta split",
-    source="spec 002 §5.1 (from the authors' result arrays, 200 runs, FKM R = 100)",
+    source="Fig. 1(b), re-derived from the authors' result arrays (200 runs, FKM R = 100)",
     k=16,
     load=garst_beta_data,
     settings=tuple(Setting(_beta_label(b), {"beta": b, "ppc": 50, "noise": 1.0},
@@ -1430,7 +1430,8 @@ register(Experiment(
 register(Experiment(
     name="garst-noise",
     title="Garst & Reinders Figs 3 and 6: noise sweep, ppc 50, 5 clients, beta split",
-    source="spec 002 §5.2 (means, ppc 50 rows) and §5.3 (FKM by round); 200 runs, R = 100",
+    source=("Figs 3(a-c) and 6 (means, ppc 50 rows) and 3(d-f) (FKM by round), re-derived "
+            "from the authors' result arrays; 200 runs, R = 100"),
     k=16,
     load=garst_beta_data,
     settings=tuple(
@@ -1455,7 +1456,7 @@ register(Experiment(
 register(Experiment(
     name="garst-clusterwise",
     title="Garst & Reinders Fig. 4(b): cluster-wise split, 16/1/3/10/7 clusters per client",
-    source="spec 002 §5.4 (200 runs, FKM R = 100)",
+    source="Fig. 4(b), re-derived from the authors' result arrays (200 runs, FKM R = 100)",
     k=16,
     load=garst_clusterwise_data,
     settings=(Setting("cluster-wise", {"ppc": 50, "noise": 1.0}, group="cluster-wise"),),
@@ -1480,7 +1481,7 @@ register(Experiment(
 ))
 
 
-# Registers the experiments of Xu et al. (spec 001) and of Maritan & Schenato (spec 000);
+# Registers the experiments of Xu et al., Maritan & Schenato, Armacki et al. and Zhang et al.;
 # imported last, as they use this module.
 from . import (  # noqa: E402, F401
     deepfeca_experiments,

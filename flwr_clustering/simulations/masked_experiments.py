@@ -1,7 +1,6 @@
-"""Experiments of Maritan & Schenato on partially overlapping feature spaces (spec 000).
+"""Experiments of Maritan & Schenato on partially overlapping feature spaces (Sec. 6).
 
-The paper: "Distributed clustering in partially overlapping feature spaces" (spec
-``000-masked-feature-clustering.md``).
+The paper: "Distributed clustering in partially overlapping feature spaces".
 
 Registered in :data:`~flwr_clustering.simulations.experiments.EXPERIMENTS` on import:
 
@@ -605,7 +604,7 @@ def _register(name: str, title: str, table: int, methods: tuple[Method, ...],
     register(Experiment(
         name=name,
         title=title,
-        source=f"spec 000 §8 Table {table} (mean ± std over the paper's repetitions)",
+        source=f"Maritan & Schenato, Table {table} (mean ± std over the paper's repetitions)",
         k=16,
         load=masked_federation,
         settings=settings,
