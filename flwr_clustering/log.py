@@ -54,13 +54,14 @@ def _handled_elsewhere() -> bool:
 def configure_console(level: int = logging.INFO) -> logging.Handler | None:
     """Print the package's records on stderr when nothing else handles them.
 
-    For applications (the Flower App calls it), never called by the library itself. If a
-    handler of the program already receives our records (a handler on the root logger, as
-    ``logging.basicConfig`` or pytest install, or one on :data:`logger`), nothing changes:
-    the program's configuration decides. Otherwise a :class:`logging.StreamHandler` with the
-    format ``INFO flwr-clustering: message`` is added to :data:`logger` and the logger's
-    level set to ``level``; that handler falls silent if the program configures a handler
-    later. Calling it again does not add a second handler; it only updates the level.
+    For applications (the Flower App calls it), never called by the library itself. The
+    logger's level becomes ``level``. If a handler of the program already receives our
+    records (a handler on the root logger, as ``logging.basicConfig`` or pytest install, or
+    one on :data:`logger`), that handler prints them as the program configured it.
+    Otherwise a :class:`logging.StreamHandler` with the format
+    ``INFO flwr-clustering: message`` is added to :data:`logger`; it falls silent if the
+    program configures a handler later. Calling it again does not add a second handler; it
+    only updates the level.
 
     Parameters
     ----------
@@ -72,6 +73,7 @@ def configure_console(level: int = logging.INFO) -> logging.Handler | None:
     logging.Handler or None
         The console handler, or ``None`` when another handler takes the records.
     """
+    logger.setLevel(level)
     handler = _console_handler()
     if handler is None:
         if _handled_elsewhere():
@@ -84,5 +86,4 @@ def configure_console(level: int = logging.INFO) -> logging.Handler | None:
         setattr(handler, _CONSOLE_MARK, True)
         logger.addHandler(handler)
     handler.setLevel(level)
-    logger.setLevel(level)
     return handler

@@ -19,8 +19,9 @@ import pytest
 from flwr.app import MessageType
 from sklearn.datasets import make_blobs
 
+from flwr_clustering import registry
 from flwr_clustering.app.client_app import app as client_app
-from flwr_clustering.app.config import ALGORITHMS, build_strategy, merged_config
+from flwr_clustering.app.config import build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.echo import ECHO_COUNT, EchoClient
 from flwr_clustering.simulations import bench, processes
@@ -56,7 +57,8 @@ def _train_pairs(grid: InProcessGrid):
 
 # ------------------------------------------------------------------------------- echo
 def test_echo_is_registered_in_the_app():
-    assert ALGORITHMS["echo"] == (Echo, EchoClient)
+    spec = registry.get("echo")
+    assert (spec.strategy, spec.client) == (Echo, EchoClient)
     cfg = merged_config({"algorithm": "echo", "k": 7, "max-rounds": 4, "tol": -1.0})
     strategy = build_strategy(cfg)
     assert isinstance(strategy, Echo)

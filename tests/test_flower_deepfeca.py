@@ -45,8 +45,10 @@ def _model(result):
 
 
 def _sent(grid, phase):
+    # describe and cluster are queries (not training), train is a train message
+    kind = "train" if phase == "train" else "query"
     return [m for m in grid.sent
-            if m.metadata.message_type == "train" and m.content["config"]["phase"] == phase]
+            if m.metadata.message_type == kind and m.content["config"]["phase"] == phase]
 
 
 @pytest.mark.parametrize("shuffle", [None, 7])
@@ -170,7 +172,7 @@ def test_strategy_rejects_bad_options():
         DeepFeCA(4, labeller="kmeans")
     with pytest.raises(ValueError, match="network must be one of"):
         DeepFeCA(4, network="vgg")
-    with pytest.raises(ValueError, match="k must be a positive integer"):
+    with pytest.raises(ValueError, match="k must be at least 1"):
         DeepFeCA(0)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         TrainOptions(batch_size=0)

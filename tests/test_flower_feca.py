@@ -155,7 +155,7 @@ def test_strategies_reject_bad_parameters():
         FeCA(3, radius="huge")
     with pytest.raises(ValueError, match="std_mode"):
         FeCA(3, std_mode="var")
-    with pytest.raises(ValueError, match="k must be a positive integer"):
+    with pytest.raises(ValueError, match="k must be at least 1"):
         FeCA(0)
     with pytest.raises(ValueError, match="reference"):
         MAvg(3, reference="last")
@@ -199,9 +199,10 @@ def test_ffcm_through_flower_equals_pure_loop(version):
     assert len(strategy.centroid_history) == 3
     for ours, theirs in zip(strategy.centroid_history, ref.history, strict=True):
         np.testing.assert_array_equal(ours, theirs)
-    # One moments exchange, then one train message per node and round.
-    train = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert [m.content["config"]["phase"] for m in train] == ["moments"] * 4 + ["ffcm"] * 12
+    # One moments exchange (a query: not training), then one train message per node and round.
+    sent = [m for m in grid.sent if m.metadata.message_type in ("query", "train")]
+    assert [(m.metadata.message_type, m.content["config"]["phase"]) for m in sent] == (
+        [("query", "moments")] * 4 + [("train", "ffcm")] * 12)
     # Per-round metrics (rounds 1-2 from the next round's replies, 3 from the evaluation).
     assert all("nmi" in h["metrics"] for h in strategy.history)
 

@@ -103,7 +103,7 @@ def test_a_bad_site_is_dropped_with_its_sample_and_bad_options_are_rejected():
             return KDCClient(np.full((5, 3), 1.0), client_id=i)  # wrong dimension
         return KDCClient(*parts[i], client_id=i)
 
-    strategy = KDC(4, sample_size=300, t=50, tau=0.7, min_nodes=3, seed=3)
+    strategy = KDC(4, auto=False, sample_size=300, t=50, tau=0.7, min_nodes=3, seed=3)
     strategy.start(grid=InProcessGrid(client_app(client_fn), 4))
     assert 2 not in strategy.alloc and strategy.final_metrics["num-examples"] == 600 - len(
         parts[2][0])
@@ -116,7 +116,8 @@ def test_a_bad_site_is_dropped_with_its_sample_and_bad_options_are_rejected():
 def test_a_tiny_site_takes_part_with_an_empty_or_one_row_sample():
     parts = _sites(r=3) + [(np.array([[0.5, 0.25]]), np.array([0]))]  # a one-row site
     data = [X for X, _ in parts]
-    strategy = KDC(4, sample_size=100, t=50, tau=0.7, return_labels=True, min_nodes=4, seed=2)
+    strategy = KDC(4, auto=False, sample_size=100, t=50, tau=0.7, return_labels=True,
+                   min_nodes=4, seed=2)
     strategy.start(grid=InProcessGrid(_app(parts), 4))
     ref = run_kdc(data, 4, s=100, t=50, tau=0.7, seed=2)
     assert strategy.alloc[3] == ref.sample_sizes[3] == 0  # 100 / 601 of one row rounds to 0

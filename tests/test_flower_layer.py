@@ -13,6 +13,7 @@ from flwr.app import Array, ArrayRecord
 from flwr_clustering.algorithms.fkm import run_fkm
 from flwr_clustering.algorithms.kfed import run_kfed
 from flwr_clustering.app.config import DEFAULTS, merged_config
+from flwr_clustering.app.results import save_results
 from flwr_clustering.clients import FedKMeansClient, KFedClient, client_app
 from flwr_clustering.data.synthetic import garst_beta_split, garst_clusterwise
 from flwr_clustering.metrics import centralized_metrics
@@ -229,8 +230,9 @@ def test_payload_shapes_and_variable_k_i():
 
 def test_results_are_written(tmp_path):
     data = _clients(1.0)
-    FedKMeans(16, min_nodes=5, max_rounds=3, out_dir=str(tmp_path)).start(
-        grid=InProcessGrid(_app(data), 5))
+    strategy = FedKMeans(16, min_nodes=5, max_rounds=3)
+    strategy.start(grid=InProcessGrid(_app(data), 5))
+    save_results(strategy, tmp_path)  # the strategy writes nothing; the App writes results
     saved = np.load(tmp_path / "centroids.npz")
     assert saved["centroids"].shape == (16, 2) and "round_1" in saved
     history = json.loads((tmp_path / "history.json").read_text())

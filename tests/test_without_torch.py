@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent('''
 
     import flwr_clustering  # noqa: F401
     from flwr_clustering.app.client_app import app as client_app
-    from flwr_clustering.app.config import ALGORITHMS
+    from flwr_clustering import registry
     from flwr_clustering.app.server_app import run_server
     from flwr_clustering.simulations.experiments import EXPERIMENTS
     from flwr_clustering.strategies import DeepFeCA
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent('''
     extra = {"dgc": {"iterations": 2}, "kdc": {"sample-size": 90, "kdc-auto": False,
              "ik-t": 20}, "masked-federated": {"federated-rounds": 1}}
     nmi = {}
-    for name in sorted(ALGORITHMS):
+    for name in registry.names():
         if name in ("deepfeca", "echo"):
             continue
         cfg = {**base, **extra.get(name, {}), "algorithm": name,

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from ..options import Options, option
 from .feca import FeCAUpload, check_feca_upload, feca_client, feca_server
 from .kfed import kfed_client, kfed_server
 from .lloyd import assign_to_nearest, check_data
@@ -783,3 +784,39 @@ def run_deepfeca(
         if callback is not None:
             callback(rnd, weights, C)
     return result
+
+
+@dataclass(frozen=True)
+class DeepFeCAOptions(Options):
+    """Options of DeepFeCA (Xu et al. 2024, Algorithm 6): run-config keys, message config."""
+
+    k: int = option(16, minimum=1, help="clusters, the pseudo-classes of local training")
+    labeller: str = option("feca", key="pseudo-labels", choices=LABELLERS,
+                           help="where the pseudo-labels come from")
+    network: str = option("cnn", choices=NETWORKS, help="the network")
+    input_shape: str = option("", help="e.g. '1x8x8' (empty: square image, or the feature "
+                              "count for the MLP)")
+    proj_dim: int = option(32, minimum=1, help="dimension of the clustering features")
+    epochs: int = option(5, key="local-epochs", minimum=1, help="local epochs per round")
+    batch_size: int = option(32, minimum=1, help="local batch size")
+    lr: float = option(0.05, key="learning-rate", help="SGD learning rate")
+    momentum: float = option(0.9, run_config=False, help="SGD momentum")
+    weight_decay: float = option(5e-4, run_config=False, help="SGD weight decay")
+    temperature: float = option(0.1, help="softmax temperature of the prototype loss")
+    augment: bool = option(True, help="shift and noise augmentation")
+    threads: int = option(1, key="torch-threads", minimum=1, help="PyTorch threads")
+    k_local: int = option(0, minimum=0, help="k' of FeCA (0: k) and k-FED (0: 3)")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer rows are never "
+                                    "uploaded")
+    mavg_reference: str = option("first", choices=REFERENCES, help="M-Avg's matching "
+                                 "reference")
+    centralized: bool = option(True, key="deepfeca-centralized", help="also train the same "
+                               "network on the pooled rows (simulation report)")
+    max_rounds: int = option(20, minimum=1, help="T")
+
+    def train_options(self) -> TrainOptions:
+        """The local training recipe."""
+        return TrainOptions(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                            momentum=self.momentum, weight_decay=self.weight_decay,
+                            temperature=self.temperature, augment=self.augment,
+                            threads=self.threads)

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import expit
 
+from ..options import Options, option
+
 __all__ = [
     "LOSSES",
     "DGCResult",
@@ -680,3 +682,26 @@ def run_admm_kmeans(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray,
                             for i, (D, lab) in enumerate(zip(data, labels, strict=True))))
     result.centres, result.labels = x, labels
     return result
+
+
+@dataclass(frozen=True)
+class DGCOptions(Options):
+    """Options of DGC-rho (Armacki et al. 2025): run-config keys and message config."""
+
+    k: int = option(16, minimum=1, help="centres per node")
+    loss: str = option("kmeans", choices=LOSSES, help="clustering loss")
+    rho: float = option(10.0, minimum=1.0, help="the clustering term is scaled by 1/rho")
+    graph: str = option("ring", help="ring, complete, star, grid, erdos-renyi, or an adjacency "
+                        "file")
+    iterations: int = option(100, minimum=1, help="T")
+    inner_steps: int = option(1, minimum=1, help="S")
+    delta: float = option(1.0, help="Huber / Fair parameter")
+    alpha: float = option(0.0, minimum=0.0, run_config=False,
+                          help="step (0: 1 / (lambda_max(L) + beta N_max / rho))")
+    init: str = option("kmeans", key="node-init", choices=INITS,
+                       help="node start; 'random' (the paper's) sends raw rows")
+    er_p: float = option(0.3, help="edge probability of erdos-renyi")
+    privacy_threshold: int = option(2, minimum=0, help="kmeans start: a smaller local "
+                                    "cluster starts at the node's mean")
+    tol: float = option(-1.0, key="dgc-tol", run_config=False, help="stop once no node's "
+                        "centres move more than tol in a step (negative: run all T S steps)")

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
+from ..options import Options, option
 from .lloyd import check_data, client_rng, cluster_sums, local_kmeans
 
 __all__ = [
@@ -579,3 +580,27 @@ def run_feca(
     ]
     server = feca_server([r.upload for r in results], k)
     return FeCAResult(server.centroids, server, results)
+
+
+@dataclass(frozen=True)
+class FeCAOptions(Options):
+    """Options of FeCA (Xu et al. 2024, Algorithms 1-4): run-config keys, message config."""
+
+    k: int = option(16, minimum=1, help="number of global clusters")
+    k_local: int = option(0, minimum=0, help="k', the clients' clusters (0: the same as k)")
+    std_mode: str = option("rms", choices=STD_MODES, help="the spread that picks the "
+                           "one-fit-many candidate")
+    radius: str = option("empirical", choices=RADIUS_MODES, help="Algorithm 4 (empirical) or "
+                         "3 (theoretical) radii")
+    eliminate: bool = option(True, help="the elimination step (false: the paper's ablation)")
+    privacy_threshold: int = option(2, minimum=0, help="centroids of fewer points are not "
+                                    "sent")
+    init: str = option("k-means++", key="local-init", choices=("k-means++", "random"),
+                       help="the clients' k-means seeding")
+    n_init: int = option(0, auto=1, minimum=1, help="the clients' k-means restarts (0: the "
+                         "algorithm's default)")
+
+    def validate(self) -> None:
+        """``k_local = 0`` means ``k``."""
+        if self.k_local == 0:
+            object.__setattr__(self, "k_local", self.k)

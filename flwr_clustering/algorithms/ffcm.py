@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.cluster import KMeans
 
+from ..options import Options, option
 from .lloyd import _threadpool_controller, check_data, matched_shift, seed_from, squared_distances
 
 __all__ = [
@@ -749,3 +750,29 @@ def run_ffcm(
             result.converged = True
             break
     return result
+
+
+@dataclass(frozen=True)
+class FFCMOptions(Options):
+    """Options of FFCM (Stallmann & Wilbik 2022), a baseline of Xu et al. 2024."""
+
+    k: int = option(16, minimum=1, help="number of global clusters")
+    version: int = option(1, key="ffcm-version", choices=(1, 2), help="server aggregation: 1 "
+                          "support-weighted average, 2 k-means over the local centres")
+    fuzzifier: float = option(2.0, check=lambda m: None if m > 1.0 else "must be > 1",
+                              help="m")
+    local_max_iter: int = option(100, minimum=1, run_config=False,
+                                 help="local fuzzy c-means iterations at most")
+    local_tol: float = option(1e-4, run_config=False, help="local convergence tolerance")
+    criterion: str = option("centres", choices=CRITERIA, run_config=False,
+                            help="local stopping criterion")
+    init_width: float = option(2.0, run_config=False, help="width of the random start, in "
+                               "pooled standard deviations")
+    weighted: bool = option(False, run_config=False, help="version 2: weight the server "
+                            "k-means by supports")
+    n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
+                         help="restarts of the version-2 server k-means")
+    privacy_threshold: int = option(2, minimum=0, help="clients with fewer points refuse")
+    max_rounds: int = option(20, minimum=1, help="round cap")
+    tol: float = option(1e-6, help="stop when the matched centre shift is <= tol (negative: "
+                        "never)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.cluster import kmeans_plusplus
 
+from ..options import Options, option
 from .lloyd import (
     assign_to_nearest,
     check_data,
@@ -30,6 +31,7 @@ from .lloyd import (
 from .local_centroids import LocalCentroids
 
 __all__ = [
+    "FKMOptions",
     "FKMResult",
     "fkm_client_init",
     "fkm_client_update",
@@ -345,3 +347,27 @@ def run_fkm(
         if len(result.history) < max_rounds:
             uploads = [fkm_client_update(X, new, **client_opts) for X in clients]
     return result
+
+
+@dataclass(frozen=True)
+class FKMOptions(Options):
+    """Options of FKM (Garst & Reinders, Algorithm 1): run-config keys and message config."""
+
+    k: int = option(16, minimum=1, help="number of global clusters K_g")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are "
+                                    "never sent")
+    local_iterations: int = option(0, auto=1, minimum=0, help="Lloyd steps per round on "
+                                   "each client (0: the algorithm's default)")
+    server_seeding: str = option("weighted", choices=("weighted", "unweighted"),
+                                 help="k-means++ seeding of the server k-means")
+    init: str = option("private", choices=INIT_MODES, help="round-0 upload: 'private' "
+                       "means after a Lloyd step, 'paper' the k-means++ seeds (raw rows)")
+    server_update: str = option("kmeans", choices=SERVER_UPDATES, help="server step: the "
+                                "paper's k-means (Eq. 1) or 'lloyd' (exact federated Lloyd)")
+    recount: bool = option(False, run_config=False, help="count points nearest to the new "
+                           "local means (the paper's scikit-learn semantics)")
+    n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
+                         help="restarts of the server k-means")
+    max_rounds: int = option(20, minimum=1, help="round cap")
+    tol: float = option(1e-6, help="stop when the Hungarian-matched centroid shift is <= tol "
+                        "(negative: never)")

@@ -36,6 +36,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
 
+from ..options import Options, option
 from .lloyd import check_data, client_rng, seed_from
 
 __all__ = [
@@ -701,3 +702,24 @@ def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
     labels = [cdist(X, C, "sqeuclidean").argmin(axis=1) for X in data]
     return C, labels, {"points-sent": sent, "total-weight": float(W.sum()),
                        "used-weight": float(W[keep].sum())}
+
+
+@dataclass(frozen=True)
+class KDCOptions(Options):
+    """Options of KDC (Zhang et al. 2024): run-config keys and message config."""
+
+    k: int = option(16, minimum=1, help="clusters")
+    sample_size: int = option(10_000, minimum=1, help="s, rows the sites send in all "
+                              "(raw rows: KDC needs them)")
+    psi: int = option(16, minimum=2, help="Isolation Kernel: cells per partitioning")
+    t: int = option(100, key="ik-t", minimum=1, help="Isolation Kernel: partitionings")
+    tau: float = option(0.5, help="kBCC similarity threshold")
+    auto: bool = option(True, key="kdc-auto", help="choose psi and tau on the sample without "
+                        "labels")
+    step2: str = option("kbcc", key="kdc-step2", choices=STEP2, help="the coordinator's "
+                        "clustering of the sample")
+    variant: str = option("anne", key="ik-variant", choices=VARIANTS, help="Voronoi cells or "
+                          "hyperspheres")
+    normalize: bool = option(True, help="global min-max scaling")
+    return_labels: bool = option(False, help="sites also return their labels (simulation "
+                                 "checks)")

@@ -10,12 +10,14 @@ client's centres and runs unweighted k-means over all local centres.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.utils.extmath import randomized_svd
 
+from ..options import Options, option
 from .lloyd import assign_to_nearest, check_data, client_rng, seed_from
 from .local_centroids import LocalCentroids
 
@@ -188,3 +190,18 @@ def run_kfed(
         for i, X in enumerate(clients)
     ]
     return kfed_server(uploads, k)
+
+
+@dataclass(frozen=True)
+class KFedOptions(Options):
+    """Options of k-FED (Dennis, Li & Smith 2021): run-config keys and message config."""
+
+    k: int = option(16, minimum=1, help="number of global clusters")
+    k_local: int = option(0, minimum=0, help="k', local centres per client (0: the same as k)")
+    privacy_threshold: int = option(2, minimum=0, help="local centres of fewer points are "
+                                    "withheld")
+
+    def validate(self) -> None:
+        """``k_local = 0`` means ``k``."""
+        if self.k_local == 0:
+            object.__setattr__(self, "k_local", self.k)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..options import Options, option
 from .masked import (
+    LOCAL_ALGORITHMS,
     MaskedStats,
     bounding_box,
     client_local_clusters,
@@ -32,6 +34,7 @@ from .masked import (
 )
 
 __all__ = [
+    "MaskedFederatedOptions",
     "MaskedFederatedResult",
     "masked_client_update",
     "masked_server_update",
@@ -453,3 +456,36 @@ def run_masked_federated(
         G = masked_server_update(G, aligned, alpha)
         history.append(G)
     return MaskedFederatedResult(G, history, groups, np.asarray(owners), local_labels, uploaded)
+
+
+def _alpha_check(alpha: float) -> str | None:
+    return None if 0.0 < alpha <= 1.0 else "must be in (0, 1]"
+
+
+@dataclass(frozen=True)
+class MaskedFederatedOptions(Options):
+    """Options of Algorithm 1 of Maritan & Schenato (federated, masked features)."""
+
+    k: int = option(16, minimum=1, help="global clusters")
+    method: str = option("B", choices=("A", "B"), help="initial grouping: Method A (IID per "
+                         "cluster) or B (biased local data)")
+    alpha: float = option(0.8, check=_alpha_check, help="step size")
+    federated_rounds: int = option(3, minimum=0, help="F")
+    k_local: int = option(0, minimum=0, help="K_i (0: each client chooses K_i <= k by "
+                          "silhouette)")
+    local_iterations: int = option(0, auto=10, minimum=1, help="warm-started local steps per "
+                                   "round (0: the algorithm's default)")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are never "
+                                    "uploaded")
+    n_init: int = option(0, auto=10, minimum=1, help="restarts of the initial local k-means "
+                         "(0: the algorithm's default)")
+    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="'kmedoids' "
+                                  "uploads medoids, which are real rows")
+    tol: float = option(1e-6, help="stop when no coordinate moves more than tol (negative: "
+                        "exactly F rounds)")
+
+    def validate(self) -> None:
+        """Algorithm 1 needs ``K_i <= K``."""
+        if self.k_local > self.k:
+            raise ValueError(f"k_local must be in [0, {self.k}] for Algorithm 1 (K_i <= K), "
+                             f"got {self.k_local} (run-config key 'k-local')")

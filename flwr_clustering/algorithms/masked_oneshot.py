@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..options import Options, option
 from .masked import (
+    LOCAL_ALGORITHMS,
     MaskedStats,
     bounding_box,
     client_local_clusters,
@@ -28,6 +30,7 @@ from .masked import (
 )
 
 __all__ = [
+    "MaskedOneShotOptions",
     "FORCE_NORMALIZATIONS",
     "GaussianUpload",
     "MaskedOneShotResult",
@@ -368,3 +371,36 @@ def run_masked_oneshot(
     offsets = np.cumsum([0] + [len(up.means) for up in uploads])
     assignment = [label_of[offsets[i]:offsets[i + 1]] for i in range(len(uploads))]
     return MaskedOneShotResult(centroids, groups, assignment, local_labels)
+
+
+@dataclass(frozen=True)
+class MaskedOneShotOptions(Options):
+    """Options of Algorithm 2 of Maritan & Schenato (Gaussian proxies, force agglomeration)."""
+
+    k: int = option(16, minimum=1, help="global clusters")
+    k_local: int = option(0, minimum=0, help="K_i, over-clustering allowed (0: each client "
+                          "chooses K_i <= k_max by silhouette)")
+    k_max: int = option(0, minimum=0, run_config=False, help="largest silhouette choice (0: k)")
+    w: float = option(2.0, key="force-w", check=lambda w: None if w > 1.0 else "must be > 1",
+                      help="force exponent")
+    min_size: int = option(30, key="proxy-min", minimum=1, help="proxy points per local "
+                           "cluster, at least")
+    max_size: int = option(100, key="proxy-max", minimum=1, help="proxy points per local "
+                           "cluster, at most")
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are not "
+                                    "uploaded")
+    n_init: int = option(0, auto=10, minimum=1, help="restarts of the local k-means (0: the "
+                         "algorithm's default)")
+    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="the clients' "
+                                  "algorithm (only its labels shape the Gaussians)")
+    normalize: str = option("literal", key="force-normalize", choices=FORCE_NORMALIZATIONS,
+                            help="group-force denominator: all point pairs (Eq. 11) or "
+                            "'valid_pairs'")
+
+    def validate(self) -> None:
+        """``k_max = 0`` means ``k``; proxy sizes are ordered."""
+        if self.k_max == 0:
+            object.__setattr__(self, "k_max", self.k)
+        if self.min_size > self.max_size:
+            raise ValueError(f"need 'proxy-min' <= 'proxy-max', got {self.min_size}, "
+                             f"{self.max_size}")

@@ -23,11 +23,13 @@ No Flower import here (layer 1 of the architecture).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 
+from ..options import Options, option
 from .lloyd import check_data, client_rng, local_kmeans
 
 __all__ = ["check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
@@ -275,3 +277,21 @@ def run_mavg(
                         tol=tol, privacy_threshold=privacy_threshold)
         )
     return mavg_server(uploads, reference=reference, max_iter=match_iter, metric=metric)
+
+
+@dataclass(frozen=True)
+class MAvgOptions(Options):
+    """Options of M-Avg (match averaging, a baseline of Xu et al. 2024)."""
+
+    k: int = option(16, minimum=1, help="number of global clusters")
+    reference: str = option("first", key="mavg-reference", choices=REFERENCES,
+                            help="match to the lowest client id's centroids or the running "
+                            "mean")
+    match_iter: int = option(1, minimum=1, run_config=False,
+                             help="matching passes over the clients")
+    privacy_threshold: int = option(2, minimum=0, help="a client whose k-means has a smaller "
+                                    "cluster refuses")
+    init: str = option("k-means++", key="local-init", choices=("k-means++", "random"),
+                       help="the clients' k-means seeding")
+    n_init: int = option(0, auto=1, minimum=1, help="the clients' k-means restarts (0: the "
+                         "algorithm's default)")

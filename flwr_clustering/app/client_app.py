@@ -16,6 +16,7 @@ from ..clients import client_app
 from ..clients.base import ClusteringClient, client_id_of
 from ..data.local_file import load_local_file
 from ..data.registry import load_partition
+from ..log import configure_console
 from .config import build_client, dataset_kwargs, merged_config
 
 __all__ = ["app", "client_fn"]
@@ -55,3 +56,4 @@ def client_fn(context: Context) -> ClusteringClient:
 
 
 app = client_app(client_fn)
+configure_console()

@@ -12,16 +12,16 @@ features, and the centralized ``KMeans`` runs on the same rows complete (unmaske
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 from flwr.app import Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from sklearn.cluster import KMeans
 
+from .. import registry
 from ..algorithms.lloyd import assign_to_nearest
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import load_pooled
+from ..log import configure_console, logger
 from ..metrics import (
     aggregate_evaluation_stats,
     centralized_metrics,
@@ -30,23 +30,11 @@ from ..metrics import (
     per_model_metrics,
 )
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
+from .results import save_results
 
 __all__ = ["app", "run_server"]
 
-logger = logging.getLogger("flwr_clustering")
-
 app = ServerApp()
-
-
-def pooled_labels(strategy, X: np.ndarray, centroids: np.ndarray) -> np.ndarray | None:
-    """Labels of the pooled rows from a strategy whose model labels rows itself (KDC).
-
-    ``None`` for centroid models (nearest centroid) and before the model exists.
-    """
-    label = getattr(strategy, "label", None)
-    if label is None or getattr(strategy, "model", None) is None:
-        return None
-    return label(X)
 
 
 def run_server(grid: Grid, run_config: dict) -> dict:
@@ -66,7 +54,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     """
     cfg = merged_config(run_config)
     out_dir = results_dir(cfg)
-    strategy = build_strategy(cfg, out_dir=None)
+    spec = registry.get(str(cfg["algorithm"]))
+    strategy = build_strategy(cfg)
     pooled = complete = None
     if cfg["dataset"] != "local":
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
@@ -82,13 +71,13 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         X, y = pooled
 
         def evaluate_fn(server_round, arrays):
-            labels = pooled_labels(strategy, X, arrays["centroids"].numpy())
+            labels = strategy.pooled_labels(X)
             if labels is not None:  # a model that labels rows itself (KDC)
                 stats = label_evaluation_stats(labels, int(cfg["k"]), y)
                 return MetricRecord(aggregate_evaluation_stats([stats]))
             metrics = centralized_metrics(X, arrays["centroids"].numpy(), y)
             # Protocols where every user keeps its own centres (DGC): score each user's.
-            models = getattr(strategy, "node_centres", None)
+            models = strategy.user_models()
             if models is not None and y is not None and not np.isnan(X).any():
                 metrics.update(per_model_metrics(model_contingencies(X, models, y)))
             return MetricRecord(metrics)
@@ -101,7 +90,7 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         X_complete = complete[0]
         km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
         extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
-        labels = pooled_labels(strategy, X, centroids)
+        labels = strategy.pooled_labels(X)
         if labels is None:
             extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
             labels = (pooled_masked_squared_distances(X, centroids).argmin(axis=1)
@@ -110,14 +99,14 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         else:
             extra["federated-on-pooled"] = aggregate_evaluation_stats(
                 [label_evaluation_stats(labels, int(cfg["k"]), y)])
-        report = getattr(strategy, "pooled_report", None)
-        if report is not None and y is not None:  # DeepFeCA: the linear probe
-            extra.update(report(X, y))
+        report = spec.pooled_report_fn()
+        if report is not None and y is not None:  # e.g. DeepFeCA's linear probe
+            extra.update(report(strategy, X, y))
         extra["X"] = X_complete
         extra["labels"] = labels
         logger.info("federated on pooled data: %s", extra["federated-on-pooled"])
         logger.info("centralized k-means:      %s", extra["centralized"])
-    strategy.save(str(out_dir), **extra)
+    save_results(strategy, out_dir, **extra)
     return {
         "centroids": centroids, "federated": strategy.final_metrics,
         "centralized": extra.get("centralized"), "out_dir": str(out_dir), "strategy": strategy,
@@ -127,4 +116,5 @@ def run_server(grid: Grid, run_config: dict) -> dict:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """ServerApp entry point: run the job named by the run config."""
+    configure_console()
     run_server(grid, dict(context.run_config))

@@ -135,6 +135,14 @@ class ClusteringClient(NumPyClient):
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         return local_evaluation_stats(self.X, C, self.y, n_classes)
 
+    def query(self, parameters, config):
+        """Answer a ``QUERY`` message: a protocol phase that is not training.
+
+        The phase is ``config["phase"]``; the default hands it to :meth:`fit`, which
+        dispatches on the phase. Same return form as ``fit``.
+        """
+        return self.fit(parameters, config)
+
     def evaluate(self, parameters, config):
         """Evaluate the global centroids on the local data (statistics, not rows).
 
@@ -225,21 +233,23 @@ def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
     Returns
     -------
     flwr.clientapp.ClientApp
-        Handles ``train`` messages with ``fit`` and ``evaluate`` messages with
-        ``evaluate``. Any exception in the client becomes an error reply whose reason
-        starts with ``"client <id>:"``.
+        Handles ``train`` messages with ``fit``, ``query`` messages (the phases of a
+        protocol that are not training: sizes, moments, feature counts, ...) with
+        ``query`` and ``evaluate`` messages with ``evaluate``. Any exception in the
+        client becomes an error reply whose reason starts with ``"client <id>:"``.
     """
     app = ClientApp()
 
-    def _handle(msg: Message, context: Context, evaluate: bool) -> Message:
+    def _handle(msg: Message, context: Context, kind: str) -> Message:
         cid = client_id_of(context)
         try:
             client = client_fn(context)
             params, config = _unpack(msg)
-            if evaluate:
+            if kind == "evaluate":
                 loss, n, metrics = client.evaluate(params, config)
                 return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
-            arrays, n, metrics = client.fit(params, config)
+            step = client.query if kind == "query" else client.fit
+            arrays, n, metrics = step(params, config)
             return pack_reply(msg, arrays, n, metrics, cid)
         except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
             reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
@@ -248,10 +258,14 @@ def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        return _handle(msg, context, evaluate=False)
+        return _handle(msg, context, "train")
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return _handle(msg, context, "query")
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        return _handle(msg, context, evaluate=True)
+        return _handle(msg, context, "evaluate")
 
     return app

@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from ..algorithms.deepfeca import (
+    DeepFeCAOptions,
     NetworkSpec,
-    TrainOptions,
     build_model,
     cluster_step,
     embed,
@@ -67,17 +67,17 @@ class DeepFeCAClient(ClusteringClient):
         spec = self._spec(config)
         common = dict(seed=int(config.get("seed", 0)), client_id=self.client_id,
                       server_round=int(config["server-round"]))
+        options = DeepFeCAOptions.from_config(config)
         if phase == "cluster":
-            k_local = int(config["k-local"]) if "k-local" in config else None
-            arrays = cluster_step(list(parameters), self.X, spec, str(config["labeller"]),
-                                  int(config["k"]), k_local=k_local,
-                                  privacy_threshold=int(config.get("privacy-threshold", 2)),
-                                  threads=int(config.get("threads", 1)), **common)
+            arrays = cluster_step(list(parameters), self.X, spec, options.labeller, options.k,
+                                  k_local=options.k_local or None,
+                                  privacy_threshold=options.privacy_threshold,
+                                  threads=options.threads, **common)
             return arrays, n, {"seconds": time.perf_counter() - t0}
         if phase == "train":
             weights, C = self._split(parameters)
             new, metrics = train_step(weights, self.X, C, spec,
-                                      TrainOptions.from_config(config), **common)
+                                      options.train_options(), **common)
             return new, n, {**metrics, "seconds": time.perf_counter() - t0}
         raise ValueError(f"client {self.client_id}: unknown DeepFeCA phase {phase!r}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..algorithms.dgc import (
+    DGCOptions,
     assign,
     flag_outliers,
     local_cost,
@@ -39,10 +40,11 @@ class DGCClient(ClusteringClient):
 
     def fit(self, parameters, config):
         """Initialise, or take one consensus + innovation step."""
+        options = DGCOptions.from_config(config)
         if config.get("phase") == "init":
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
-            C = local_init(self.X, int(config["k"]), rng, str(config.get("init", "kmeans")),
-                           privacy_threshold=int(config.get("privacy-threshold", 2)))
+            C = local_init(self.X, options.k, rng, options.init,
+                           privacy_threshold=options.privacy_threshold)
             return [C], len(self.X), {}
         if len(parameters) not in (2, 3):
             raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum] "
@@ -52,11 +54,11 @@ class DGCClient(ClusteringClient):
         if not x.shape == nbr.shape == anchor.shape:
             raise ValueError(f"client {self.client_id}: shapes {x.shape}, {nbr.shape}, "
                              f"{anchor.shape} differ")
-        loss, delta = str(config["loss"]), float(config.get("delta", 1.0))
+        loss, delta = options.loss, options.delta
         labels = assign(self.X, anchor)
         cost = local_cost(self.X, labels, x, loss, delta=delta)
         new = node_update(x, nbr, float(config["degree"]), self.X, labels,
-                          float(config["alpha"]), float(config["rho"]), loss, delta=delta)
+                          options.alpha, options.rho, loss, delta=delta)
         return [new], len(self.X), {"local-cost": cost}
 
     def evaluate(self, parameters, config):

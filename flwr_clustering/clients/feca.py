@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithms.feca import feca_client
+from ..algorithms.feca import FeCAOptions, feca_client
 from ..algorithms.lloyd import client_rng
-from ..algorithms.mavg import mavg_client
+from ..algorithms.mavg import MAvgOptions, mavg_client
 from .base import ClusteringClient
 
 __all__ = ["FeCAClient", "MAvgClient"]
@@ -17,8 +17,8 @@ logger = logging.getLogger(__name__)
 class FeCAClient(ClusteringClient):
     """FeCA client: local k-means, elimination of one-fit-many centroids, radii; once.
 
-    ``config`` carries ``k-local``, ``seed``, ``std-mode``, ``radius``, ``eliminate``,
-    ``privacy-threshold``, ``init`` and ``n-init`` (see
+    ``config`` carries ``seed`` and the keys of
+    :class:`~flwr_clustering.algorithms.feca.FeCAOptions` (see
     :func:`flwr_clustering.algorithms.feca.feca_client`). ``fit`` returns
     ``[centroids (k_m, d), radii (k_m,)]`` and the metrics ``removed`` (centroids the
     elimination dropped) and ``withheld`` (kept centroids of fewer than
@@ -45,18 +45,16 @@ class FeCAClient(ClusteringClient):
         tuple
             ``([centroids, radii], n, {"removed": int, "withheld": int})``.
         """
-        k_local = int(config["k-local"])
+        options = FeCAOptions.from_config(config)
+        k_local = options.k_local
         if len(self.X) < k_local:
             logger.warning("client %d has %d points, fewer than k'=%d: it runs %d clusters",
                            self.client_id, len(self.X), k_local, len(self.X))
         res = feca_client(
             self.X, k_local, client_rng(int(config.get("seed", 0)), self.client_id),
-            std_mode=str(config.get("std-mode", "rms")),
-            radius=str(config.get("radius", "empirical")),
-            eliminate=bool(config.get("eliminate", True)),
-            privacy_threshold=int(config.get("privacy-threshold", 2)),
-            init=str(config.get("init", "k-means++")),
-            n_init=int(config.get("n-init", 1)),
+            std_mode=options.std_mode, radius=options.radius, eliminate=options.eliminate,
+            privacy_threshold=options.privacy_threshold, init=options.init,
+            n_init=options.n_init,
         )
         metrics = {"removed": len(res.removed), "withheld": len(res.withheld)}
         return res.upload.to_arrays(), len(self.X), metrics
@@ -65,7 +63,8 @@ class FeCAClient(ClusteringClient):
 class MAvgClient(ClusteringClient):
     """M-Avg client: one single-start k-means with ``k`` clusters, centroids uploaded once.
 
-    ``config`` carries ``k``, ``seed``, ``privacy-threshold``, ``init`` and ``n-init``.
+    ``config`` carries ``seed`` and the keys of
+    :class:`~flwr_clustering.algorithms.mavg.MAvgOptions`.
     ``fit`` returns ``[centroids (k, d)]``. A client with fewer than ``k`` points, or whose
     k-means leaves a cluster of fewer than ``privacy-threshold`` points, raises (M-Avg needs
     all ``k`` centroids, and a one-point centroid is a raw row); the server drops it with
@@ -92,9 +91,8 @@ class MAvgClient(ClusteringClient):
         tuple
             ``([centroids], n, {})``.
         """
+        options = MAvgOptions.from_config(config)
         rng = client_rng(int(config.get("seed", 0)), self.client_id)
-        C = mavg_client(self.X, int(config["k"]), rng,
-                        init=str(config.get("init", "k-means++")),
-                        n_init=int(config.get("n-init", 1)),
-                        privacy_threshold=int(config.get("privacy-threshold", 2)))
+        C = mavg_client(self.X, options.k, rng, init=options.init, n_init=options.n_init,
+                        privacy_threshold=options.privacy_threshold)
         return [C], len(self.X), {}

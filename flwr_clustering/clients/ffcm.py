@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.ffcm import feature_moments, ffcm_client
+from ..algorithms.ffcm import FFCMOptions, feature_moments, ffcm_client
 from .base import ClusteringClient
 
 __all__ = ["FFCMClient"]
@@ -41,7 +41,8 @@ class FFCMClient(ClusteringClient):
         tuple
             ``(arrays, n, metrics)``.
         """
-        p = int(config.get("privacy-threshold", 2))
+        options = FFCMOptions.from_config(config)
+        p = options.privacy_threshold
         if len(self.X) < p:
             raise ValueError(
                 f"client {self.client_id} has {len(self.X)} point(s), fewer than the privacy "
@@ -56,9 +57,7 @@ class FFCMClient(ClusteringClient):
         V = self.centroids_from(parameters)
         metrics = self.local_stats(V, config) if config.get("evaluate", True) else {}
         centres, supports = ffcm_client(
-            self.X, V, m=float(config.get("fuzzifier", 2.0)),
-            max_iter=int(config.get("local-max-iter", 100)),
-            tol=float(config.get("local-tol", 1e-4)),
-            criterion=str(config.get("criterion", "centres")),
+            self.X, V, m=options.fuzzifier, max_iter=options.local_max_iter,
+            tol=options.local_tol, criterion=options.criterion,
         )
         return [centres, supports], len(self.X), metrics

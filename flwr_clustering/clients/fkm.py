@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithms.fkm import fkm_client_init, fkm_client_update
+from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
 from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
@@ -22,7 +22,7 @@ class FedKMeansClient(ClusteringClient):
         ``"init"`` (round 0: seed ``min(n, k)`` local clusters) or ``"update"`` (keep
         the received global centroids that attract a local point, run the local
         Lloyd steps).
-    ``k``, ``seed``, ``privacy-threshold``, ``local-iterations``, ``init``, ``recount``
+    the keys of :class:`~flwr_clustering.algorithms.fkm.FKMOptions` and ``seed``
         See :func:`flwr_clustering.algorithms.fkm.fkm_client_init`.
     ``evaluate``
         In ``"update"``, also return the evaluation statistics of the received
@@ -55,22 +55,19 @@ class FedKMeansClient(ClusteringClient):
             ``([means, counts, index], n, metrics)``.
         """
         phase = config.get("phase", "update")
-        opts = dict(
-            privacy_threshold=int(config.get("privacy-threshold", 2)),
-            local_iters=int(config.get("local-iterations", 1)),
-            recount=bool(config.get("recount", False)),
-        )
+        options = FKMOptions.from_config(config)
+        opts = dict(privacy_threshold=options.privacy_threshold,
+                    local_iters=options.local_iterations, recount=options.recount)
         metrics: dict = {}
         if phase == "init":
-            k = int(config["k"])
+            k = options.k
             if len(self.X) < k:
                 logger.warning(
                     "client %d has %d points, fewer than k=%d: it seeds %d local clusters",
                     self.client_id, len(self.X), k, len(self.X),
                 )
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
-            init = str(config.get("init", "private"))
-            upload = fkm_client_init(self.X, k, rng, init=init, **opts)
+            upload = fkm_client_init(self.X, k, rng, init=options.init, **opts)
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

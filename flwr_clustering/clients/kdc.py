@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.kdc import IsolationKernel, kdc_site_assign, kdc_site_sample
+from ..algorithms.kdc import IsolationKernel, KDCOptions, kdc_site_assign, kdc_site_sample
 from ..algorithms.lloyd import client_rng
 from ..metrics import label_evaluation_stats
 from .base import ClusteringClient
@@ -36,8 +36,8 @@ class KDCClient(ClusteringClient):
 
     labels: np.ndarray | None = None
 
-    def _scaling(self, arrays, config):
-        if not config.get("normalize", True):
+    def _scaling(self, arrays, options: KDCOptions):
+        if not options.normalize:
             return None, None, list(arrays)
         if len(arrays) < 2:
             raise ValueError(f"client {self.client_id}: the scaling (min, max) is missing")
@@ -50,19 +50,20 @@ class KDCClient(ClusteringClient):
     def fit(self, parameters, config):
         """Answer the ``stats``, ``sample`` or ``assign`` message."""
         phase = config.get("phase")
+        options = KDCOptions.from_config(config)
         n = len(self.X)
         if phase == "stats":
             out = [np.array([n], dtype=np.int64)]
-            if config.get("normalize", True):
+            if options.normalize:
                 out += [self.X.min(axis=0), self.X.max(axis=0)]
             return out, n, {}
         if phase == "sample":
-            lo, hi, _ = self._scaling(parameters, config)
+            lo, hi, _ = self._scaling(parameters, options)
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             B, _ = kdc_site_sample(self.X, int(config["size"]), rng, lo, hi)
             return [B], n, {"sample-rows": len(B)}
         if phase == "assign":
-            lo, hi, rest = self._scaling(parameters, config)
+            lo, hi, rest = self._scaling(parameters, options)
             if len(rest) not in (2, 3):
                 raise ValueError(f"client {self.client_id}: expected [maps, centres(, radii)], "
                                  f"got {len(rest)} arrays")
@@ -76,7 +77,7 @@ class KDCClient(ClusteringClient):
             n_classes = int(config["n-classes"]) if config.get("n-classes") else None
             stats = label_evaluation_stats(self.labels, k, self.y, n_classes)
             counts = stats.pop("cluster-counts")
-            if config.get("return-labels", False):
+            if options.return_labels:
                 stats["labels"] = self.labels
             return [counts], n, stats
         raise ValueError(f"client {self.client_id}: unknown KDC phase {phase!r}")

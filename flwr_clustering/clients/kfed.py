@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..algorithms.kfed import kfed_client
+from ..algorithms.kfed import KFedOptions, kfed_client
 from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
@@ -41,13 +41,13 @@ class KFedClient(ClusteringClient):
         tuple
             ``([centres, counts, index], n, {})``.
         """
-        k_local = int(config["k-local"])
+        options = KFedOptions.from_config(config)
+        k_local = options.k_local
         if len(self.X) <= k_local:
             raise ValueError(
                 f"client {self.client_id} has {len(self.X)} points, not more than "
                 f"k'={k_local}: k-FED would upload raw rows, so this client withholds its reply"
             )
         rng = client_rng(int(config.get("seed", 0)), self.client_id)
-        upload = kfed_client(self.X, k_local, rng,
-                             privacy_threshold=int(config.get("privacy-threshold", 2)))
+        upload = kfed_client(self.X, k_local, rng, privacy_threshold=options.privacy_threshold)
         return upload.to_arrays(), len(self.X), {}

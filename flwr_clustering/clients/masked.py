@@ -12,8 +12,8 @@ import numpy as np
 
 from ..algorithms.lloyd import client_rng
 from ..algorithms.masked import client_local_clusters, client_mask, masked_squared_distances
-from ..algorithms.masked_federated import masked_client_update
-from ..algorithms.masked_oneshot import fit_gaussians
+from ..algorithms.masked_federated import MaskedFederatedOptions, masked_client_update
+from ..algorithms.masked_oneshot import MaskedOneShotOptions, fit_gaussians
 from ..metrics import evaluation_stats_from_distances
 from .base import ClusteringClient
 
@@ -62,18 +62,15 @@ class MaskedClient(ClusteringClient):
             )
         return G
 
-    def local_clusters(self, config: dict[str, Any]) -> tuple[np.ndarray, Any]:
+    def local_clusters(self, options, k_max: int, seed: int) -> tuple[np.ndarray, Any]:
         """Run the initial local clustering.
 
-        ``k-local`` clusters, or (``k-local`` 0) ``K_i <= k-max`` chosen by silhouette;
-        ``local-algorithm`` k-means or k-medoids.
+        ``options.k_local`` clusters, or (``k_local`` 0) ``K_i <= k_max`` chosen by
+        silhouette; ``options.local_algorithm`` k-means or k-medoids.
         """
-        k_local = int(config.get("k-local", 0)) or None
         return client_local_clusters(
-            self.X, k_local, int(config.get("k-max", k_local or 1)),
-            client_rng(int(config.get("seed", 0)), self.client_id),
-            algorithm=str(config.get("local-algorithm", "kmeans")),
-            n_init=int(config.get("n-init", 10)),
+            self.X, options.k_local or None, k_max, client_rng(seed, self.client_id),
+            algorithm=options.local_algorithm, n_init=options.n_init,
         )
 
     def local_stats(self, G: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
@@ -95,18 +92,19 @@ class MaskedFederatedClient(MaskedClient):
 
     def fit(self, parameters, config):
         """Run the phase named by ``config["phase"]``."""
-        p = int(config.get("privacy-threshold", 2))
+        options = MaskedFederatedOptions.from_config(config)
+        p = options.privacy_threshold
         metrics: dict[str, Any] = {}
         if config.get("phase") == "init":
-            _, stats = self.local_clusters(config)
+            _, stats = self.local_clusters(options, options.k, int(config.get("seed", 0)))
             stats = stats.take(np.flatnonzero(stats.sizes >= max(p, 1)))
         else:
             G = self.centroids_from(parameters)
             if config.get("evaluate", True):
                 metrics = self.local_stats(G, config)
             stats = masked_client_update(
-                self.X, G, local_iterations=int(config.get("local-iterations", 10)),
-                privacy_threshold=p, algorithm=str(config.get("local-algorithm", "kmeans")),
+                self.X, G, local_iterations=options.local_iterations,
+                privacy_threshold=p, algorithm=options.local_algorithm,
             )
         return [stats.sums, stats.counts], len(self.X), metrics
 
@@ -120,8 +118,9 @@ class MaskedOneShotClient(MaskedClient):
 
     def fit(self, parameters, config):
         """Cluster locally, fit the Gaussians, upload their parameters."""
-        labels, stats = self.local_clusters(config)
+        options = MaskedOneShotOptions.from_config(config)
+        labels, stats = self.local_clusters(options, options.k_max, int(config.get("seed", 0)))
         up = fit_gaussians(self.X, labels, len(stats))
-        keep = up.counts >= max(int(config.get("privacy-threshold", 2)), 1)
+        keep = up.counts >= max(options.privacy_threshold, 1)
         return ([up.mask.astype(np.uint8), up.means[keep], up.covariances[keep],
                  up.counts[keep].astype(np.int64)], len(self.X), {})

@@ -3,14 +3,25 @@
 :class:`ClusteringStrategy` owns, once: waiting for ``min_nodes``, seeded node sampling,
 building per-node messages, dropping error replies and malformed payloads with a logged
 reason, ordering replies by client id (so results do not depend on arrival order),
-the round loop with a convergence test and a round cap, the per-round history, the final
-federated evaluation, and saving results. An algorithm's strategy only says what to send
-and how to aggregate, by calling :mod:`flwr_clustering.algorithms`.
+the round loop with a convergence test and a round cap, the per-round history and the
+final federated evaluation. An algorithm's strategy declares its options (an
+:class:`~flwr_clustering.options.Options` dataclass) and only says what to send and how to
+aggregate, by calling :mod:`flwr_clustering.algorithms`.
+
+Exchanges: :meth:`ClusteringStrategy.exchange` sends one phase's content to every sampled
+node (or each node its own content) and returns the parsed, validated replies. Phases that
+are not training (sizes, moments, feature counts, feature clustering) go as Flower
+``QUERY`` messages; the rounds of the protocol go as ``TRAIN`` messages. A strategy's model
+is the ``ArrayRecord`` of :meth:`ClusteringStrategy.model_record` (whatever arrays the
+algorithm needs); fixed protocols declare their round count in
+:meth:`ClusteringStrategy.protocol_rounds`. The strategy writes no file: the App (or the
+caller) writes what :meth:`ClusteringStrategy.artifacts` and the history hand back
+(:func:`flwr_clustering.app.results.save_results`).
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,18 +40,18 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from ..log import logger
 from ..metrics import aggregate_evaluation_stats
-from ..reporting import save_run
+from ..options import Options, option
 
-__all__ = ["ClusteringStrategy", "Reply"]
+__all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
-logger = logging.getLogger("flwr_clustering")
-logger.setLevel(logging.INFO)
-if not logger.handlers:
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("%(levelname)s flwr-clustering: %(message)s"))
-    logger.addHandler(_handler)
-    logger.propagate = False
+
+@dataclasses.dataclass(frozen=True)
+class ClusteringOptions(Options):
+    """Options every clustering algorithm has: ``k``."""
+
+    k: int = option(16, minimum=1, help="number of global clusters")
 
 
 @dataclass
@@ -73,6 +84,12 @@ class ClusteringStrategy(Strategy):
 
     Parameters
     ----------
+    k : int, optional
+        Number of global clusters (an option; may also come in ``options``).
+    options : Options, optional
+        The algorithm's options (an instance of the class attribute ``Options``). Options
+        may also be given one by one as keyword arguments (``privacy_threshold=0``); those
+        replace the values in ``options``.
     min_nodes : int, default 2
         Nodes to wait for before the first round, and the fewest valid replies a round
         may aggregate; below that the run stops with an error.
@@ -82,10 +99,6 @@ class ClusteringStrategy(Strategy):
     seed : int, default 0
         Seeds the server generator (``numpy.random.default_rng(seed)``) and is sent to
         the clients, which seed theirs from it and their client id.
-    max_rounds : int, default 1
-        Round cap (``num_rounds`` of :meth:`start` overrides it).
-    tol : float, default 0.0
-        Convergence tolerance of :meth:`converged` (algorithms define the measure).
     round_timeout : float, default 3600
         Seconds to wait for the replies of one round.
     node_wait_timeout : float, default 600
@@ -93,42 +106,82 @@ class ClusteringStrategy(Strategy):
     evaluate : bool, default True
         Run a federated evaluation of the final model (and ask clients for per-round
         statistics where the protocol allows it without extra messages).
-    out_dir : str, optional
-        If set, :meth:`start` writes centroids, history, metrics and a plot there.
+    **kwargs
+        Options by field name (see the algorithm's ``Options``).
+
+    Notes
+    -----
+    The round cap is the option ``max_rounds`` of iterative algorithms; a fixed protocol
+    returns its round count from :meth:`protocol_rounds` instead. The convergence
+    tolerance is the option ``tol`` where the algorithm has one (else never early).
     """
 
     #: Short name used in logs and results.
     name = "clustering"
+    #: The algorithm's options dataclass.
+    Options: type[Options] = ClusteringOptions
+    #: Per-round history series the App plots in ``training.png`` (none by default).
+    curves: tuple[str, ...] = ()
 
     def __init__(
         self,
+        k: int | None = None,
         *,
+        options: Options | None = None,
         min_nodes: int = 2,
         fraction: float = 1.0,
         seed: int = 0,
-        max_rounds: int = 1,
-        tol: float = 0.0,
         round_timeout: float = 3600.0,
         node_wait_timeout: float = 600.0,
         evaluate: bool = True,
-        out_dir: str | None = None,
+        **kwargs: Any,
     ) -> None:
+        option_kwargs, unknown = self.Options.split_kwargs(kwargs)
+        if unknown:
+            names = [f.name for f in dataclasses.fields(self.Options)]
+            raise TypeError(f"{type(self).__name__} got unexpected argument(s) "
+                            f"{sorted(unknown)}; its options are {names}")
+        if k is not None:
+            option_kwargs["k"] = k
+        if options is None:
+            options = self.Options(**option_kwargs)
+        else:
+            if not isinstance(options, self.Options):
+                raise TypeError(f"options must be {self.Options.__name__}, got "
+                                f"{type(options).__name__}")
+            if option_kwargs:
+                options = dataclasses.replace(options, **option_kwargs)
         if min_nodes < 1:
             raise ValueError(f"min_nodes must be at least 1, got {min_nodes}")
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-        if max_rounds < 1:
-            raise ValueError(f"max_rounds must be at least 1, got {max_rounds}")
+        self.options = options
+        for name, value in options.as_dict().items():
+            setattr(self, name, value)
         self.min_nodes = int(min_nodes)
         self.fraction = float(fraction)
         self.seed = int(seed)
-        self.max_rounds = int(max_rounds)
-        self.tol = float(tol)
+        self.tol = float(getattr(options, "tol", -1.0))
         self.round_timeout = float(round_timeout)
         self.node_wait_timeout = float(node_wait_timeout)
         self.evaluate = bool(evaluate)
-        self.out_dir = out_dir
+        self.configure()
+        fixed = self.protocol_rounds()
+        self.max_rounds = int(fixed if fixed is not None else options.max_rounds)
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds must be at least 1, got {self.max_rounds}")
         self.reset()
+
+    def configure(self) -> None:
+        """Derive attributes from the options (override; called once by ``__init__``)."""
+
+    def protocol_rounds(self) -> int | None:
+        """The fixed number of train rounds of the protocol (``None``: iterative).
+
+        One-shot algorithms return 1; :meth:`start` rejects a ``num_rounds`` that does not
+        fit a fixed protocol.
+        """
+        return None
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -223,6 +276,65 @@ class ClusteringStrategy(Strategy):
         content = self.records(arrays_list, config)
         return [self.message(server_round, node, content, message_type)
                 for node in self.sample_nodes(grid)]
+
+    def exchange(
+        self,
+        grid: Grid,
+        server_round: int,
+        phase: str,
+        arrays: list[np.ndarray] | tuple = (),
+        config: dict[str, Any] | None = None,
+        *,
+        per_node: dict[int, tuple[list[np.ndarray], dict[str, Any]]] | None = None,
+        message_type: str = MessageType.QUERY,
+        parse=None,
+        min_replies: int | None = None,
+        timeout: float | None = None,
+    ) -> list[Reply]:
+        """Send one phase of the protocol and return the valid replies, by client id.
+
+        Parameters
+        ----------
+        grid : flwr.serverapp.Grid
+            The grid.
+        server_round : int
+            Round number (``0`` for exchanges before round 1), the messages' group id.
+        phase : str
+            The phase name, sent as ``config["phase"]``.
+        arrays : list of numpy.ndarray
+            The arrays every sampled node receives.
+        config : dict, optional
+            The configuration every node receives (``phase`` and ``seed`` are added).
+        per_node : dict, optional
+            ``{node id: (arrays, extra config)}``: each node its own content, instead of
+            ``arrays`` to every sampled node.
+        message_type : str, default ``MessageType.QUERY``
+            ``QUERY`` for phases that are not training, ``TRAIN`` for rounds.
+        parse : callable, optional
+            ``parse(arrays) -> payload`` (see :meth:`collect`).
+        min_replies : int, optional
+            The fewest valid replies to accept (default ``min_nodes``).
+        timeout : float, optional
+            Seconds to wait (default ``round_timeout``).
+
+        Returns
+        -------
+        list of Reply
+            Valid replies in client-id order.
+        """
+        cfg = {**dict(config or {}), "phase": phase, "seed": self.seed}
+        if per_node is None:
+            messages = self._messages(server_round, list(arrays), cfg, grid, message_type)
+        else:
+            messages = [self.message(server_round, node,
+                                     self.records(node_arrays, {**cfg, **node_cfg}),
+                                     message_type)
+                        for node, (node_arrays, node_cfg) in per_node.items()]
+        replies = list(grid.send_and_receive(
+            messages, timeout=self.round_timeout if timeout is None else timeout))
+        self.last_exchange_replies = len(replies)
+        return self.collect(server_round, list(replies), parse, kind=phase,
+                            min_replies=min_replies)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -360,7 +472,7 @@ class ClusteringStrategy(Strategy):
             server_round, len(valid), len(new), self.last_shift,
         )
         metrics = {k: v for k, v in record.items() if isinstance(v, int | float) and v is not None}
-        return ArrayRecord({"centroids": Array(new)}), MetricRecord(
+        return self.model_record(), MetricRecord(
             {k: (v if np.isfinite(v) else -1.0) for k, v in metrics.items()}
         )
 
@@ -407,8 +519,40 @@ class ClusteringStrategy(Strategy):
         """Return the configuration as a dict (logged and saved with the results)."""
         return {
             "min_nodes": self.min_nodes, "fraction": self.fraction, "seed": self.seed,
-            "max_rounds": self.max_rounds, "tol": self.tol,
+            "max_rounds": self.max_rounds, "tol": self.tol, **self.options.as_dict(),
         }
+
+    def model_record(self) -> ArrayRecord:
+        """The model as an ``ArrayRecord`` (default: ``centroids``; override to add arrays).
+
+        It is what :meth:`aggregate_train` returns and ``Result.arrays`` holds.
+        """
+        if self.centroids is None:
+            return ArrayRecord()
+        return ArrayRecord({"centroids": Array(np.ascontiguousarray(self.centroids))})
+
+    def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
+        """Extra result files: ``{file name: {array name: array}}`` (written by the App)."""
+        return {}
+
+    def pooled_labels(self, X: np.ndarray) -> np.ndarray | None:
+        """Cluster of every pooled row, for a model that labels rows itself (KDC).
+
+        ``None`` (the default) means: the nearest of the model's ``centroids``.
+        """
+        return None
+
+    def user_models(self) -> np.ndarray | None:
+        """Every user's own centres ``(m, k, d)`` where users keep their own (DGC)."""
+        return None
+
+    def plot_features(self, X: np.ndarray) -> np.ndarray:
+        """The rows as the model sees them, for the cluster plot (default: ``X``)."""
+        return X
+
+    def result_summary(self) -> dict[str, Any]:
+        """Extra entries of ``result.json`` (override to add)."""
+        return {}
 
     # ------------------------------------------------------------- the loop
     def start(
@@ -446,6 +590,13 @@ class ClusteringStrategy(Strategy):
             ``arrays["centroids"]``, per-round train info, federated evaluation metrics
             by round, and ``evaluate_fn``'s metrics.
         """
+        fixed = self.protocol_rounds()
+        if num_rounds is not None and fixed is not None and int(num_rounds) != fixed:
+            raise ValueError(
+                f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
+                f"num_rounds={num_rounds} does not fit (leave it out)")
+        if num_rounds is not None and int(num_rounds) < 1:
+            raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
         self.reset()
         num_rounds = self.max_rounds if num_rounds is None else int(num_rounds)
         timeout = self.round_timeout if timeout is None else float(timeout)
@@ -483,42 +634,10 @@ class ClusteringStrategy(Strategy):
                 result.evaluate_metrics_clientapp[record["round"]] = MetricRecord(
                     {k: float(v) for k, v in record["metrics"].items()}
                 )
+        result.arrays = self.model_record()
         self.seconds = time.monotonic() - t0
         logger.info("%s finished: %d rounds in %.2f s", self.name, last, self.seconds)
-        if self.out_dir:
-            self.save(self.out_dir)
         return result
-
-    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
-        """Write the run's results to ``out_dir`` (see :func:`~flwr_clustering.reporting.save_run`).
-
-        Parameters
-        ----------
-        out_dir : str
-            Directory.
-        **extra
-            Merged into ``result.json`` (``X`` and ``labels`` go to the plot).
-
-        Returns
-        -------
-        dict
-            Written paths.
-        """
-        X = extra.pop("X", None)
-        labels = extra.pop("labels", None)
-        summary = {
-            "algorithm": self.name,
-            "config": self.describe(),
-            "rounds": len(self.history),
-            "seconds": getattr(self, "seconds", None),
-            "federated": self.final_metrics,
-            **extra,
-        }
-        paths = save_run(
-            out_dir, self.centroids, self.centroid_history, self.history, summary, X, labels
-        )
-        logger.info("results written to %s", out_dir)
-        return paths
 
 
 def _fmt(metrics: dict[str, float]) -> str:

@@ -17,8 +17,8 @@ a bad one is dropped with the reason logged.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,7 @@ from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
 from ..algorithms.deepfeca import (
-    LABELLERS,
-    NETWORKS,
+    DeepFeCAOptions,
     NetworkSpec,
     TrainOptions,
     build_model,
@@ -36,15 +35,14 @@ from ..algorithms.deepfeca import (
     fedavg,
     initial_weights,
     labeller_server,
-    linear_probe,
     parse_labeller_upload,
     require_torch,
     run_deepfeca,
     weight_names,
 )
 from ..algorithms.lloyd import assign_to_nearest
-from ..algorithms.mavg import REFERENCES
-from ..reporting import plot_curves
+from ..clients.deepfeca import DeepFeCAClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, logger
 
 __all__ = ["DeepFeCA"]
@@ -89,42 +87,21 @@ class DeepFeCA(ClusteringStrategy):
     """
 
     name = "deepfeca"
+    Options = DeepFeCAOptions
+    curves = ("loss", "k-out")
 
-    def __init__(
-        self,
-        k: int,
-        *,
-        labeller: str = "feca",
-        network: str = "cnn",
-        input_shape: str = "",
-        proj_dim: int = 32,
-        options: TrainOptions | None = None,
-        k_local: int | None = None,
-        privacy_threshold: int = 2,
-        mavg_reference: str = "first",
-        centralized: bool = True,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, k: int | None = None, *,
+                 options: DeepFeCAOptions | TrainOptions | None = None, **kwargs: Any) -> None:
         require_torch()
-        if int(k) != k or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if labeller not in LABELLERS:
-            raise ValueError(f"labeller must be one of {LABELLERS}, got {labeller!r}")
-        if network not in NETWORKS:
-            raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
-        if mavg_reference not in REFERENCES:
-            raise ValueError(f"mavg_reference must be one of {REFERENCES}")
-        if k_local is not None and (int(k_local) != k_local or k_local < 1):
-            raise ValueError(f"k_local must be a positive integer, got {k_local!r}")
-        self.k, self.labeller, self.network = int(k), labeller, network
-        self.input_shape, self.proj_dim = str(input_shape), int(proj_dim)
-        self.options = options or TrainOptions()
-        self.k_local = None if k_local is None else int(k_local)
-        self.privacy_threshold = int(privacy_threshold)
-        self.mavg_reference = mavg_reference
-        self.centralized = bool(centralized)
-        kwargs.setdefault("max_rounds", 20)
-        super().__init__(**kwargs)
+        if isinstance(options, TrainOptions):  # the training recipe alone
+            kwargs = {**dataclasses.asdict(options), **kwargs}
+            options = None
+        super().__init__(k, options=options, **kwargs)
+
+    def configure(self) -> None:
+        """The training recipe; ``k_local`` 0 means the labeller's default."""
+        self.train_opts = self.options.train_options()
+        self.k_local = self.options.k_local or None
 
     def reset(self) -> None:
         """Forget the run."""
@@ -135,21 +112,10 @@ class DeepFeCA(ClusteringStrategy):
         self.sizes: dict[int, int] = {}
         self._round_info: dict[str, Any] = {}
 
-    def describe(self) -> dict[str, Any]:
-        """Configuration for logs and results."""
-        return {**super().describe(), "k": self.k, "labeller": self.labeller,
-                "network": self.network, "input_shape": self.input_shape,
-                "proj_dim": self.proj_dim, "k_local": self.k_local,
-                "privacy_threshold": self.privacy_threshold,
-                "mavg_reference": self.mavg_reference, **vars(self.options)}
-
     # ------------------------------------------------------------ describe exchange
     def initialize(self, grid: Grid, timeout: float) -> None:
         """Ask the clients for their feature count and size; build ``θ̄_0``."""
-        replies = grid.send_and_receive(
-            self._messages(0, [], {"phase": "describe"}, grid, MessageType.TRAIN),
-            timeout=timeout)
-        valid = self.collect(0, list(replies), self._parse_describe, kind="describe")
+        valid = self.exchange(grid, 0, "describe", parse=self._parse_describe, timeout=timeout)
         self.sizes = {r.client_id: int(r.metrics["num-examples"]) for r in valid}
         self.spec = NetworkSpec.for_data(self.network, self.n_features, self.input_shape,
                                          self.proj_dim)
@@ -174,21 +140,15 @@ class DeepFeCA(ClusteringStrategy):
 
     def _common_config(self, server_round: int, phase: str) -> dict[str, Any]:
         return {"phase": phase, "seed": self.seed, "server-round": server_round,
-                "threads": self.options.threads, **self.spec.to_config()}
+                **self.options.to_config(), **self.spec.to_config()}
 
     # ------------------------------------------------------------- cluster exchange
     def prepare_round(self, server_round: int, grid: Grid, timeout: float) -> None:
         """The cluster exchange of round ``t``: labeller uploads on features -> ``C*``."""
         t0 = time.monotonic()
-        cfg = {**self._common_config(server_round, "cluster"), "labeller": self.labeller,
-               "k": self.k, "privacy-threshold": self.privacy_threshold}
-        if self.k_local is not None:
-            cfg["k-local"] = self.k_local
-        replies = list(grid.send_and_receive(
-            self._messages(server_round, self.model, cfg, grid, MessageType.TRAIN),
-            timeout=timeout))
-        valid = self.collect(server_round, replies, self._parse_upload, kind="cluster",
-                             min_replies=1)
+        valid = self.exchange(grid, server_round, "cluster", self.model,
+                              self._common_config(server_round, "cluster"),
+                              parse=self._parse_upload, min_replies=1, timeout=timeout)
         self.centroids = labeller_server([r.payload for r in valid], self.labeller, self.k,
                                          mavg_reference=self.mavg_reference)
         if len(self.centroids) < self.k:
@@ -196,7 +156,7 @@ class DeepFeCA(ClusteringStrategy):
                            server_round, self.labeller, len(self.centroids), self.k)
         self._round_info = {
             "k-out": int(len(self.centroids)), "labelling-clients": len(valid),
-            "cluster-dropped": len(replies) - len(valid),
+            "cluster-dropped": self.last_exchange_replies - len(valid),
             "seconds-cluster": time.monotonic() - t0,
         }
 
@@ -208,8 +168,7 @@ class DeepFeCA(ClusteringStrategy):
     # --------------------------------------------------------------- train exchange
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
         """The train messages: ``[*θ̄, C*]`` and the training recipe."""
-        cfg = {**dict(config or {}), **self._common_config(server_round, "train"),
-               **self.options.to_config()}
+        cfg = {**dict(config or {}), **self._common_config(server_round, "train")}
         return self._messages(server_round, [*self.model, self.centroids], cfg, grid,
                               MessageType.TRAIN)
 
@@ -240,10 +199,12 @@ class DeepFeCA(ClusteringStrategy):
                     record["client-seconds-mean"], record["client-seconds-max"])
         metrics = {k: float(v) for k, v in record.items()
                    if isinstance(v, int | float) and not isinstance(v, bool)}
-        return self.result_arrays(), MetricRecord(metrics)
+        return self.model_record(), MetricRecord(metrics)
 
-    def result_arrays(self) -> ArrayRecord:
+    def model_record(self) -> ArrayRecord:
         """``centroids`` (``C*``) and the network's weights under ``model.<name>``."""
+        if self.model is None:
+            return ArrayRecord()
         names = weight_names(self.spec)
         record = {"centroids": Array(np.ascontiguousarray(self.centroids))}
         record.update({f"model.{n}": Array(np.require(w, requirements="C"))
@@ -270,55 +231,31 @@ class DeepFeCA(ClusteringStrategy):
         F = embed(build_model(self.spec, self.model), X, self.spec)
         return assign_to_nearest(F, self.centroids)[0]
 
-    def pooled_report(self, X: np.ndarray, y: np.ndarray, *, test_size: float = 0.25
-                      ) -> dict[str, Any]:
-        """Linear-probe accuracy of the federated, random and centralized networks.
+    def pooled_labels(self, X: np.ndarray) -> np.ndarray | None:
+        """DeepFeCA labels rows through its network (``C*`` lives in feature space)."""
+        return None if self.model is None else self.label(X)
 
-        Simulation only (the server knows the pooled rows and labels). The rows are split
-        into a stratified probe-training and held-out part (``test_size``, the run seed);
-        the networks saw the held-out rows without labels during training.
-        """
-        from sklearn.model_selection import train_test_split
+    def plot_features(self, X: np.ndarray) -> np.ndarray:
+        """The rows' features under the final network (where ``C*`` lives)."""
+        if self.model is None:
+            return X
+        return embed(build_model(self.spec, self.model), X, self.spec)
 
-        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, stratify=y,
-                                              random_state=self.seed)
-        threads = self.options.threads
-        report = {
-            "federated": linear_probe(self.model, self.spec, Xtr, ytr, Xte, yte,
-                                      threads=threads),
-            "random-network": linear_probe(self.initial_model, self.spec, Xtr, ytr, Xte, yte,
-                                           threads=threads),
-        }
-        if self.centralized:
-            t0 = time.monotonic()
-            central = run_deepfeca([X], self.k, rounds=len(self.history),
-                                   labeller=self.labeller, spec=self.spec,
-                                   options=self.options, k_local=self.k_local, seed=self.seed,
-                                   privacy_threshold=self.privacy_threshold,
-                                   mavg_reference=self.mavg_reference)
-            report["centralized"] = linear_probe(central.weights, self.spec, Xtr, ytr, Xte,
-                                                 yte, threads=threads)
-            report["centralized-seconds"] = time.monotonic() - t0
-        logger.info("linear probe (top-1 on %d held-out rows): %s", len(yte),
-                    ", ".join(f"{k} {v:.4f}" for k, v in report.items()))
-        return {"linear-probe": report}
+    def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
+        """``model.npz``: the network's weights by ``state_dict`` name."""
+        if self.model is None:
+            return {}
+        return {"model.npz": dict(zip(weight_names(self.spec), self.model, strict=True))}
 
-    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
-        """Write the common results, ``model.npz`` (weights by name) and ``training.png``.
+    def result_summary(self) -> dict[str, Any]:
+        """The network and the training recipe."""
+        return {"network": {"spec": self.spec.to_config() if self.spec else None,
+                            "options": self.train_opts.to_config()}}
 
-        The cluster plot shows the rows' features under the final network (where ``C*``
-        lives), not the raw rows.
-        """
-        if extra.get("X") is not None and self.model is not None:
-            extra["X"] = embed(build_model(self.spec, self.model), extra["X"], self.spec)
-        extra.setdefault("network", {"spec": self.spec.to_config() if self.spec else None,
-                                     "options": self.options.to_config()})
-        paths = super().save(out_dir, **extra)
-        if self.model is not None:
-            names = weight_names(self.spec)
-            paths["model"] = str(Path(out_dir) / "model.npz")
-            np.savez(paths["model"], **dict(zip(names, self.model, strict=True)))
-            paths["training"] = str(Path(out_dir) / "training.png")
-            plot_curves(paths["training"], self.history, ("loss", "k-out"),
-                        title=f"DeepFeCA ({self.labeller}) training")
-        return paths
+
+register(AlgorithmSpec(
+    name="deepfeca", strategy=DeepFeCA, client=DeepFeCAClient, options=DeepFeCAOptions,
+    loop=run_deepfeca,
+    # the App's side run (simulation only): linear probes, centralized training
+    pooled_report="flwr_clustering.app.reports:deepfeca_linear_probe",
+    summary="DeepFeCA, FeCA pseudo-labels + FedAvg representation learning (Xu et al. 2024)"))

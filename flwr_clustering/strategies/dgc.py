@@ -4,27 +4,29 @@ Flower is client-server, so the peer-to-peer graph is simulated: the strategy ow
 graph and every node's latest centres, and each round sends node ``i`` its own centres and
 the **sum** of its neighbours' (the update needs nothing else), plus, at the inner steps
 ``s > 0`` of an iteration, the anchor that fixes its clusters. It never averages into the
-iterate; the network mean it returns is for logging and evaluation only.
+iterate. Its model (:meth:`DGC.model_record`) holds every node's centres, the graph and
+the step, beside the network mean under ``centroids`` (for evaluation).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Message, MessageType
+from flwr.app import Array, ArrayRecord, Message, MessageType
 
 from ..algorithms.dgc import (
-    INITS,
-    LOSSES,
+    DGCOptions,
     build_graph,
     consensus_cost,
     consensus_distance,
     neighbour_sums,
+    run_dgc,
     step_size,
 )
+from ..clients.dgc import DGCClient
 from ..metrics import per_model_metrics, sum_contingencies
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["DGC"]
@@ -74,28 +76,34 @@ class DGC(ClusteringStrategy):
     """
 
     name = "dgc"
+    Options = DGCOptions
 
-    def __init__(self, k: int, *, loss: str = "kmeans", rho: float = 10.0,
-                 graph: Any = "ring", iterations: int = 100, inner_steps: int = 1,
-                 delta: float = 1.0, alpha: float | None = None, init: str = "kmeans",
-                 er_p: float = 0.3, privacy_threshold: int = 2, **kwargs: Any) -> None:
-        if loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-        if rho < 1:
-            raise ValueError(f"rho must be >= 1, got {rho}")
-        if init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {init!r}")
-        if int(iterations) < 1 or int(inner_steps) < 1:
-            raise ValueError("iterations and inner_steps must be >= 1")
+    def __init__(self, k: int | None = None, *, graph: Any = None, **kwargs: Any) -> None:
+        # ``graph`` may also be an adjacency array (not a run-config value).
+        self._graph_array = None
+        if graph is not None and not isinstance(graph, str):
+            self._graph_array = np.asarray(graph)
+            graph = "array"
+        if graph is not None:
+            kwargs["graph"] = graph
         if float(kwargs.get("fraction", 1.0)) != 1.0:
             raise ValueError("DGC needs every node in every round (fraction 1)")
-        self.k, self.loss, self.rho = int(k), loss, float(rho)
-        self.graph, self.iterations, self.inner_steps = graph, int(iterations), int(inner_steps)
-        self.delta, self.alpha, self.init, self.er_p = float(delta), alpha, init, float(er_p)
-        self.privacy_threshold = int(privacy_threshold)
-        kwargs["max_rounds"] = 1 + self.iterations * self.inner_steps
-        kwargs.setdefault("tol", -1.0)
-        super().__init__(**kwargs)
+        super().__init__(k, **kwargs)
+
+    def configure(self) -> None:
+        """The graph argument (name, file or array) and the optional fixed step."""
+        if self._graph_array is not None:
+            self.graph = self._graph_array
+        self.alpha = self.options.alpha or None
+
+    def protocol_rounds(self) -> int:
+        """The init round and ``T S`` steps."""
+        return 1 + self.options.iterations * self.options.inner_steps
+
+    def describe(self) -> dict[str, Any]:
+        """Configuration for logs and results."""
+        return {**super().describe(),
+                "graph": self.graph if isinstance(self.graph, str) else "array"}
 
     def reset(self) -> None:
         """Forget the graph and every node's centres."""
@@ -108,20 +116,12 @@ class DGC(ClusteringStrategy):
         self.node_history: list[np.ndarray] = []
         self._cost: float | None = None
 
-    def describe(self) -> dict[str, Any]:
-        """Configuration for logs and results."""
-        return {**super().describe(), "k": self.k, "loss": self.loss, "rho": self.rho,
-                "graph": self.graph if isinstance(self.graph, str) else "array",
-                "iterations": self.iterations, "inner_steps": self.inner_steps,
-                "delta": self.delta, "init": self.init,
-                "privacy_threshold": self.privacy_threshold}
-
     # ------------------------------------------------------------------ messages
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
         """Init messages in round 1; afterwards one message per node with its own arrays."""
         if self.node_centres is None:
-            cfg = {**dict(config or {}), "phase": "init", "k": self.k, "init": self.init,
-                   "seed": self.seed, "privacy-threshold": self.privacy_threshold}
+            cfg = {**dict(config or {}), **self.options.to_config(), "phase": "init",
+                   "seed": self.seed}
             return self._messages(server_round, [], cfg, grid, MessageType.TRAIN)
         connected = set(self.wait_for_nodes(grid))
         missing = [c for c, node in self.node_of.items() if node not in connected]
@@ -136,9 +136,9 @@ class DGC(ClusteringStrategy):
         deg = self.adjacency.sum(axis=1)
         messages = []
         for i in range(len(self.node_centres)):
-            cfg = {**dict(config or {}), "phase": "step", "degree": float(deg[i]),
-                   "alpha": float(self.step), "rho": self.rho, "loss": self.loss,
-                   "delta": self.delta, "seed": self.seed, "evaluate": False}
+            cfg = {**dict(config or {}), **self.options.to_config(), "phase": "step",
+                   "degree": float(deg[i]), "alpha": float(self.step), "seed": self.seed,
+                   "evaluate": False}
             # the anchor equals x_i at an iteration's first step: then it is not sent
             arrays = [self.node_centres[i], nbr[i]] + ([] if first else [self.anchor[i]])
             content = self.records(arrays, cfg)
@@ -164,7 +164,7 @@ class DGC(ClusteringStrategy):
 
     # --------------------------------------------------------------- aggregation
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
-        """Store every node's centres; return their mean (for logging only)."""
+        """Store every node's centres (the model); return their mean, the ``centroids``."""
         ids = [r.client_id for r in replies]
         if self.node_centres is None:
             if ids != list(range(len(ids))):
@@ -204,18 +204,25 @@ class DGC(ClusteringStrategy):
             info["cost"] = self._cost
         return info
 
-    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
-        """Write the common results and ``nodes.npz``.
-
-        ``nodes.npz`` holds every node's final centres (``centres``, ``(m, K, d)``), the
-        graph (``adjacency``) and the step (``alpha``).
-        """
-        paths = super().save(out_dir, **extra)
+    def model_record(self) -> ArrayRecord:
+        """The network mean (``centroids``), every node's centres, the graph and the step."""
+        record = super().model_record()
         if self.node_centres is not None:
-            paths["nodes"] = str(Path(out_dir) / "nodes.npz")
-            np.savez(paths["nodes"], centres=self.node_centres, adjacency=self.adjacency,
-                     alpha=np.float64(self.step))
-        return paths
+            record["node-centres"] = Array(np.ascontiguousarray(self.node_centres))
+            record["adjacency"] = Array(np.ascontiguousarray(self.adjacency))
+            record["alpha"] = Array(np.array([self.step], dtype=np.float64))
+        return record
+
+    def user_models(self) -> np.ndarray | None:
+        """Every node's own centres ``(m, K, d)``."""
+        return self.node_centres
+
+    def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
+        """``nodes.npz``: every node's final centres, the graph and the step."""
+        if self.node_centres is None:
+            return {}
+        return {"nodes.npz": {"centres": self.node_centres, "adjacency": self.adjacency,
+                              "alpha": np.float64(self.step)}}
 
     # ---------------------------------------------------------------- evaluation
     def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
@@ -265,3 +272,8 @@ class DGC(ClusteringStrategy):
         if server_round < 3 or self.tol < 0 or len(self.node_history) < 2:
             return False
         return float(np.abs(self.node_history[-1] - self.node_history[-2]).max()) <= self.tol
+
+
+register(AlgorithmSpec(
+    name="dgc", strategy=DGC, client=DGCClient, options=DGCOptions, loop=run_dgc,
+    summary="DGC-rho, decentralized gradient clustering over a graph (Armacki et al. 2025)"))

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import INIT_MODES
+from ..algorithms.fkm import FKMOptions
 from ..algorithms.local_centroids import LocalCentroids
+from ..clients.echo import EchoClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply
 from .fkm import FedKMeans
 
@@ -52,37 +54,8 @@ class Echo(ClusteringStrategy):
     """
 
     name = "echo"
-
-    def __init__(
-        self,
-        k: int,
-        *,
-        privacy_threshold: int = 2,
-        local_iterations: int = 1,
-        init: str = "private",
-        recount: bool = False,
-        max_rounds: int = 20,
-        tol: float = 1e-6,
-        **kwargs: Any,
-    ) -> None:
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
-        self.k = int(k)
-        self.privacy_threshold = int(privacy_threshold)
-        self.local_iterations = int(local_iterations)
-        self.init = init
-        self.recount = bool(recount)
-        super().__init__(max_rounds=max_rounds, tol=tol, **kwargs)
-
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {
-            **super().describe(), "k": self.k, "privacy_threshold": self.privacy_threshold,
-            "local_iterations": self.local_iterations, "init": self.init,
-            "recount": self.recount,
-        }
+    #: FedKMeans' options: the same run-config keys and message config.
+    Options = FKMOptions
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return FedKMeans' client configuration (the same keys and values)."""
@@ -111,3 +84,9 @@ class Echo(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Return whether the centroids moved by at most ``tol``."""
         return self.last_shift <= self.tol
+
+
+# Benchmark only: FedKMeans' messages without computation (not listed as an algorithm).
+ECHO = register(AlgorithmSpec(name="echo", strategy=Echo, client=EchoClient, options=FKMOptions,
+                              summary="benchmark: FedKMeans' messages, no computation",
+                              listed=False))

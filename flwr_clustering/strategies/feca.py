@@ -6,24 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.feca import (
-    RADIUS_MODES,
-    STD_MODES,
-    FeCAUpload,
-    check_feca_upload,
-    feca_server,
-)
+from ..algorithms.feca import FeCAOptions, FeCAUpload, check_feca_upload, feca_server, run_feca
 from ..algorithms.lloyd import check_data
-from ..algorithms.mavg import REFERENCES, mavg_server
+from ..algorithms.mavg import MAvgOptions, mavg_server, run_mavg
+from ..clients.feca import FeCAClient, MAvgClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FeCA", "MAvg"]
-
-
-def _check_k(name: str, value: int) -> int:
-    if int(value) != value or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 class FeCA(ClusteringStrategy):
@@ -62,56 +52,15 @@ class FeCA(ClusteringStrategy):
     """
 
     name = "feca"
+    Options = FeCAOptions
 
-    def __init__(
-        self,
-        k: int,
-        *,
-        k_local: int | None = None,
-        std_mode: str = "rms",
-        radius: str = "empirical",
-        eliminate: bool = True,
-        privacy_threshold: int = 2,
-        init: str = "k-means++",
-        n_init: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        self.k = _check_k("k", k)
-        self.k_local = self.k if k_local is None else _check_k("k_local", k_local)
-        if std_mode not in STD_MODES:
-            raise ValueError(f"std_mode must be one of {STD_MODES}, got {std_mode!r}")
-        if radius not in RADIUS_MODES:
-            raise ValueError(f"radius must be one of {RADIUS_MODES}, got {radius!r}")
-        if init not in ("k-means++", "random"):
-            raise ValueError(f"init must be 'k-means++' or 'random', got {init!r}")
-        if privacy_threshold < 0:
-            raise ValueError(f"privacy_threshold must be >= 0, got {privacy_threshold}")
-        self.std_mode = std_mode
-        self.radius = radius
-        self.eliminate = bool(eliminate)
-        self.privacy_threshold = int(privacy_threshold)
-        self.init = init
-        self.n_init = _check_k("n_init", n_init)
-        kwargs["max_rounds"] = 1
-        super().__init__(**kwargs)
-
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {
-            **super().describe(), "k": self.k, "k_local": self.k_local,
-            "std_mode": self.std_mode, "radius": self.radius, "eliminate": self.eliminate,
-            "privacy_threshold": self.privacy_threshold, "init": self.init,
-            "n_init": self.n_init,
-        }
+    def protocol_rounds(self) -> int:
+        """One shot."""
+        return 1
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options of the one FeCA round."""
-        return {
-            "phase": "feca", "k-local": self.k_local, "std-mode": self.std_mode,
-            "radius": self.radius, "eliminate": self.eliminate,
-            "privacy-threshold": self.privacy_threshold, "init": self.init,
-            "n-init": self.n_init,
-        }
+        return {"phase": "feca", **self.options.to_config()}
 
     def train_arrays(self, server_round: int) -> list[np.ndarray]:
         """Return nothing: FeCA clients need no model."""
@@ -177,43 +126,15 @@ class MAvg(ClusteringStrategy):
     """
 
     name = "mavg"
+    Options = MAvgOptions
 
-    def __init__(
-        self,
-        k: int,
-        *,
-        reference: str = "first",
-        match_iter: int = 1,
-        privacy_threshold: int = 2,
-        init: str = "k-means++",
-        n_init: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        self.k = _check_k("k", k)
-        if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
-        if init not in ("k-means++", "random"):
-            raise ValueError(f"init must be 'k-means++' or 'random', got {init!r}")
-        self.reference = reference
-        self.match_iter = _check_k("match_iter", match_iter)
-        self.privacy_threshold = int(privacy_threshold)
-        self.init = init
-        self.n_init = _check_k("n_init", n_init)
-        kwargs["max_rounds"] = 1
-        super().__init__(**kwargs)
-
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {
-            **super().describe(), "k": self.k, "reference": self.reference,
-            "match_iter": self.match_iter, "privacy_threshold": self.privacy_threshold,
-            "init": self.init, "n_init": self.n_init,
-        }
+    def protocol_rounds(self) -> int:
+        """One shot."""
+        return 1
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options of the one M-Avg round."""
-        return {"phase": "mavg", "k": self.k, "privacy-threshold": self.privacy_threshold,
-                "init": self.init, "n-init": self.n_init}
+        return {"phase": "mavg", **self.options.to_config()}
 
     def train_arrays(self, server_round: int) -> list[np.ndarray]:
         """Return nothing: M-Avg clients need no model."""
@@ -238,3 +159,11 @@ class MAvg(ClusteringStrategy):
         """Match and average the uploads in client-id order."""
         return mavg_server([r.payload for r in replies], reference=self.reference,
                            max_iter=self.match_iter)
+
+
+register(AlgorithmSpec(
+    name="feca", strategy=FeCA, client=FeCAClient, options=FeCAOptions, loop=run_feca,
+    summary="FeCA, one-shot centroid aggregation (Xu et al. 2024)"))
+register(AlgorithmSpec(
+    name="mavg", strategy=MAvg, client=MAvgClient, options=MAvgOptions, loop=run_mavg,
+    summary="M-Avg, Hungarian match averaging (baseline of Xu et al. 2024)"))

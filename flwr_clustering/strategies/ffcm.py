@@ -5,18 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import MessageType
 from flwr.serverapp import Grid
 
 from ..algorithms.ffcm import (
-    CRITERIA,
+    FFCMOptions,
     check_ffcm_uploads,
     ffcm_random_init,
     ffcm_server_v1,
     ffcm_server_v2,
     pooled_mean_std,
+    run_ffcm,
 )
 from ..algorithms.lloyd import matched_shift
+from ..clients.ffcm import FFCMClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FFCM"]
@@ -66,53 +68,7 @@ class FFCM(ClusteringStrategy):
     """
 
     name = "ffcm"
-
-    def __init__(
-        self,
-        k: int,
-        *,
-        version: int = 1,
-        fuzzifier: float = 2.0,
-        local_max_iter: int = 100,
-        local_tol: float = 1e-4,
-        criterion: str = "centres",
-        init_width: float = 2.0,
-        weighted: bool = False,
-        n_init: int = 10,
-        privacy_threshold: int = 2,
-        max_rounds: int = 10,
-        tol: float = -1.0,
-        **kwargs: Any,
-    ) -> None:
-        if int(k) != k or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if version not in (1, 2):
-            raise ValueError(f"version must be 1 or 2, got {version!r}")
-        if not fuzzifier > 1.0:
-            raise ValueError(f"fuzzifier must be > 1, got {fuzzifier}")
-        if criterion not in CRITERIA:
-            raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-        self.k = int(k)
-        self.version = int(version)
-        self.fuzzifier = float(fuzzifier)
-        self.local_max_iter = int(local_max_iter)
-        self.local_tol = float(local_tol)
-        self.criterion = criterion
-        self.init_width = float(init_width)
-        self.weighted = bool(weighted)
-        self.n_init = int(n_init)
-        self.privacy_threshold = int(privacy_threshold)
-        super().__init__(max_rounds=max_rounds, tol=tol, **kwargs)
-
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {
-            **super().describe(), "k": self.k, "version": self.version,
-            "fuzzifier": self.fuzzifier, "local_max_iter": self.local_max_iter,
-            "local_tol": self.local_tol, "criterion": self.criterion,
-            "init_width": self.init_width, "weighted": self.weighted, "n_init": self.n_init,
-            "privacy_threshold": self.privacy_threshold,
-        }
+    Options = FFCMOptions
 
     def initialize(self, grid: Grid, timeout: float) -> None:
         """Draw the random initial centres from the clients' pooled feature moments."""
@@ -122,12 +78,8 @@ class FFCM(ClusteringStrategy):
                     f"initial centroids have {len(self.centroids)} rows, expected k={self.k}"
                 )
             return
-        config = {"phase": "moments", "privacy-threshold": self.privacy_threshold,
-                  "seed": self.seed}
-        replies = grid.send_and_receive(
-            self._messages(0, [], config, grid, MessageType.TRAIN), timeout=timeout
-        )
-        valid = self.collect(0, list(replies), self._parse_moments, kind="moments")
+        valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
+                              parse=self._parse_moments, timeout=timeout)
         mean, std = pooled_mean_std([r.payload for r in valid])
         self.centroids = ffcm_random_init(mean, std, self.k, self.rng, width=self.init_width)
         self.initial = self.centroids
@@ -151,9 +103,7 @@ class FFCM(ClusteringStrategy):
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the local fuzzy c-means options."""
-        return {"phase": "ffcm", "fuzzifier": self.fuzzifier,
-                "local-max-iter": self.local_max_iter, "local-tol": self.local_tol,
-                "criterion": self.criterion, "privacy-threshold": self.privacy_threshold}
+        return {"phase": "ffcm", **self.options.to_config()}
 
     def parse_payload(
         self, server_round: int, arrays: list[np.ndarray]
@@ -184,3 +134,8 @@ class FFCM(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Return whether the matched shift fell to ``tol`` (never when ``tol < 0``)."""
         return self.tol >= 0 and self.last_shift <= self.tol
+
+
+register(AlgorithmSpec(
+    name="ffcm", strategy=FFCM, client=FFCMClient, options=FFCMOptions, loop=run_ffcm,
+    summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)"))

@@ -6,9 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import INIT_MODES, SERVER_UPDATES, fkm_server_aggregate
+from ..algorithms.fkm import FKMOptions, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
+from ..clients.fkm import FedKMeansClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FedKMeans"]
@@ -24,6 +26,9 @@ class FedKMeans(ClusteringStrategy):
     a local point, run ``local_iterations`` Lloyd steps and upload means and counts.
     Stops when the Hungarian-matched centroid shift is ``<= tol`` or after
     ``max_rounds`` aggregations.
+
+    The options are the fields of :class:`~flwr_clustering.algorithms.fkm.FKMOptions`
+    (given one by one or as ``options=``).
 
     Parameters
     ----------
@@ -54,71 +59,16 @@ class FedKMeans(ClusteringStrategy):
         Convergence tolerance on the Hungarian-matched shift (negative: never).
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
-        (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ``out_dir``, ...).
+        (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ...).
     """
 
     name = "fkm"
-
-    def __init__(
-        self,
-        k: int,
-        *,
-        privacy_threshold: int = 2,
-        local_iterations: int = 1,
-        server_seeding: str = "weighted",
-        init: str = "private",
-        server_update: str = "kmeans",
-        recount: bool = False,
-        n_init: int = 10,
-        max_rounds: int = 20,
-        tol: float = 1e-6,
-        **kwargs: Any,
-    ) -> None:
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if privacy_threshold < 0:
-            raise ValueError(f"privacy_threshold must be >= 0, got {privacy_threshold}")
-        if local_iterations < 0:
-            raise ValueError(f"local_iterations must be >= 0, got {local_iterations}")
-        if server_seeding not in ("weighted", "unweighted"):
-            raise ValueError(
-                f"server_seeding must be 'weighted' or 'unweighted', got {server_seeding!r}"
-            )
-        if init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
-        if server_update not in SERVER_UPDATES:
-            raise ValueError(
-                f"server_update must be one of {SERVER_UPDATES}, got {server_update!r}"
-            )
-        self.k = int(k)
-        self.privacy_threshold = int(privacy_threshold)
-        self.local_iterations = int(local_iterations)
-        self.server_seeding = server_seeding
-        self.init = init
-        self.server_update = server_update
-        self.recount = bool(recount)
-        self.n_init = int(n_init)
-        super().__init__(max_rounds=max_rounds, tol=tol, **kwargs)
-
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {
-            **super().describe(), "k": self.k, "privacy_threshold": self.privacy_threshold,
-            "local_iterations": self.local_iterations, "server_seeding": self.server_seeding,
-            "init": self.init, "server_update": self.server_update, "recount": self.recount,
-            "n_init": self.n_init,
-        }
+    Options = FKMOptions
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options; ``phase`` is ``init`` until centroids exist."""
-        return {
-            "phase": "init" if self.centroids is None else "update",
-            "k": self.k,
-            "privacy-threshold": self.privacy_threshold,
-            "local-iterations": self.local_iterations,
-            "init": self.init,
-            "recount": self.recount,
-        }
+        return {"phase": "init" if self.centroids is None else "update",
+                **self.options.to_config()}
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
         """Decode ``[means, counts, index]`` and check shapes, finiteness, counts."""
@@ -158,3 +108,8 @@ class FedKMeans(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Return whether the matched shift fell to ``tol``."""
         return self.last_shift <= self.tol
+
+
+register(AlgorithmSpec(
+    name="fkm", strategy=FedKMeans, client=FedKMeansClient, options=FKMOptions, loop=run_fkm,
+    summary="FKM, iterative federated k-means (Garst & Reinders 2023)"))

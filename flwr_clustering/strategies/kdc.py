@@ -11,23 +11,24 @@ distribution and returns counts and evaluation statistics only.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Message, MessageType
+from flwr.app import Array, ArrayRecord, Message, MessageType
 from flwr.serverapp import Grid
 
 from ..algorithms.kdc import (
-    STEP2,
-    VARIANTS,
+    KDCOptions,
     allocate_sample,
     initial_cluster_means,
     kdc_coordinator,
     kdc_site_assign,
+    run_kdc,
     select_parameters,
 )
+from ..clients.kdc import KDCClient
 from ..metrics import aggregate_evaluation_stats
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["KDC"]
@@ -63,25 +64,11 @@ class KDC(ClusteringStrategy):
     """
 
     name = "kdc"
+    Options = KDCOptions
 
-    def __init__(self, k: int, *, sample_size: int = 10_000, psi: int = 16, t: int = 100,
-                 tau: float = 0.5, auto: bool = False, step2: str = "kbcc",
-                 variant: str = "anne", normalize: bool = True, return_labels: bool = False,
-                 **kwargs: Any) -> None:
-        if int(k) != k or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if step2 not in STEP2:
-            raise ValueError(f"step2 must be one of {STEP2}, got {step2!r}")
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        if int(sample_size) < 1 or int(psi) < 2 or int(t) < 1:
-            raise ValueError("sample_size and t must be >= 1 and psi >= 2")
-        self.k, self.sample_size, self.psi, self.t = int(k), int(sample_size), int(psi), int(t)
-        self.tau, self.auto, self.step2, self.variant = float(tau), bool(auto), step2, variant
-        self.normalize, self.return_labels = bool(normalize), bool(return_labels)
-        kwargs["max_rounds"] = 2
-        kwargs.setdefault("tol", -1.0)
-        super().__init__(**kwargs)
+    def protocol_rounds(self) -> int:
+        """The sample round and the assign round (after the statistics query)."""
+        return 2
 
     def reset(self) -> None:
         """Forget the run."""
@@ -95,19 +82,11 @@ class KDC(ClusteringStrategy):
         self.selection: dict | None = None
         self.site_labels: dict[int, np.ndarray] = {}
 
-    def describe(self) -> dict[str, Any]:
-        """Configuration for logs and results."""
-        return {**super().describe(), "k": self.k, "sample_size": self.sample_size,
-                "psi": self.psi, "t": self.t, "tau": self.tau, "auto": self.auto,
-                "step2": self.step2, "variant": self.variant, "normalize": self.normalize}
-
     # ----------------------------------------------------------- round 0: stats
     def initialize(self, grid: Grid, timeout: float) -> None:
         """The statistics round: sizes (and min/max) of every site, the sample allocation."""
-        cfg = {"phase": "stats", "normalize": self.normalize}
-        replies = grid.send_and_receive(
-            self._messages(0, [], cfg, grid, MessageType.TRAIN), timeout=timeout)
-        valid = self.collect(0, list(replies), self._parse_stats, kind="stats")
+        valid = self.exchange(grid, 0, "stats", config=self.options.to_config(),
+                              parse=self._parse_stats, timeout=timeout)
         self.sizes = {r.client_id: r.payload[0] for r in valid}
         self.node_of = {r.client_id: r.node_id for r in valid}
         if self.normalize:
@@ -146,14 +125,14 @@ class KDC(ClusteringStrategy):
 
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
         """Round 1: each site its own sample size; round 2: the model to every site."""
-        base = {**dict(config or {}), "normalize": self.normalize, "seed": self.seed}
+        base = {**dict(config or {}), **self.options.to_config(), "seed": self.seed}
         if server_round == 1:
             return [self.message(server_round, self.node_of[cid],
                                  self.records(self._scaling(),
                                               {**base, "phase": "sample", "size": size}),
                                  MessageType.TRAIN)
                     for cid, size in sorted(self.alloc.items())]
-        cfg = {**base, "phase": "assign", "return-labels": self.return_labels}
+        cfg = {**base, "phase": "assign"}
         return self._messages(server_round, [self.maps, *self.model.arrays(), *self._scaling()],
                               cfg, grid, MessageType.TRAIN)
 
@@ -231,23 +210,41 @@ class KDC(ClusteringStrategy):
             raise RuntimeError("no KDC model yet")
         return kdc_site_assign(X, self.model, self.maps, self.lo, self.hi)
 
-    def save(self, out_dir: str, **extra: Any) -> dict[str, str]:
-        """Write the common results and ``kdc_model.npz``.
+    def pooled_labels(self, X: np.ndarray) -> np.ndarray | None:
+        """KDC labels rows with its kernel model, not by nearest centroid."""
+        return None if self.model is None else self.label(X)
 
-        ``kdc_model.npz``: the kernel (``centres``, ``radii``), the mean maps, the scaling
-        and the sizes of the initial clusters; the chosen ``psi``/``tau`` go to
-        ``result.json``.
+    def _model_arrays(self) -> dict[str, np.ndarray]:
+        if self.model is None:
+            return {}
+        return {"centres": self.model.centres,
+                "radii": self.model.radii if self.model.radii is not None else np.empty(0),
+                "maps": self.maps, "lo": self.lo if self.lo is not None else np.empty(0),
+                "hi": self.hi if self.hi is not None else np.empty(0),
+                "group_sizes": np.array([len(g) for g in self.groups])}
+
+    def model_record(self) -> ArrayRecord:
+        """The initial-cluster means (``centroids``) and the kernel model that labels rows."""
+        record = super().model_record()
+        for name, a in self._model_arrays().items():
+            record[f"kdc.{name}"] = Array(np.ascontiguousarray(a))
+        return record
+
+    def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
+        """``kdc_model.npz``: the kernel, the mean maps, the scaling, the cluster sizes.
+
+        Arrays ``centres``, ``radii`` (iNNE), ``maps``, ``lo``, ``hi``, ``group_sizes``.
         """
-        if self.selection is not None:
-            extra.setdefault("selection", {k: v for k, v in self.selection.items()
-                                           if k != "tried"})
-        paths = super().save(out_dir, **extra)
-        if self.model is not None:
-            paths["model"] = str(Path(out_dir) / "kdc_model.npz")
-            np.savez(paths["model"], centres=self.model.centres,
-                     radii=(self.model.radii if self.model.radii is not None
-                            else np.empty(0)),
-                     maps=self.maps, lo=self.lo if self.lo is not None else np.empty(0),
-                     hi=self.hi if self.hi is not None else np.empty(0),
-                     group_sizes=np.array([len(g) for g in self.groups]))
-        return paths
+        arrays = self._model_arrays()
+        return {"kdc_model.npz": arrays} if arrays else {}
+
+    def result_summary(self) -> dict[str, Any]:
+        """The label-free choice of ``psi`` and ``tau`` (with ``auto``)."""
+        if self.selection is None:
+            return {}
+        return {"selection": {k: v for k, v in self.selection.items() if k != "tried"}}
+
+
+register(AlgorithmSpec(
+    name="kdc", strategy=KDC, client=KDCClient, options=KDCOptions, loop=run_kdc,
+    summary="KDC, distributional-kernel clustering with kBCC (Zhang et al. 2024)"))

@@ -6,8 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.kfed import kfed_server
+from ..algorithms.kfed import KFedOptions, kfed_server, run_kfed
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
+from ..clients.kfed import KFedClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["KFed"]
@@ -34,28 +36,15 @@ class KFed(ClusteringStrategy):
 
     name = "kfed"
 
-    def __init__(
-        self, k: int, *, k_local: int | None = None, privacy_threshold: int = 2, **kwargs: Any
-    ) -> None:
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        self.k = int(k)
-        self.k_local = self.k if k_local is None else int(k_local)
-        if self.k_local < 1:
-            raise ValueError(f"k_local must be at least 1, got {k_local}")
-        self.privacy_threshold = int(privacy_threshold)
-        kwargs["max_rounds"] = 1
-        super().__init__(**kwargs)
+    Options = KFedOptions
 
-    def describe(self) -> dict[str, Any]:
-        """Return the configuration as a dict."""
-        return {**super().describe(), "k": self.k, "k_local": self.k_local,
-                "privacy_threshold": self.privacy_threshold}
+    def protocol_rounds(self) -> int:
+        """One shot."""
+        return 1
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return ``k-local`` and the privacy threshold."""
-        return {"phase": "kfed", "k-local": self.k_local,
-                "privacy-threshold": self.privacy_threshold}
+        return {"phase": "kfed", **self.options.to_config()}
 
     def train_arrays(self, server_round: int) -> list[np.ndarray]:
         """Return nothing: k-FED clients need no model."""
@@ -82,3 +71,8 @@ class KFed(ClusteringStrategy):
                 f"k-FED needs k' * clients >= k: {self.k_local} * {len(replies)} < {self.k}"
             )
         return kfed_server([r.payload for r in replies], self.k)
+
+
+register(AlgorithmSpec(
+    name="kfed", strategy=KFed, client=KFedClient, options=KFedOptions, loop=run_kfed,
+    summary="k-FED, one-shot (Dennis, Li & Smith 2021)"))

@@ -10,17 +10,26 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.masked import LOCAL_ALGORITHMS, MaskedStats
-from ..algorithms.masked_federated import masked_server_update, method_a, method_b
+from ..algorithms.masked import MaskedStats
+from ..algorithms.masked_federated import (
+    MaskedFederatedOptions,
+    masked_server_update,
+    method_a,
+    method_b,
+    run_masked_federated,
+)
 from ..algorithms.masked_oneshot import (
-    FORCE_NORMALIZATIONS,
     GaussianUpload,
+    MaskedOneShotOptions,
     cluster_overlap,
     force_agglomeration,
     force_sums,
     merge_groups,
     proxy_clusters,
+    run_masked_oneshot,
 )
+from ..clients.masked import MaskedFederatedClient, MaskedOneShotClient
+from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["MaskedFederated", "MaskedOneShot"]
@@ -35,22 +44,6 @@ def _stats_payload(arrays: list[np.ndarray], k: int | None) -> MaskedStats:
     if k is not None and len(stats) > k:
         raise ValueError(f"{len(stats)} centroids sent, more than k={k}")
     return stats
-
-
-def _check_k_local(k_local: int | None, k: int, *, allow_above: bool) -> int | None:
-    """Validate a fixed local cluster count (None: clients choose by silhouette)."""
-    if k_local is None or int(k_local) == 0:
-        return None
-    if int(k_local) < 1 or (not allow_above and int(k_local) > k):
-        raise ValueError(f"k_local must be in [1, {'...' if allow_above else k}] or None "
-                         f"(silhouette), got {k_local}")
-    return int(k_local)
-
-
-def _check_algorithm(name: str) -> str:
-    if name not in LOCAL_ALGORITHMS:
-        raise ValueError(f"local_algorithm must be one of {LOCAL_ALGORITHMS}, got {name!r}")
-    return name
 
 
 class MaskedFederated(ClusteringStrategy):
@@ -87,34 +80,20 @@ class MaskedFederated(ClusteringStrategy):
     """
 
     name = "masked-federated"
+    Options = MaskedFederatedOptions
 
-    def __init__(self, k: int, *, method: str = "B", alpha: float = 0.8,
-                 federated_rounds: int = 3, k_local: int | None = None,
-                 local_iterations: int = 10, privacy_threshold: int = 2, n_init: int = 10,
-                 local_algorithm: str = "kmeans", **kwargs: Any) -> None:
-        if method not in ("A", "B"):
-            raise ValueError(f"method must be 'A' or 'B', got {method!r}")
-        if not 0.0 < alpha <= 1.0:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-        if int(federated_rounds) < 0:
-            raise ValueError(f"federated_rounds must be >= 0, got {federated_rounds}")
-        self.k, self.method, self.alpha = int(k), method, float(alpha)
-        self.k_local = _check_k_local(k_local, self.k, allow_above=False)
-        self.local_algorithm = _check_algorithm(local_algorithm)
-        self.local_iterations = int(local_iterations)
-        self.privacy_threshold = int(privacy_threshold)
-        self.n_init = int(n_init)
-        kwargs["max_rounds"] = int(federated_rounds) + 1
-        kwargs.setdefault("tol", -1.0)
-        super().__init__(**kwargs)
+    def configure(self) -> None:
+        """``k_local`` 0: clients choose by silhouette (``None``)."""
+        self.k_local = self.options.k_local or None
+
+    def protocol_rounds(self) -> int:
+        """The initial round and ``F`` federated rounds (``tol >= 0`` may stop earlier)."""
+        return self.options.federated_rounds + 1
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Init phase in round 1, federated update afterwards."""
         return {"phase": "init" if self.centroids is None else "update",
-                "k-local": self.k_local or 0, "k-max": self.k,
-                "local-algorithm": self.local_algorithm,
-                "local-iterations": self.local_iterations, "n-init": self.n_init,
-                "privacy-threshold": self.privacy_threshold}
+                **self.options.to_config()}
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MaskedStats:
         """Decode ``[sums, counts]``.
@@ -185,35 +164,19 @@ class MaskedOneShot(ClusteringStrategy):
     """
 
     name = "masked-oneshot"
+    Options = MaskedOneShotOptions
 
-    def __init__(self, k: int, *, k_local: int | None = None, k_max: int | None = None,
-                 w: float = 2.0, min_size: int = 30, max_size: int = 100,
-                 privacy_threshold: int = 2, n_init: int = 10, local_algorithm: str = "kmeans",
-                 normalize: str = "literal", **kwargs: Any) -> None:
-        if normalize not in FORCE_NORMALIZATIONS:
-            raise ValueError(f"normalize must be one of {FORCE_NORMALIZATIONS}, got "
-                             f"{normalize!r}")
-        self.normalize = normalize
-        self.k = int(k)
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        self.k_local = _check_k_local(k_local, self.k, allow_above=True)
-        self.k_max = self.k if k_max is None else _check_k_local(k_max, self.k, allow_above=True)
-        self.local_algorithm = _check_algorithm(local_algorithm)
-        if float(w) <= 1.0:
-            raise ValueError(f"w must be > 1 (the paper uses 2), got {w}")
-        if not 1 <= int(min_size) <= int(max_size):
-            raise ValueError(f"need 1 <= min_size <= max_size, got {min_size}, {max_size}")
-        self.w, self.min_size, self.max_size = float(w), int(min_size), int(max_size)
-        self.privacy_threshold, self.n_init = int(privacy_threshold), int(n_init)
-        kwargs["max_rounds"] = 1
-        super().__init__(**kwargs)
+    def configure(self) -> None:
+        """``k_local`` 0: clients choose by silhouette (``None``)."""
+        self.k_local = self.options.k_local or None
+
+    def protocol_rounds(self) -> int:
+        """One shot."""
+        return 1
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Local clustering options."""
-        return {"k-local": self.k_local or 0, "k-max": self.k_max,
-                "local-algorithm": self.local_algorithm, "n-init": self.n_init,
-                "privacy-threshold": self.privacy_threshold}
+        return {"phase": "oneshot", **self.options.to_config()}
 
     def train_arrays(self, server_round: int) -> list[np.ndarray]:
         """Nothing: the clients need no model."""
@@ -250,3 +213,14 @@ class MaskedOneShot(ClusteringStrategy):
                                      overlap=cluster_overlap(uploads, self.normalize))
         self.groups = groups
         return merge_groups(uploads, groups)
+
+
+register(AlgorithmSpec(
+    name="masked-federated", strategy=MaskedFederated, client=MaskedFederatedClient,
+    options=MaskedFederatedOptions, loop=run_masked_federated,
+    summary="masked-feature clustering, Algorithm 1 (Maritan & Schenato 2025)"))
+register(AlgorithmSpec(
+    name="masked-oneshot", strategy=MaskedOneShot, client=MaskedOneShotClient,
+    options=MaskedOneShotOptions, loop=run_masked_oneshot,
+    summary="masked-feature clustering, Algorithm 2, one-shot Gaussian proxies "
+            "(Maritan & Schenato 2025)"))

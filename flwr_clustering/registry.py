@@ -1,0 +1,184 @@
+"""The algorithm registry: one declaration per algorithm, read by the App and the runners.
+
+Each algorithm is declared once, with :func:`register`, at the end of its strategy module
+(``flwr_clustering/strategies/<name>.py``)::
+
+    register(AlgorithmSpec(
+        name="fkm", strategy=FedKMeans, client=FedKMeansClient, options=FKMOptions,
+        loop=run_fkm, summary="federated k-means (Garst & Reinders 2023)"))
+
+The App's ServerApp and ClientApp, its run-config defaults and the reproductions look
+algorithms up here; nothing dispatches on algorithm names with if-chains. Adding an
+algorithm takes its three modules (``algorithms/x.py`` with the pure steps, the loop and
+the options dataclass; ``clients/x.py``; ``strategies/x.py`` with the registration),
+tests and docs.
+
+An algorithm that lives outside the package (a user's own, or the benchmarks' echo
+strategy) is named in the run config as ``"package.module:ATTRIBUTE"``, where the
+attribute is an :class:`AlgorithmSpec`; :func:`get` imports it on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .options import Options
+
+__all__ = ["AlgorithmSpec", "get", "names", "register", "run_config_defaults"]
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Everything the App and the runners need to know about one algorithm.
+
+    Attributes
+    ----------
+    name : str
+        The run-config value of ``algorithm``.
+    strategy : type
+        The :class:`~flwr_clustering.strategies.base.ClusteringStrategy` subclass.
+    client : type
+        The :class:`~flwr_clustering.clients.base.ClusteringClient` subclass.
+    options : type
+        The :class:`~flwr_clustering.options.Options` dataclass (run-config keys,
+        defaults, validation, message config).
+    loop : callable, optional
+        The pure reference loop (no Flower), ``loop(clients, k, ...)``.
+    summary : str
+        One line for listings.
+    pooled_report : callable or str, optional
+        ``pooled_report(strategy, X, y) -> dict``: extra results of a simulation whose
+        pooled data the server knows (e.g. DeepFeCA's linear probe); the App calls it. A
+        ``"module:function"`` string is imported when the App needs it (side runs live in
+        the App's layer, above the strategies).
+    listed : bool
+        ``False`` for helpers that are not algorithms (left out of listings).
+    """
+
+    name: str
+    strategy: type
+    client: type
+    options: type[Options]
+    loop: Callable[..., Any] | None = None
+    summary: str = ""
+    pooled_report: Callable[..., dict[str, Any]] | str | None = None
+    listed: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def pooled_report_fn(self) -> Callable[..., dict[str, Any]] | None:
+        """The ``pooled_report`` hook as a callable (imported if given as a string)."""
+        hook = self.pooled_report
+        if isinstance(hook, str):
+            module, _, attr = hook.partition(":")
+            hook = getattr(importlib.import_module(module), attr)
+        return hook
+
+    def build_strategy(self, run_config: dict[str, Any], **base: Any):
+        """The strategy configured from a (merged) run config.
+
+        Parameters
+        ----------
+        run_config : dict
+            Kebab-keyed configuration; the algorithm's keys are read, others ignored.
+        **base
+            :class:`~flwr_clustering.strategies.base.ClusteringStrategy` arguments
+            (``min_nodes``, ``seed``, ``round_timeout``, ...).
+        """
+        return self.strategy(options=self.options.from_config(run_config, run_config_only=True),
+                             **base)
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+_BUILTINS_LOADED = False
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Add an algorithm to the registry (a name may be registered once).
+
+    Raises
+    ------
+    ValueError
+        If the name is taken by another declaration, or if one of its run-config keys has
+        a different default in an already registered algorithm (the App's run config is
+        flat: one default per key).
+    """
+    old = _REGISTRY.get(spec.name)
+    if old is not None and old.strategy is not spec.strategy:
+        raise ValueError(f"algorithm {spec.name!r} is already registered "
+                         f"({old.strategy.__module__}.{old.strategy.__name__})")
+    defaults = spec.options.run_config_defaults()
+    for other in _REGISTRY.values():
+        if other.name == spec.name:
+            continue
+        for key, value in other.options.run_config_defaults().items():
+            if key in defaults and defaults[key] != value:
+                raise ValueError(
+                    f"run-config key {key!r} has default {defaults[key]!r} in {spec.name!r} "
+                    f"but {value!r} in {other.name!r}; a shared key needs one default "
+                    "(use auto=... for a per-algorithm value)")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load_builtins() -> None:
+    """Import every module of :mod:`flwr_clustering.strategies` (they register)."""
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    from . import strategies
+
+    for mod in pkgutil.iter_modules(strategies.__path__):
+        if mod.name != "base":
+            importlib.import_module(f"{strategies.__name__}.{mod.name}")
+
+
+def get(name: str) -> AlgorithmSpec:
+    """Return the declaration of an algorithm.
+
+    Parameters
+    ----------
+    name : str
+        A registered name (``"fkm"``, ``"feca"``, ...) or ``"module:ATTRIBUTE"`` naming an
+        :class:`AlgorithmSpec` outside the package (imported and registered on first use).
+
+    Raises
+    ------
+    ValueError
+        If there is no such algorithm.
+    """
+    _load_builtins()
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            spec = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as ex:
+            raise ValueError(f"cannot load algorithm {name!r}: {ex}") from ex
+        if not isinstance(spec, AlgorithmSpec):
+            raise ValueError(f"{name!r} is a {type(spec).__name__}, not an AlgorithmSpec")
+        _REGISTRY.setdefault(name, spec)
+        return spec
+    raise ValueError(f"unknown algorithm {name!r}; choose from {names()} or give "
+                     "'module:ATTRIBUTE' of an AlgorithmSpec")
+
+
+def names(*, listed_only: bool = True) -> list[str]:
+    """The registered algorithm names, sorted (``listed_only``: without helpers)."""
+    _load_builtins()
+    return sorted(n for n, s in _REGISTRY.items()
+                  if ":" not in n and (s.listed or not listed_only))
+
+
+def run_config_defaults() -> dict[str, Any]:
+    """Every registered algorithm's run-config keys and defaults, merged."""
+    _load_builtins()
+    out: dict[str, Any] = {}
+    for name in sorted(_REGISTRY):
+        out.update(_REGISTRY[name].options.run_config_defaults())
+    return out
