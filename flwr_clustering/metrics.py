@@ -5,7 +5,7 @@ the global centroids and sends the returned counts and partial sums (never a dat
 server calls :func:`aggregate_evaluation_stats`. Contingency tables, SSE and the simplified
 silhouette are sums over points, so the global ARI, NMI, purity, SSE and simplified silhouette
 equal what :func:`centralized_metrics` computes on the pooled data with the same centroids
-(Garst & Reinders, spec 002 §4.4 and §7).
+(Garst & Reinders, Sec. 3: ARI and the simplified silhouette).
 
 The paper's own ARI for federated methods is different: the sample-weighted mean of per-client
 ARIs, ``sum_i n_i ARI_i / sum_i n_i``. It is reported as ``"ari-client-weighted"``.
@@ -30,12 +30,9 @@ __all__ = [
     "ari_from_contingency",
     "assign_to_nearest",
     "centralized_metrics",
-    "aggregation_correctness",
-    "centroid_agreement",
     "contingency",
     "evaluation_stats_from_distances",
     "accuracy_from_contingency",
-    "assumption8_rate",
     "hungarian_accuracy",
     "label_evaluation_stats",
     "local_evaluation_stats",
@@ -249,9 +246,10 @@ def purity_from_contingency(table: np.ndarray) -> float:
 def purity_per_cluster_from_contingency(table: np.ndarray) -> float:
     """Unweighted mean over non-empty clusters of the cluster's purity.
 
-    The second reading of "the average purity for all clusters" (Xu et al., spec 001 §4):
-    ``mean_j (max_c table[j, c] / sum_c table[j, c])`` over clusters with at least one point.
-    :func:`purity_from_contingency` is the standard (point-weighted) form.
+    The second reading of "the average purity for all clusters" (Xu et al., Sec. 6,
+    "Evaluation metric"): ``mean_j (max_c table[j, c] / sum_c table[j, c])`` over clusters
+    with at least one point. :func:`purity_from_contingency` is the standard
+    (point-weighted) form.
 
     Parameters
     ----------
@@ -309,7 +307,7 @@ def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
     ``s_i = (b_i - a_i) / max(a_i, b_i)`` with ``a_i`` the (non-squared) distance to the
     nearest centroid and ``b_i`` the distance to the second nearest; ``s_i = 0`` when
     ``max(a_i, b_i) = 0`` or when there is a single centroid. Additive over clients
-    (spec 002 §4.4).
+    (Garst & Reinders, Sec. 3, FEMNIST).
 
     Parameters
     ----------
@@ -392,7 +390,7 @@ def matched_centroid_mse(C_est: np.ndarray, C_true: np.ndarray) -> float:
 
     ``l2**2 / m`` with ``l2`` from :func:`matched_centroid_error` and ``m = min(k1, k2)`` the
     number of matched pairs; with ``k1 = k2 = k`` this is the paper's ``MSE = l2**2 / k``
-    (spec 001 §4: FeCA's S1 ``l2 = 1.0e4`` gives ``MSE = 6.7e6``).
+    (Tables 1 and 5: FeCA's S1 ``l2 = 1.0e4`` gives ``MSE = 6.7e6``).
 
     Parameters
     ----------
@@ -566,7 +564,7 @@ def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:
         out["purity"] = purity_from_contingency(table)
         out["purity-per-cluster"] = purity_per_cluster_from_contingency(table)
         out["accuracy"] = accuracy_from_contingency(table)
-        # The paper's number (spec 002 §4.4); a missing "ari-local" is recomputed from the
+        # Garst & Reinders' number (Sec. 3); a missing "ari-local" is recomputed from the
         # client's own table, which gives the same value.
         weighted = [
             int(s["num-examples"])
@@ -724,7 +722,7 @@ def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dic
     """Accuracy and ARI of every model from its table, summarised over the models.
 
     The paper's DGC numbers are the mean over users of each user's accuracy with its own
-    centres (spec 003 §4.3); the spread shows how far from consensus the users still are.
+    centres (Armacki et al., Sec. 5); the spread shows how far from consensus the users still are.
 
     Parameters
     ----------
@@ -755,7 +753,7 @@ def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dic
 def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
     """Accuracy after the best one-to-one cluster-to-class matching (Hungarian method).
 
-    The accuracy of Maritan & Schenato (E2, E5; spec 000 §7.3).
+    The accuracy of Maritan & Schenato (E2, E5; Sec. 6.2 and 6.3).
 
     Parameters
     ----------
@@ -770,140 +768,3 @@ def hungarian_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> floa
     from sklearn.metrics.cluster import contingency_matrix
 
     return accuracy_from_contingency(contingency_matrix(labels_true, labels_pred))
-
-
-def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray) -> float:
-    """E1 / E4 of Maritan & Schenato: how correctly local clusters were grouped.
-
-    Each local cluster carries the majority true class of its points (``classes``); groups
-    are matched to classes by the Hungarian method on the group x class counts; the result
-    is the fraction of local clusters placed in the group matched to their class (spec 000
-    §7.3, whose formula the paper does not give).
-
-    Parameters
-    ----------
-    groups : sequence of sequence of int
-        Local cluster indices per global group.
-    classes : numpy.ndarray
-        Majority class of every local cluster.
-
-    Returns
-    -------
-    float
-        In ``[0, 1]``; 1 is a perfect aggregation.
-    """
-    from scipy.optimize import linear_sum_assignment
-
-    classes = np.asarray(classes, dtype=np.int64)
-    table = np.zeros((len(groups), int(classes.max()) + 1))
-    for g, members in enumerate(groups):
-        np.add.at(table[g], classes[list(members)], 1)
-    rows, cols = linear_sum_assignment(-table)
-    return float(table[rows, cols].sum() / len(classes))
-
-
-def centroid_agreement(C: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
-    """E3 of Maritan & Schenato: cosine similarity and relative distance to Eq. 1.
-
-    Rows are matched by the Hungarian method on the Euclidean distance over the coordinates
-    both define (NaN marks a coordinate nobody observed; pairs with none in common are
-    matched last); then the means over matched pairs of ``cos(c, o)`` and
-    ``||c - o|| / ||o||`` on those coordinates.
-
-    Parameters
-    ----------
-    C : numpy.ndarray of shape (k1, d)
-        Estimated centroids (NaN allowed).
-    reference : numpy.ndarray of shape (k2, d)
-        The optimal mask-aware centroids (NaN allowed).
-
-    Returns
-    -------
-    (float, float)
-        Mean cosine similarity, mean relative distance.
-    """
-    from scipy.optimize import linear_sum_assignment
-
-    C = np.asarray(C, dtype=np.float64)
-    R = np.asarray(reference, dtype=np.float64)
-    both = ~np.isnan(C)[:, None, :] & ~np.isnan(R)[None, :, :]
-    diff = np.where(both, np.nan_to_num(C)[:, None, :] - np.nan_to_num(R)[None, :, :], 0.0)
-    cost = np.sqrt((diff**2).sum(-1))
-    # A pair with no coordinate in common cannot be compared: never match it if avoidable.
-    cost[~both.any(-1)] = 10.0 * (cost.max() + 1.0)
-    rows, cols = linear_sum_assignment(cost)
-    cos, rel = [], []
-    for r, c in zip(rows, cols, strict=True):
-        m = both[r, c]
-        a, b = C[r, m], R[c, m]
-        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
-        rel.append(float(np.linalg.norm(a - b) / np.linalg.norm(b)))
-    return float(np.mean(cos)), float(np.mean(rel))
-
-
-def assumption8_rate(
-    clients: Sequence[np.ndarray],
-    complete: Sequence[np.ndarray],
-    labels: Sequence[np.ndarray],
-    rng: np.random.Generator,
-    n_triplets: int = 1000,
-) -> float:
-    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Table 1; spec 000 §7.3).
-
-    Samples triplets ``x1`` of client ``i`` and class ``a``, ``x2`` of a neighbour ``j`` and
-    class ``a``, ``x3`` of a neighbour ``k`` and class ``b != a`` (neighbours: clients whose
-    masks share a feature with ``i``'s, ``i`` excluded) and checks implication (14): when
-    ``x2`` is closer to ``x1`` than ``x3`` on the complete rows, it is also closer under the
-    rescaled masked distances ``d_ij``, ``d_ik`` (Eq. 3, ``S`` = all complete rows). The rate
-    is over the triplets whose premise holds (those with a false premise would satisfy the
-    implication vacuously); simulation only, it needs the complete rows.
-
-    Parameters
-    ----------
-    clients : sequence of numpy.ndarray
-        Client rows with NaN outside the masks (they give the masks).
-    complete : sequence of numpy.ndarray
-        The same rows complete.
-    labels : sequence of numpy.ndarray
-        True classes per client.
-    rng : numpy.random.Generator
-        Sampling.
-    n_triplets : int, default 1000
-        Triplets drawn (the paper's 1000).
-
-    Returns
-    -------
-    float
-        Fraction in ``[0, 1]``; NaN when no valid triplet exists.
-    """
-    masks = [~np.isnan(np.asarray(X, dtype=np.float64)).all(axis=0) for X in clients]
-    full = np.vstack([np.asarray(Xc, dtype=np.float64) for Xc in complete])
-    span = full.max(axis=0) - full.min(axis=0)
-    n = len(clients)
-    neighbours = [[j for j in range(n) if j != i and (masks[i] & masks[j]).any()]
-                  for i in range(n)]
-    by_class = [{int(c): np.flatnonzero(np.asarray(y) == c) for c in np.unique(y)}
-                for y in labels]
-
-    def rescaled(x: np.ndarray, x2: np.ndarray, m: np.ndarray) -> float:
-        return float(np.linalg.norm((x - x2)[m]) / max(np.linalg.norm(span[m]), 1e-12))
-
-    held, ok = 0, 0
-    for _ in range(int(n_triplets)):
-        i = int(rng.integers(n))
-        if not by_class[i] or not neighbours[i]:
-            continue
-        a = int(rng.choice(list(by_class[i])))
-        same = [j for j in neighbours[i] if a in by_class[j]]
-        other = [(k, b) for k in neighbours[i] for b in by_class[k] if b != a]
-        if not same or not other:
-            continue
-        j = same[int(rng.integers(len(same)))]
-        k, b = other[int(rng.integers(len(other)))]
-        x1 = complete[i][rng.choice(by_class[i][a])]
-        x2 = complete[j][rng.choice(by_class[j][a])]
-        x3 = complete[k][rng.choice(by_class[k][b])]
-        if np.linalg.norm(x1 - x2) < np.linalg.norm(x1 - x3):
-            held += 1
-            ok += rescaled(x1, x2, masks[i] & masks[j]) < rescaled(x1, x3, masks[i] & masks[k])
-    return ok / held if held else math.nan

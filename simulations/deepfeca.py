@@ -1,9 +1,9 @@
-"""DeepFeCA experiment of Xu et al., "Jigsaw Game: Federated Clustering" (spec ``001-feca.md``).
+"""DeepFeCA experiment of Xu et al., "Jigsaw Game: Federated Clustering" (Sec. 5-6).
 
 Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 ``deepfeca-digits``
-    Table 3's comparison (spec §2.6 and §5) on offline data: federated representation
+    Table 3's comparison (Sec. 5 and 6.2) on offline data: federated representation
     learning by clustering (:func:`~flwr_clustering.algorithms.deepfeca.run_deepfeca`) on
     the scikit-learn 8x8 digits, split over 10 clients IID, Dir(0.3) and Dir(0.1). Methods:
     DeepFeCA (FeCA pseudo-labels), the M-Avg and k-FED baselines (the same loop with their
@@ -311,7 +311,7 @@ register(Experiment(
     name="deepfeca-digits",
     title="Xu et al. Table 3 (DeepFeCA) on offline stand-in data: scikit-learn 8x8 digits, "
           "10 clients, small CNN, k = 30, T = 20 rounds",
-    source="none for these data (spec 001 §5 Table 3 is CIFAR-10/100 and Tiny-ImageNet with "
+    source="none for these data (Xu et al., Table 3, is CIFAR-10/100 and Tiny-ImageNet with "
            "ResNet-18 over 150 rounds, not comparable); the notes quote its CIFAR-10 row",
     k=K,
     load=digits_federated,

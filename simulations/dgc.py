@@ -1,11 +1,12 @@
-"""Experiments of Armacki, Bajović, Jakovetić & Kar on distributed gradient clustering (spec 003).
+"""Experiments of Armacki, Bajović, Jakovetić & Kar on distributed gradient clustering.
 
-The paper: "A Unified Framework for Center-based Clustering of Distributed Data" (spec
-``003-dgc.md``), the DGC-F_rho family of :mod:`flwr_clustering.algorithms.dgc`.
+The paper: "A Unified Framework for Center-based Clustering of Distributed Data", the
+DGC-F_rho family of :mod:`flwr_clustering.algorithms.dgc`.
 
-**None of the paper's numbers survived** the text extraction (spec §0, §5.1). The bracketed
-reference values of these reports are the numbers of spec §5.3, an *independent numpy
-re-implementation* made while rebuilding the spec: they are labelled as such and are not the
+**None of the paper's numbers survived** the text extraction of the paper we work from (its
+Sec. 5 and Appendix E tables keep only their row and column labels). The bracketed reference
+values of these reports are the numbers of an *independent numpy re-implementation* made
+while the paper's equations were rebuilt: they are labelled as such and are not the
 paper's.
 
 Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
@@ -115,7 +116,7 @@ MIN_SHARE = 5
 
 _RHOS = (1.0, 10.0, 100.0, 1000.0)
 _LOSS_TAGS = {"kmeans": "km", "huber": "hl", "logistic": "ll", "fair": "fl"}
-_REF_NOTE = "spec 003 §5.3 independent re-implementation, NOT the paper's (its numbers are lost)"
+_REF_NOTE = "independent numpy re-implementation, NOT the paper's (its numbers are lost)"
 
 #: Spec §5.3 (NOT the paper's): warm start, 5 runs, (accuracy, max centre distance at T)
 #: per loss and rho.
@@ -783,15 +784,14 @@ def _outlier_checks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------ registration
 
-_SOURCE = ("none survive (spec 003 §0, §5.1: the extracted tables lost every number). The "
-           "bracketed reference values are NOT the paper's: they are spec 003 §5.3's "
+_SOURCE = ("none survive (the extracted tables of Sec. 5 and Appendix E lost every "
+           "number). The bracketed reference values are NOT the paper's: they come from an "
            "independent numpy re-implementation")
 
 _COMMON_NOTES = (
     "The paper's tables lost all their numbers in the text extraction. Bracketed values are "
-    "the reference numbers of an independent numpy re-implementation (spec 003 §5.3), not "
-    "the paper's; the listed checks evaluate the paper's qualitative claims (spec §5.1-5.2, "
-    "§7.2).",
+    "the reference numbers of an independent numpy re-implementation, not the paper's; "
+    "the listed checks evaluate the paper's qualitative claims (Sec. 4-5).",
     "Protocol: 5 runs (the paper's; `--runs 5`); run r draws the split, the Erdős–Rényi "
     "graph (dgc-hetero) and every initialisation from seed r, and every distributed "
     "method of a run starts from the same per-user centres. Unit weights, S = 1, "
@@ -882,7 +882,7 @@ register(Experiment(
 register(Experiment(
     name="dgc-hetero",
     title="Armacki et al. Table 5: heterogeneous splits, random start, rho = 100, ARI",
-    source="none survive (spec 003 §5.1); no reference values",
+    source="none survive (Table 5 lost its numbers); no reference values",
     k=3,
     load=heterogeneous_federation,
     settings=(
@@ -924,7 +924,7 @@ register(Experiment(
     name="dgc-outliers",
     title="Armacki et al. Fig. 3: noisy Iris, init at the true means, DGC-KM vs DGC-HL vs "
           "ADMM-KM",
-    source="none survive (spec 003 §5.1; Fig. 3 is a t-SNE picture); no reference values",
+    source="none survive (Fig. 3 is a t-SNE picture); no reference values",
     k=3,
     load=noisy_iris,
     settings=(Setting(_NOISY, {}, group=_NOISY),),

@@ -1,4 +1,4 @@
-"""Experiments of Xu et al., "Jigsaw Game: Federated Clustering" (spec ``001-feca.md``).
+"""Experiments of Xu et al., "Jigsaw Game: Federated Clustering" (Sec. 6, Appendices C-E).
 
 Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
@@ -136,10 +136,11 @@ _FECA10 = Method("feca-n-init-10", "feca",
                  "n_init before 1.4, the paper's era); otherwise the defaults", {"n_init": 10})
 _MAVG = Method("mavg", "mavg",
                "M-Avg: single-start k-means per client, Hungarian matching (Euclidean cost) "
-               "to client 0's centroids, unweighted average", {})
+               "to client 0's centroids, unweighted average, no privacy filter (as the "
+               "paper)", {"privacy_threshold": 0})
 _KFED5 = Method("kfed-k5", "kfed",
                 "k-FED with k' = 5 (the paper's tuned value for S-sets), one shot, p = 1 as "
-                "the reference code", {"k_local": 5, "p": 1})
+                "the reference code", {"k_local": 5, "privacy_threshold": 1})
 _CENTRAL = Method("central", "central",
                   "single-start scikit-learn KMeans (k-means++, n_init = 1) on the pooled "
                   "data", {"n_init": 1})
@@ -421,7 +422,7 @@ _COMMON_NOTES = (
 register(Experiment(
     name="feca-table1",
     title="Xu et al. Table 1: ℓ2 distance to the true centres, S1-S4 look-alikes, 10 clients",
-    source="spec 001 §5 Table 1 (10 runs, mean ± std)",
+    source="Xu et al., Table 1 (10 runs, mean ± std)",
     k=15,
     load=sset_federated,
     settings=_grid_settings(),
@@ -437,7 +438,7 @@ register(Experiment(
 register(Experiment(
     name="feca-table4",
     title="Xu et al. Table 4: purity and NMI, S1-S4 look-alikes, 10 clients",
-    source="spec 001 §5 Table 4 (10 runs, means)",
+    source="Xu et al., Table 4 (Appendix C.1; 10 runs, means)",
     k=15,
     load=sset_federated,
     settings=_grid_settings(),
@@ -459,7 +460,7 @@ _S1_SETTINGS = _grid_settings((1,))
 register(Experiment(
     name="feca-ablation",
     title="Xu et al. Tables 5 and 6: FeCA with and without elimination, theoretical radius, S1",
-    source="spec 001 §5 Table 5 (MSE ÷1e6, S1 IID) and Table 6 (ℓ2 ÷1e4, S1)",
+    source="Xu et al., Table 5 (Appendix C.3; MSE ÷1e6, S1 IID) and Table 6 (C.4; ℓ2 ÷1e4, S1)",
     k=15,
     load=sset_federated,
     settings=_S1_SETTINGS,
@@ -514,7 +515,7 @@ def _sset_iid_clients(m: int, *, seed: int = 0) -> FederatedData:
 register(Experiment(
     name="feca-clients",
     title="Xu et al. Table 9: FeCA vs the number of clients M, S1 look-alike split IID",
-    source="spec 001 §5 Table 9 (ℓ2 ÷1e4, 10 runs)",
+    source="Xu et al., Table 9 (Appendix D; ℓ2 ÷1e4, 10 runs)",
     k=15,
     load=_sset_iid_clients,
     settings=tuple(Setting(f"M={m}", {"m": m}, group=str(m)) for m in range(1, 21)),
@@ -538,7 +539,7 @@ register(Experiment(
 register(Experiment(
     name="feca-kprime",
     title="Xu et al. Table 10: local k' under- and over-shoot, output k, S1 look-alike",
-    source="spec 001 §5 Table 10 (MSE ÷1e6, 10 runs, means)",
+    source="Xu et al., Table 10 (Appendix E; MSE ÷1e6, 10 runs, means)",
     k=15,
     load=sset_federated,
     settings=_S1_SETTINGS,

@@ -13,7 +13,8 @@ A :class:`Method` names its ``kind``, a key of the one method registry :data:`RU
 ``fkm`` (:func:`~flwr_clustering.algorithms.fkm.run_fkm`), ``kfed``
 (:func:`~flwr_clustering.algorithms.kfed.run_kfed`), ``feca``, ``mavg`` and ``ffcm``, which the
 Flower tests show equal to the Flower runs; the loops are taken from the algorithm registry
-(:mod:`flwr_clustering.registry`), the same declaration the App reads. A paper module adds its own kinds with
+(:mod:`flwr_clustering.registry`), the same declaration the App reads. A paper module adds
+its own kinds with
 :func:`register_runner`, usually through :func:`self_scoring` (a function that runs and scores
 a method and returns every metric of the experiment).
 
@@ -170,7 +171,8 @@ class Method:
         Human-readable description for the Markdown table.
     options : dict
         Keyword arguments of the runner (:func:`run_fkm`: ``init``, ``seeding``,
-        ``recount``, ``p``, ...; :func:`run_kfed`: ``k_local``, ``p``; ...); for
+        ``recount``, ``privacy_threshold``, ...; :func:`run_kfed`: ``k_local``,
+        ``privacy_threshold``; ...); for
         ``"central"``: ``n_init``. ``"k"`` overrides the experiment's ``k``.
     tolerance : float
         How far from the paper's mean the reproduction may be before the Markdown table
@@ -406,7 +408,7 @@ class RunOutcome:
 
 
 def client_weighted_ari(data: FederatedData, centroids: np.ndarray) -> float:
-    """The paper's federated ARI of global centroids (Garst & Reinders, spec 002 §4.4).
+    """The paper's federated ARI of global centroids (Garst & Reinders, Sec. 4).
 
     Each client labels its points by the nearest global centroid and computes its own ARI;
     the result is ``sum_i n_i ARI_i / sum_i n_i``, through the additive evaluation statistics

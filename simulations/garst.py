@@ -1,4 +1,4 @@
-"""Experiments of Garst & Reinders, "Federated K-means clustering" (spec ``002-fkm.md``).
+"""Experiments of Garst & Reinders, "Federated K-means clustering" (Sec. 3).
 
 Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
@@ -110,17 +110,20 @@ _FKM = Method("fkm", "fkm",
               "FKM, this library's defaults: private init (one Lloyd step before the first "
               "upload), weighted server seeding (scikit-learn >= 1.3), p = 2, L = 1, "
               "n_init = 10",
-              {"p": 2, "local_iters": 1, "init": "private", "seeding": "weighted"})
+              {"privacy_threshold": 2, "local_iters": 1, "init": "private",
+               "seeding": "weighted"})
 _FKM_UNWEIGHTED = Method(
     "fkm-unweighted", "fkm",
     "FKM with private init and unweighted server seeding (scikit-learn < 1.3 semantics: "
     "unweighted k-means++ seeds, weighted Lloyd, best weighted inertia of 10)",
-    {"p": 2, "local_iters": 1, "init": "private", "seeding": "unweighted"})
+    {"privacy_threshold": 2, "local_iters": 1, "init": "private",
+     "seeding": "unweighted"})
 _FKM_PAPER = Method(
     "fkm-paper-code", "fkm",
     "FKM as the paper's code ran it: raw k-means++ seeds uploaded at init (init='paper'), "
     "unweighted server seeding, counts after a final E-step (recount)",
-    {"p": 2, "local_iters": 1, "init": "paper", "seeding": "unweighted", "recount": True})
+    {"privacy_threshold": 2, "local_iters": 1, "init": "paper", "seeding": "unweighted",
+     "recount": True})
 
 
 def _kfed(k_local: int) -> Method:
@@ -128,7 +131,7 @@ def _kfed(k_local: int) -> Method:
         "kfed", "kfed",
         f"k-FED (Dennis et al. 2021), K_l = {k_local}, one shot; p = 1 like the reference "
         "code the paper ran (no privacy filter: a client with n <= K_l uploads its rows)",
-        {"k_local": k_local, "p": 1}, tolerance=0.05)
+        {"k_local": k_local, "privacy_threshold": 1}, tolerance=0.05)
 
 
 _GARST_COMMON_NOTES = (
@@ -241,7 +244,7 @@ def _clusterwise_paper() -> dict[tuple[str, str], PaperValue]:
 register(Experiment(
     name="garst-fig1b",
     title="Garst & Reinders Fig. 1(b): grid data ppc 50, noise 1, 5 clients, beta split",
-    source="spec 002 §5.1 (from the authors' result arrays, 200 runs, FKM R = 100)",
+    source="Fig. 1(b), re-derived from the authors' result arrays (200 runs, FKM R = 100)",
     k=16,
     load=garst_beta_data,
     settings=tuple(Setting(_beta_label(b), {"beta": b, "ppc": 50, "noise": 1.0},
@@ -261,7 +264,8 @@ register(Experiment(
 register(Experiment(
     name="garst-noise",
     title="Garst & Reinders Figs 3 and 6: noise sweep, ppc 50, 5 clients, beta split",
-    source="spec 002 §5.2 (means, ppc 50 rows) and §5.3 (FKM by round); 200 runs, R = 100",
+    source=("Figs 3(a-c) and 6 (means, ppc 50 rows) and 3(d-f) (FKM by round), re-derived "
+            "from the authors' result arrays; 200 runs, R = 100"),
     k=16,
     load=garst_beta_data,
     settings=tuple(
@@ -286,7 +290,7 @@ register(Experiment(
 register(Experiment(
     name="garst-clusterwise",
     title="Garst & Reinders Fig. 4(b): cluster-wise split, 16/1/3/10/7 clusters per client",
-    source="spec 002 §5.4 (200 runs, FKM R = 100)",
+    source="Fig. 4(b), re-derived from the authors' result arrays (200 runs, FKM R = 100)",
     k=16,
     load=garst_clusterwise_data,
     settings=(Setting("cluster-wise", {"ppc": 50, "noise": 1.0}, group="cluster-wise"),),

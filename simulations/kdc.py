@@ -1,6 +1,6 @@
-"""Experiments of Zhang, Xu, Gong, Ting & Zhu on KDC, distributional-kernel clustering (spec 004).
+"""Experiments of Zhang, Xu, Gong, Ting & Zhu on KDC, distributional-kernel clustering.
 
-The paper: "Distributed Clustering based on Distributional Kernel" (spec ``004-kdc.md``), the
+The paper: "Distributed Clustering based on Distributional Kernel" (Sec. 7-8), the
 KDC framework of :mod:`flwr_clustering.algorithms.kdc`: every site uploads one uniform random
 subset of its rows, the coordinator builds an Isolation Kernel (IK) on the pooled subset
 ``B``, finds ``k`` initial clusters in ``B`` (κBCC or kernel k-means) and broadcasts the kernel
@@ -69,7 +69,6 @@ import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from flwr_clustering.algorithms.fkm import client_rng
 from flwr_clustering.algorithms.kdc import (
     allocate_sample,
     coreset_kmeans,
@@ -82,6 +81,7 @@ from flwr_clustering.algorithms.kdc import (
     run_kdc,
     select_parameters,
 )
+from flwr_clustering.algorithms.lloyd import client_rng
 from flwr_clustering.data import registry
 from flwr_clustering.data.shapes import SHAPES
 
@@ -883,7 +883,7 @@ def _runtime_label(n: int) -> str:
 
 # ------------------------------------------------------------------------------ registration
 
-_SOURCE = "none for these data (spec 004 §5: the paper's data sets need downloads)"
+_SOURCE = "none for these data (the paper's UCI data sets, Sec. 7, need downloads)"
 
 _COMMON_NOTES = (
     "No cell has a paper value: the paper's data sets (pendigits, mnist, covertype, skin, "

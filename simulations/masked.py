@@ -1,7 +1,6 @@
-"""Experiments of Maritan & Schenato on partially overlapping feature spaces (spec 000).
+"""Experiments of Maritan & Schenato on partially overlapping feature spaces (Sec. 6).
 
-The paper: "Distributed clustering in partially overlapping feature spaces" (spec
-``000-masked-feature-clustering.md``).
+The paper: "Distributed clustering in partially overlapping feature spaces".
 
 Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
@@ -27,8 +26,8 @@ also with n = 3, since 64 pixels over 10 clients leave each one only 9-12 featur
 
 Protocol: run ``r`` loads the data with ``seed=r`` (masks, row split and, for ``dim-128``,
 the generator) and runs the algorithm with ``seed=r``. Metrics per run (spec §7.3): E1 / E4
-(:func:`~flwr_clustering.metrics.aggregation_correctness` of the uploaded local clusters,
-labelled by their majority true class), E2 / E5 accuracy in % (Hungarian-matched), the
+(:func:`~flwr_clustering.algorithms.masked.aggregation_correctness` of the uploaded local
+clusters, labelled by their majority true class), E2 / E5 accuracy in % (Hungarian-matched), the
 accuracy of centralized k-means on the complete unmasked rows (``KMeans(K, n_init=10,
 random_state=r)``), E3 (cosine and relative distance of the Hungarian-matched global
 centroids to the optimal mask-aware centroids of Eq. 1), the floats uploaded by all clients
@@ -46,20 +45,17 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 from flwr_clustering.algorithms.masked import (
-    client_mask,
-    mask_aware_means,
-    masked_squared_distances,
-    run_masked_federated,
-    run_masked_oneshot,
-)
-from flwr_clustering.data.registry import load_partition, load_pooled
-from flwr_clustering.metrics import (
     aggregation_correctness,
     assumption8_rate,
     centroid_agreement,
-    contingency,
-    hungarian_accuracy,
+    client_mask,
+    mask_aware_means,
+    masked_squared_distances,
 )
+from flwr_clustering.algorithms.masked_federated import run_masked_federated
+from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
+from flwr_clustering.data.registry import load_partition, load_pooled
+from flwr_clustering.metrics import contingency, hungarian_accuracy
 
 from .framework import (
     Experiment,
@@ -610,7 +606,7 @@ def _register(name: str, title: str, table: int, methods: tuple[Method, ...],
     register(Experiment(
         name=name,
         title=title,
-        source=f"spec 000 §8 Table {table} (mean ± std over the paper's repetitions)",
+        source=f"Maritan & Schenato, Table {table} (mean ± std over the paper's repetitions)",
         k=16,
         load=masked_federation,
         settings=settings,

@@ -19,8 +19,7 @@ from flwr_clustering.algorithms.ffcm import (
     pooled_mean_std,
     run_ffcm,
 )
-from flwr_clustering.algorithms.fkm import client_rng
-from flwr_clustering.algorithms.lloyd import local_kmeans, matched_shift
+from flwr_clustering.algorithms.lloyd import client_rng, local_kmeans, matched_shift
 from flwr_clustering.algorithms.mavg import (
     match_to,
     mavg_client,
@@ -135,7 +134,7 @@ def test_local_kmeans_small_client_and_mavg_client_needs_k_points():
     with pytest.raises(ValueError, match="NaN"):
         local_kmeans(np.array([[np.nan, 1.0]]), 1, np.random.default_rng(0))
     with pytest.raises(ValueError, match="client 1 data has 3 features but the model has 2"):
-        run_mavg([X, np.ones((5, 3))], 2)
+        run_mavg([X, np.ones((5, 3))], 2, privacy_threshold=0)
 
 
 def test_local_kmeans_labels_are_the_nearest_centroids():
@@ -150,13 +149,13 @@ def test_run_mavg_recovers_separated_blobs_and_translates():
     clients = _iid(X, 5, seed=4)
     # precondition: every client's single-start k-means finds one centroid per blob
     for i, Xi in enumerate(clients):
-        assert matched_shift(TRUE_CENTRES, mavg_client(Xi, 4, client_rng(7, i))) < 0.3
-    C = run_mavg(clients, 4, seed=7)
+        assert matched_shift(TRUE_CENTRES, mavg_client(Xi, 4, client_rng(7, i), privacy_threshold=0)) < 0.3
+    C = run_mavg(clients, 4, seed=7, privacy_threshold=0)
     pooled_means = np.array([X[y == j].mean(0) for j in range(4)])
     assert matched_shift(TRUE_CENTRES, C) < 0.15
     assert matched_shift(pooled_means, C) < 0.05  # local means of an IID split average out
     shift = np.array([1e4, -3e3])
-    C_shifted = run_mavg([Xi + shift for Xi in clients], 4, seed=7)
+    C_shifted = run_mavg([Xi + shift for Xi in clients], 4, seed=7, privacy_threshold=0)
     np.testing.assert_allclose(C_shifted, C + shift, rtol=0, atol=1e-8)
 
 

@@ -300,7 +300,7 @@ def test_kmeans_start_never_sends_a_one_point_mean():
     C = local_init(X, 3, rng(0))
     assert not (np.abs(C - [50.0, 50.0]).sum(axis=1) == 0).any()
     np.testing.assert_allclose(C[np.argmax(C.sum(axis=1))], X.mean(axis=0))
-    assert (np.abs(local_init(X, 3, rng(0), min_count=1) - [50.0, 50.0]).sum(axis=1)
+    assert (np.abs(local_init(X, 3, rng(0), privacy_threshold=1) - [50.0, 50.0]).sum(axis=1)
             == 0).any()  # without the threshold the row itself would be sent
     with pytest.raises(ValueError, match="minimum count"):
         local_init(X[:1], 3, rng(0))

@@ -18,7 +18,7 @@ from flwr_clustering.algorithms.feca import (
     run_feca,
     theoretical_radii,
 )
-from flwr_clustering.algorithms.fkm import client_rng
+from flwr_clustering.algorithms.lloyd import client_rng
 from flwr_clustering.metrics import matched_centroid_error
 
 

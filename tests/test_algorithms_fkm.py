@@ -6,9 +6,6 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from flwr_clustering.algorithms.fkm import (
-    LocalCentroids,
-    check_local_centroids,
-    client_rng,
     fkm_client_init,
     fkm_client_update,
     fkm_server_aggregate,
@@ -24,11 +21,13 @@ from flwr_clustering.algorithms.kfed import (
 from flwr_clustering.algorithms.lloyd import (
     assign_to_nearest,
     check_data,
+    client_rng,
     cluster_sums,
     lloyd_step,
     matched_shift,
     weighted_kmeans,
 )
+from flwr_clustering.algorithms.local_centroids import LocalCentroids, check_local_centroids
 
 
 def _blobs(n=600, k=4, d=2, seed=0):
@@ -115,17 +114,17 @@ def test_privacy_filter_small_client_uploads_nothing_at_init():
 def test_uploaded_counts_respect_p_and_sum_to_at_most_n():
     X, _ = _blobs(300, k=5)
     for p in (2, 5, 20):
-        up = fkm_client_init(X, 16, np.random.default_rng(2), p=p)
+        up = fkm_client_init(X, 16, np.random.default_rng(2), privacy_threshold=p)
         assert (up.counts >= p).all() and up.counts.sum() <= len(X)
         C = fkm_server_aggregate([up], 5, np.random.default_rng(0))
-        up2 = fkm_client_update(X, C, p=p)
+        up2 = fkm_client_update(X, C, privacy_threshold=p)
         assert (up2.counts >= p).all() and up2.counts.sum() <= len(X)
 
 
 def test_recount_never_uploads_a_mean_of_fewer_than_p_points():
     X, _ = _blobs(200, k=6, seed=3)
     C = X[:16] + 0.01
-    up = fkm_client_update(X, C, p=3, recount=True)
+    up = fkm_client_update(X, C, privacy_threshold=3, recount=True)
     labels, _ = assign_to_nearest(X, C)
     # every uploaded local centroid grew from a partition of >= p points
     part = np.bincount(labels, minlength=16)
@@ -137,7 +136,7 @@ def test_empty_cluster_dropping():
     centers = np.array([[x, y] for x in (-7.5, -2.5, 2.5, 7.5) for y in (-7.5, -2.5, 2.5, 7.5)])
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(centers[j], 0.3, size=(20, 2)) for j in (0, 5, 10)])
-    up = fkm_client_update(X, centers, p=2)
+    up = fkm_client_update(X, centers, privacy_threshold=2)
     assert len(up.means) == 3
     np.testing.assert_array_equal(np.sort(up.index), [0, 5, 10])
 
@@ -153,7 +152,7 @@ def test_client_update_reuses_assignment_bit_for_bit():
         C = rng.integers(-3, 4, size=(8, 2)).astype(float)
         C[1] = C[0]  # a duplicate: ties between two present/absent centroids
         for iters in (1, 3):
-            up = fkm_client_update(X, C, p=1, local_iters=iters, recount=bool(trial % 2))
+            up = fkm_client_update(X, C, privacy_threshold=1, local_iters=iters, recount=bool(trial % 2))
             labels, _ = assign_to_nearest(X, C)
             present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
             means = C[present]
@@ -170,7 +169,7 @@ def test_single_client_one_round_is_lloyd_then_identity():
     """Spec §8.2: N=1, p=1: the server k-means over K_g local means returns those means."""
     X, _ = _blobs(400, k=4)
     C0 = X[[0, 100, 200, 300]]
-    up = fkm_client_update(X, C0, p=1)
+    up = fkm_client_update(X, C0, privacy_threshold=1)
     means, counts, _ = lloyd_step(X, C0)
     np.testing.assert_array_equal(up.means, means[counts > 0])
     C = fkm_server_aggregate([up], 4, np.random.default_rng(0))
@@ -209,7 +208,7 @@ def test_federated_lloyd_equals_centralized_kmeans():
     clients = _split(X, 4)
     C0 = X[[1, 200, 400, 600, 800]]
     for R in (1, 3, 10):
-        res = run_fkm(clients, 5, p=0, local_iters=1, update="lloyd", initial_centroids=C0,
+        res = run_fkm(clients, 5, privacy_threshold=0, local_iters=1, update="lloyd", initial_centroids=C0,
                       max_rounds=R, tol=-1.0)
         km = KMeans(5, init=C0, n_init=1, max_iter=R, tol=0.0, algorithm="lloyd").fit(X)
         assert len(res.history) == R
@@ -241,7 +240,7 @@ def test_fkm_beta10_matches_central(garst_beta10):
 
 def test_check_local_centroids_rejects_malformed():
     good = LocalCentroids(np.ones((2, 3)), np.array([2, 3]), np.array([0, 1]))
-    assert check_local_centroids(good, n_features=3, p=2, k=2).means.shape == (2, 3)
+    assert check_local_centroids(good, n_features=3, privacy_threshold=2, k=2).means.shape == (2, 3)
     bad_cases = [
         (LocalCentroids(np.ones(3), np.array([2]), np.array([0])), "2-D"),
         (LocalCentroids(np.ones((2, 3)), np.array([2]), np.array([0, 1])), "must have shape"),
@@ -252,7 +251,7 @@ def test_check_local_centroids_rejects_malformed():
     ]
     for upload, match in bad_cases:
         with pytest.raises(ValueError, match=match):
-            check_local_centroids(upload, n_features=3, p=2, k=2)
+            check_local_centroids(upload, n_features=3, privacy_threshold=2, k=2)
 
 
 def test_client_update_rejects_feature_mismatch():
@@ -280,7 +279,7 @@ def test_kfed_small_client_returns_points_and_filter_withholds_them():
     X = np.random.default_rng(0).normal(size=(5, 2))
     centres, counts = awasthi_sheffet(X, 8, np.random.default_rng(0))
     np.testing.assert_array_equal(centres, X)
-    assert len(kfed_client(X, 8, np.random.default_rng(0), p=2).means) == 0
+    assert len(kfed_client(X, 8, np.random.default_rng(0), privacy_threshold=2).means) == 0
 
 
 def test_kfed_one_shot_and_needs_enough_centres():

@@ -8,22 +8,27 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from flwr_clustering.algorithms.fkm import client_rng
+from flwr_clustering.algorithms.lloyd import client_rng
 from flwr_clustering.algorithms.masked import (
     MaskedStats,
+    assumption8_rate,
     bounding_box,
     client_mask,
     cluster_stats,
-    force_agglomeration,
-    force_sums,
     local_kmeans_masked,
     mask_aware_means,
+    rescaled_distances,
+)
+from flwr_clustering.algorithms.masked_federated import (
     masked_client_update,
     masked_server_update,
     method_a,
     method_b,
-    rescaled_distances,
     run_masked_federated,
+)
+from flwr_clustering.algorithms.masked_oneshot import (
+    force_agglomeration,
+    force_sums,
     run_masked_oneshot,
 )
 from flwr_clustering.metrics import matched_centroid_error
@@ -388,7 +393,8 @@ def test_silhouette_chooses_the_local_cluster_count_and_one_cluster_without_stru
 def test_kmedoids_medoids_are_rows_and_its_federation_recovers_separated_blobs():
     from sklearn.datasets import make_blobs
 
-    from flwr_clustering.algorithms.masked import local_clustering, run_masked_federated
+    from flwr_clustering.algorithms.masked import local_clustering
+    from flwr_clustering.algorithms.masked_federated import run_masked_federated
     from flwr_clustering.data.masks import apply_mask, chain_masks
     from flwr_clustering.metrics import hungarian_accuracy
 
@@ -418,7 +424,8 @@ def test_kmedoids_medoids_are_rows_and_its_federation_recovers_separated_blobs()
 def test_a_centroid_without_values_on_a_clients_features_never_looks_closest():
     # A one-cluster client: filling a centroid's holes with the client's column means
     # would put an empty centroid exactly on the client's cluster (DIM seeds 2 and 6).
-    from flwr_clustering.algorithms.masked import masked_client_update, masked_squared_distances
+    from flwr_clustering.algorithms.masked import masked_squared_distances
+    from flwr_clustering.algorithms.masked_federated import masked_client_update
 
     rng = np.random.default_rng(0)
     X = np.full((20, 4), np.nan)
@@ -435,7 +442,7 @@ def test_a_centroid_without_values_on_a_clients_features_never_looks_closest():
 
 
 def test_valid_pairs_force_equals_brute_force_on_disjoint_masks():
-    from flwr_clustering.algorithms.masked import GaussianUpload, cluster_overlap
+    from flwr_clustering.algorithms.masked_oneshot import GaussianUpload, cluster_overlap
 
     rng = np.random.default_rng(3)
     d = 6
@@ -480,7 +487,7 @@ def test_oneshot_force_linkage_recovers_two_moons_where_centroids_cannot():
 
 
 def test_proxies_without_any_uploaded_cluster_fail_clearly():
-    from flwr_clustering.algorithms.masked import GaussianUpload, proxy_clusters
+    from flwr_clustering.algorithms.masked_oneshot import GaussianUpload, proxy_clusters
 
     empty = GaussianUpload(np.ones(3, bool), np.zeros((0, 3)), np.zeros((0, 3, 3)),
                            np.zeros(0, np.int64))
@@ -488,3 +495,24 @@ def test_proxies_without_any_uploaded_cluster_fail_clearly():
         proxy_clusters([empty], np.random.default_rng(0))
     with pytest.raises(ValueError, match="no local cluster"):
         proxy_clusters([], np.random.default_rng(0))
+
+
+def test_assumption8_rate_is_one_on_separated_blobs_and_low_when_the_overlap_is_blind():
+    rng = np.random.default_rng(0)
+    m0, m1 = np.array([1, 1, 0], bool), np.array([0, 1, 1], bool)
+
+    def client(mask, centres):
+        y = np.repeat([0, 1], 50)
+        Xc = np.array(centres)[y] + 0.1 * rng.standard_normal((100, 3))
+        X = Xc.copy()
+        X[:, ~mask] = np.nan
+        return X, Xc, y
+
+    # classes differ on the shared feature 1: the masked distances keep the order
+    good = [client(m0, [[0, 0, 0], [5, 5, 5]]), client(m1, [[0, 0, 0], [5, 5, 5]])]
+    rate = assumption8_rate(*zip(*good, strict=True), np.random.default_rng(1))
+    assert rate == 1.0
+    # classes equal on the shared feature: the overlap cannot tell them apart
+    blind = [client(m0, [[0, 0, 0], [5, 0, 5]]), client(m1, [[0, 0, 0], [5, 0, 5]])]
+    rate = assumption8_rate(*zip(*blind, strict=True), np.random.default_rng(1))
+    assert 0.2 < rate < 0.8

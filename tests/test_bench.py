@@ -185,7 +185,7 @@ def _client_step_calls() -> list[int]:
             mock.patch.object(ssd, "cdist", count("cdist", real_cdist)), \
             mock.patch.object(lloyd, "nearest", count("nearest", real_nearest)), \
             mock.patch.object(lloyd, "cluster_sums", count("sums", real_sums)):
-        fkm.fkm_client_update(X, C, p=2, local_iters=1)
+        fkm.fkm_client_update(X, C, privacy_threshold=2, local_iters=1)
     return [1, calls["check_X"], calls["cdist"], calls["nearest"], calls["sums"]]
 
 

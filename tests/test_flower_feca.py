@@ -104,7 +104,7 @@ def test_bad_feca_clients_are_dropped_with_a_reason(caplog):
     good = [data[i][0] for i in (0, 2, 4, 5)]
     # The survivors' uploads are the pure loop's for the same client ids.
     from flwr_clustering.algorithms.feca import feca_client, feca_server
-    from flwr_clustering.algorithms.fkm import client_rng
+    from flwr_clustering.algorithms.lloyd import client_rng
 
     ups = [feca_client(x, 15, client_rng(2, i)).upload for x, i in zip(good, (0, 2, 4, 5), strict=True)]
     np.testing.assert_array_equal(strategy.centroids, feca_server(ups, 15).centroids)

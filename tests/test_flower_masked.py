@@ -4,7 +4,9 @@ message hygiene (spec 000 §11 item 15), bad clients dropped."""
 import numpy as np
 import pytest
 
-from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
+from flwr_clustering.algorithms.masked import centroid_agreement
+from flwr_clustering.algorithms.masked_federated import run_masked_federated
+from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 from flwr_clustering.clients import client_app
 from flwr_clustering.clients.masked import MaskedFederatedClient, MaskedOneShotClient
 from flwr_clustering.data.masks import (
@@ -13,7 +15,6 @@ from flwr_clustering.data.masks import (
     dim_lookalike,
     shared_block_masks,
 )
-from flwr_clustering.metrics import centroid_agreement
 from flwr_clustering.strategies.masked import MaskedFederated, MaskedOneShot
 from flwr_clustering.testing import InProcessGrid
 

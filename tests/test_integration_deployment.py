@@ -250,7 +250,8 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
     from flwr_clustering.algorithms.kdc import initial_cluster_means, run_kdc
-    from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
+    from flwr_clustering.algorithms.masked_federated import run_masked_federated
+    from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 
     local = [X for X, _ in parts]
     kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans")

@@ -292,7 +292,8 @@ def test_masked_algorithms_in_simulation_match_reference(fkm_run, local_superlin
                                                          extra):
     """Partially overlapping feature spaces under Ray: DIM look-alike, NaN outside each
     client's mask, K_i by silhouette; equal to the pure loop and exact (accuracy 1)."""
-    from flwr_clustering.algorithms.masked import run_masked_federated, run_masked_oneshot
+    from flwr_clustering.algorithms.masked_federated import run_masked_federated
+    from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
     from flwr_clustering.data.registry import load_partition
 
     run = local_superlink.run(algorithm, f"dataset='dim-128' k=16 tol=-1.0 {extra}")

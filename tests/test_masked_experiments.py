@@ -5,7 +5,7 @@ Flower clients' payloads."""
 import numpy as np
 import pytest
 
-from flwr_clustering.algorithms.masked import run_masked_federated
+from flwr_clustering.algorithms.masked_federated import run_masked_federated
 from flwr_clustering.clients.masked import MaskedFederatedClient, MaskedOneShotClient
 from simulations.cli import main
 from simulations.framework import (

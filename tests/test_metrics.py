@@ -288,29 +288,6 @@ def test_matched_centroid_mse_is_l2_squared_over_matched_pairs():
     assert matched_centroid_mse(est[:2], true) == pytest.approx(5.0 / 2)
 
 
-def test_assumption8_rate_is_one_on_separated_blobs_and_low_when_the_overlap_is_blind():
-    from flwr_clustering.metrics import assumption8_rate
-
-    rng = np.random.default_rng(0)
-    m0, m1 = np.array([1, 1, 0], bool), np.array([0, 1, 1], bool)
-
-    def client(mask, centres):
-        y = np.repeat([0, 1], 50)
-        Xc = np.array(centres)[y] + 0.1 * rng.standard_normal((100, 3))
-        X = Xc.copy()
-        X[:, ~mask] = np.nan
-        return X, Xc, y
-
-    # classes differ on the shared feature 1: the masked distances keep the order
-    good = [client(m0, [[0, 0, 0], [5, 5, 5]]), client(m1, [[0, 0, 0], [5, 5, 5]])]
-    rate = assumption8_rate(*zip(*good, strict=True), np.random.default_rng(1))
-    assert rate == 1.0
-    # classes equal on the shared feature: the overlap cannot tell them apart
-    blind = [client(m0, [[0, 0, 0], [5, 0, 5]]), client(m1, [[0, 0, 0], [5, 0, 5]])]
-    rate = assumption8_rate(*zip(*blind, strict=True), np.random.default_rng(1))
-    assert 0.2 < rate < 0.8
-
-
 def test_per_model_metrics_score_every_centre_set_like_sklearn():
     rng = np.random.default_rng(3)
     X, y = rng.normal(size=(60, 2)), rng.integers(0, 3, 60)

@@ -77,7 +77,7 @@ def test_docs_masked_snippet_runs_and_is_exact(capsys):
     ns = {}
     _run(MASKED_GUIDE, "masked", ns)
     assert "Algorithm 2: (16, 128) accuracy 1.0" in capsys.readouterr().out
-    from flwr_clustering.algorithms.masked import run_masked_oneshot
+    from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 
     clients = [load_partition(i, 10, dataset="dim-128", feature_mask="shared")[0]
                for i in range(10)]

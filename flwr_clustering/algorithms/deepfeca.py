@@ -1,6 +1,6 @@
 """DeepFeCA: federated representation learning by clustering (Xu et al., Algorithm 6).
 
-Each round ``t`` (spec 001 §2.6):
+Each round ``t`` (Xu et al., Sec. 5, Algorithm 6):
 
 1. **Cluster exchange.** The server sends the global network ``θ̄``. Every client embeds
    its rows with it (L2-normalised projection features) and runs the *labeller's* client
@@ -18,7 +18,8 @@ the clustering features are the L2-normalised outputs of a projection head, the
 classifier's prototypes are the L2-normalised centroids ``C*``, and the loss is the
 cross-entropy of the cosine similarities divided by a temperature (0.1).
 
-Choices where the paper is silent (spec 001 §2.6, "not specified"), all options:
+Choices where the paper is silent (Sec. 5 gives only the network, the rounds, the clients,
+the local epochs and the batch size), all options:
 
 - **k**: the number of classes (10 for digits); k-FED's ``k'`` defaults to 3 (the value
   the paper used for CIFAR-10's 10 classes).
@@ -62,9 +63,9 @@ import numpy as np
 
 from ..options import Options, option
 from .feca import FeCAUpload, check_feca_upload, feca_client, feca_server
-from .fkm import LocalCentroids, check_local_centroids
 from .kfed import kfed_client, kfed_server
 from .lloyd import assign_to_nearest, check_data
+from .local_centroids import LocalCentroids, check_local_centroids
 from .mavg import REFERENCES, mavg_client, mavg_server
 
 __all__ = [
@@ -382,7 +383,7 @@ def labeller_client(F: np.ndarray, labeller: str, k: int, rng: np.random.Generat
         if len(F) <= kl:
             raise ValueError(f"{len(F)} rows, not more than k'={kl}: k-FED would upload raw "
                              "rows, so this client withholds its reply")
-        return kfed_client(F, kl, rng, p=privacy_threshold).to_arrays()
+        return kfed_client(F, kl, rng, privacy_threshold=privacy_threshold).to_arrays()
     raise ValueError(f"labeller must be one of {LABELLERS}, got {labeller!r}")
 
 
@@ -413,7 +414,8 @@ def parse_labeller_upload(arrays: Sequence[np.ndarray], labeller: str, *, k: int
         return C
     if labeller == "kfed":
         upload = check_local_centroids(LocalCentroids.from_arrays(arrays),
-                                       n_features=n_features, p=privacy_threshold)
+                                       n_features=n_features,
+                                       privacy_threshold=privacy_threshold)
         kl = 3 if k_local is None else int(k_local)
         if len(upload.means) > kl:
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={kl}")

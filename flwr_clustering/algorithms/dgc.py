@@ -1,22 +1,23 @@
-"""Decentralized gradient clustering over a network graph: the DGC-rho family (spec 003).
+"""Decentralized gradient clustering over a network graph: the DGC-rho family (Armacki et al.).
 
 Armacki, Bajović, Jakovetić & Kar, "A unified framework for center-based clustering of
 distributed data". Users sit on an undirected connected graph with Laplacian ``L`` and hold
 their own data; user ``i`` keeps its own ``K`` centres ``x_i`` and talks to its neighbours
 only. One iteration ``t``: every user assigns its points to its nearest centre (fixed for
-the iteration), then ``S`` synchronous consensus + innovation steps (spec §2.3, (U))::
+the iteration), then ``S`` synchronous consensus + innovation steps (Sec. 3, Eqs. 6-7 and
+Algorithm 1)::
 
     x_i <- x_i - alpha * sum_{j in N_i} (x_i - x_j)
                - (alpha / rho) * sum_{r in C_i(k)} w_r * phi(||x_i(k) - y_r||^2) (x_i(k) - y_r)
 
-with ``grad_x f(x, y) = phi(x, y) (x - y)`` for the four losses of :data:`LOSSES` (spec
-§2.5): k-means ``||x-y||^2`` (phi 2), Huber (1 or delta/a), logistic ``log(1 + e^u)``
-(``2 sigmoid(u)``) and Fair on the squared distance (``2 delta u / (delta + u)``), ``u`` the
-squared distance. The relaxed cost (spec §2.1, (3)) is
-``J_rho = 1/2 x^T (L (x) I) x + (1/rho) sum_i J_i(x_i, C_i)``.
+with ``grad_x f(x, y) = phi(x, y) (x - y)`` for the four losses of :data:`LOSSES` (Sec. 2,
+Examples 1-4; Sec. 3, DGC-KM/HL/LL/FL): k-means ``||x-y||^2`` (phi 2), Huber (1 or
+delta/a), logistic ``log(1 + e^u)`` (``2 sigmoid(u)``) and Fair on the squared distance
+(``2 delta u / (delta + u)``), ``u`` the squared distance. The relaxed cost (Sec. 2, Eqs. 3 and
+5) is ``J_rho = 1/2 x^T (L (x) I) x + (1/rho) sum_i J_i(x_i, C_i)``.
 
-Baselines are special cases of the same update (spec §3): CGC is one user without edges and
-``rho = 1`` (:func:`run_cgc`); LGC is every user alone (:func:`run_lgc`); ADMM k-means
+The baselines of Sec. 5 are special cases of the same update: CGC is one user without
+edges and ``rho = 1`` (:func:`run_cgc`); LGC is every user alone (:func:`run_lgc`); ADMM k-means
 (Forero et al. 2011) is :func:`run_admm_kmeans`.
 
 No Flower import (layer 1).
@@ -73,7 +74,7 @@ __all__ = [
 LOSSES = ("kmeans", "huber", "logistic", "fair")
 
 #: ``max_{u >= 0} u e^u / (1 + e^u)^2`` (at u ~ 1.5434): the logistic Hessian bound is
-#: ``2 + 4 * this`` (spec §2.5).
+#: ``2 + 4 * this`` (the smoothness of Assumption 3 for the logistic loss, Appendix C).
 _LOGISTIC_PEAK = 0.22387
 
 
@@ -118,7 +119,7 @@ def loss_value(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
 
 
 def loss_weight(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
-    """The gradient weight ``phi`` with ``grad_x f(x, y) = phi (x - y)`` (spec §2.5).
+    """The gradient weight ``phi`` with ``grad_x f(x, y) = phi (x - y)`` (Sec. 3; Assumption 7).
 
     Parameters
     ----------
@@ -150,7 +151,7 @@ def loss_weight(loss: str, u: np.ndarray, delta: float = 1.0) -> np.ndarray:
 
 
 def smoothness(loss: str, delta: float = 1.0) -> float:
-    """The smoothness constant ``beta`` of the loss in ``x`` (spec §2.5).
+    """The smoothness constant ``beta`` of the loss in ``x`` (Assumption 3).
 
     KM 2, Huber 1, logistic ``2 + 4 * 0.22387 ~ 2.8955`` (the paper's bound), Fair
     ``9 delta / 4`` (the exact largest Hessian eigenvalue, at ``u = 3 delta``).
@@ -216,7 +217,9 @@ def grid_graph(rows: int, cols: int) -> np.ndarray:
 
 def erdos_renyi_graph(m: int, p: float, rng: np.random.Generator,
                       max_tries: int = 1000) -> np.ndarray:
-    """``G(m, p)``, redrawn until connected (the paper's Assumption 2; spec §4.2).
+    """``G(m, p)``, redrawn until connected (the paper's Assumption 2).
+
+    The heterogeneous runs of Sec. 5 use an Erdos-Renyi graph.
 
     Raises
     ------
@@ -285,11 +288,12 @@ def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
 
 
 def initial_centres(data: Sequence[np.ndarray], k: int, *, seed: int = 0,
-                    scheme: str = "kmeans", min_count: int = 2) -> np.ndarray:
+                    scheme: str = "kmeans", privacy_threshold: int = 2) -> np.ndarray:
     """Every user's :func:`local_init` with its own generator ``client_rng(seed, i)``."""
-    from .fkm import client_rng
+    from .lloyd import client_rng
 
-    return np.stack([local_init(X, k, client_rng(seed, i), scheme, min_count=min_count)
+    return np.stack([local_init(X, k, client_rng(seed, i), scheme,
+                                privacy_threshold=privacy_threshold)
                      for i, X in enumerate(data)])
 
 
@@ -307,7 +311,7 @@ def lambda_max(A: np.ndarray) -> float:
 
 def step_size(A: np.ndarray, loss: str, rho: float, n_max: float, *, delta: float = 1.0,
               safety: float = 1.0) -> float:
-    """The global step ``alpha = safety / (lambda_max(L) + beta n_max / rho)`` (spec §2.4).
+    """The global step ``alpha = safety / (lambda_max(L) + beta n_max / rho)`` (Theorem 1).
 
     ``n_max`` is the largest local weight sum (the largest local data set with unit
     weights). With ``safety <= 1`` the update is a convex combination (Lemma 12) and the
@@ -353,7 +357,7 @@ def clustering_gradient(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: 
 def outlier_scores(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Labels and outlier score (distance to the nearest centre) of every row.
 
-    The paper's outlier detection (spec §4.4, experiment 3): with Huber centres, which
+    The paper's outlier detection (Sec. 5, fourth experiment): with Huber centres, which
     far points barely pull, the rows farthest from every centre are the outliers.
     """
     from .lloyd import assign_to_nearest
@@ -411,13 +415,13 @@ INITS = ("kmeans", "random")
 
 
 def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "kmeans",
-               *, min_count: int = 2) -> np.ndarray:
-    """A user's own initial centres (independent, unsynchronised; spec §2.3).
+               *, privacy_threshold: int = 2) -> np.ndarray:
+    """A user's own initial centres (independent, unsynchronised; Sec. 3).
 
     ``"kmeans"`` (default): a local single-start k-means. A cluster of fewer than
-    ``min_count`` points (a one-point mean is a row) starts at the mean of all the user's
+    ``privacy_threshold`` points (a one-point mean is a row) starts at the mean of all the user's
     rows instead, and a user with fewer than ``k`` points repeats its last centre; a user
-    with fewer than ``min_count`` rows cannot start privately and gets an error.
+    with fewer than ``privacy_threshold`` rows cannot start privately and gets an error.
     ``"random"``: ``k`` distinct local rows drawn uniformly, the paper's random
     initialisation, **which sends raw rows to the neighbours** (and the relay).
     """
@@ -430,11 +434,11 @@ def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "k
         return X[rng.choice(len(X), size=k, replace=False)].copy()
     if scheme != "kmeans":
         raise ValueError(f"init must be one of {INITS}, got {scheme!r}")
-    if len(X) < max(1, min_count):
-        raise ValueError(f"a user needs at least {max(1, min_count)} rows (the minimum count) "
-                         f"to start privately, got {len(X)}")
+    if len(X) < max(1, privacy_threshold):
+        raise ValueError(f"a user needs at least {max(1, privacy_threshold)} rows (the minimum "
+                         f"count, privacy_threshold) to start privately, got {len(X)}")
     C, labels = local_kmeans(X, k, rng)
-    C[np.bincount(labels, minlength=len(C)) < min_count] = X.mean(axis=0)
+    C[np.bincount(labels, minlength=len(C)) < privacy_threshold] = X.mean(axis=0)
     if len(C) < k:
         C = np.vstack([C, np.repeat(C[-1:], k - len(C), axis=0)])
     return C
@@ -443,7 +447,7 @@ def local_init(X: np.ndarray, k: int, rng: np.random.Generator, scheme: str = "k
 def dgc_step(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
              labels: Sequence[np.ndarray], alpha: float | np.ndarray, rho: float, loss: str,
              *, delta: float = 1.0, weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
-    """One synchronous consensus + innovation step of every user (spec §2.3, (U)).
+    """One synchronous consensus + innovation step of every user (Sec. 3, Eq. 7).
 
     Parameters
     ----------
@@ -483,7 +487,7 @@ def dgc_step(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
 def relaxed_cost(centres: np.ndarray, A: np.ndarray, data: Sequence[np.ndarray],
                  labels: Sequence[np.ndarray], rho: float, loss: str, *, delta: float = 1.0,
                  weights: Sequence[np.ndarray] | None = None) -> float:
-    """``J_rho = 1/2 sum_{edges} sum_k ||x_i(k) - x_j(k)||^2 + (1/rho) sum_i J_i`` (spec (3))."""
+    """``J_rho = 1/2 sum_{edges} sum_k ||x_i(k) - x_j(k)||^2 + (1/rho) sum_i J_i`` (Eq. 3)."""
     x = np.asarray(centres, dtype=np.float64)
     clustering = sum(
         local_cost(data[i], labels[i], x[i], loss, delta=delta,
@@ -540,7 +544,7 @@ def run_dgc(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
             inner_steps: int = 1, alpha: float | np.ndarray | None = None,
             delta: float = 1.0, weights: Sequence[np.ndarray] | None = None,
             keep_history: bool = True) -> DGCResult:
-    """DGC-F_rho (spec §2.3) on in-memory user data: the reference loop.
+    """DGC-F_rho (Algorithm 1) on in-memory user data: the reference loop.
 
     Parameters
     ----------
@@ -612,7 +616,7 @@ def run_dgc(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
 
 def run_cgc(X: np.ndarray, init: np.ndarray, *, loss: str = "kmeans", iterations: int = 100,
             inner_steps: int = 1, alpha: float | None = None, delta: float = 1.0) -> DGCResult:
-    """Centralized gradient clustering (CGC, spec §3): DGC with one user, no edge, rho = 1.
+    """Centralized gradient clustering (CGC, Sec. 5): DGC with one user, no edge, rho = 1.
 
     Default step ``1 / (beta N)``.
     """
@@ -623,7 +627,7 @@ def run_cgc(X: np.ndarray, init: np.ndarray, *, loss: str = "kmeans", iterations
 
 def run_lgc(data: Sequence[np.ndarray], init: np.ndarray, *, loss: str = "kmeans",
             iterations: int = 100, delta: float = 1.0) -> DGCResult:
-    """Local gradient clustering (LGC, spec §3): every user alone, step ``1 / (beta N_i)``."""
+    """Local gradient clustering (LGC, Sec. 5): every user alone, step ``1 / (beta N_i)``."""
     alpha = np.array([1.0 / (smoothness(loss, delta) * len(D)) for D in data])
     m = len(data)
     return run_dgc(data, np.zeros((m, m)), init, loss=loss, rho=1.0, iterations=iterations,
@@ -632,7 +636,7 @@ def run_lgc(data: Sequence[np.ndarray], init: np.ndarray, *, loss: str = "kmeans
 
 def run_admm_kmeans(data: Sequence[np.ndarray], A: np.ndarray, init: np.ndarray, *,
                     eta: float = 1.0, iterations: int = 100) -> DGCResult:
-    """Distributed hard k-means by consensus ADMM (Forero, Cano & Giannakis 2011; spec §3).
+    """Distributed hard k-means by consensus ADMM (Forero, Cano & Giannakis 2011; Sec. 5).
 
     Per iteration and node ``j``: assign to the nearest own centre; multiplier
     ``v_j += (eta / 2) sum_{j' in N_j} (m_j - m_j')`` (at the current centres); centres

@@ -1,4 +1,4 @@
-"""FeCA: one-shot federated k-means of Xu et al., "Jigsaw game" (spec ``001-feca.md``).
+"""FeCA: one-shot federated k-means of Xu et al., "Jigsaw game" (Sec. 4, Algorithms 1-5).
 
 Every client runs single-start Lloyd k-means on its own data (a local solution, often a
 spurious local optimum), removes the centroids that sit between several true centres
@@ -14,18 +14,21 @@ This module holds the client step (:func:`feca_client`), its two parts
 server step (:func:`feca_server`) and the pure loop (:func:`run_feca`) that the Flower
 strategy must match bit for bit. No Flower import (layer 1).
 
-Choices where the paper is silent (spec §2, ambiguities A1-A5):
+Choices where the paper is silent (implementation choices; Sec. 4.1 and Algorithm 2 leave
+them open):
 
-- A1: the "largest standard deviation" is the RMS radius ``sqrt(G_i / n_i)`` by default
+- The "largest standard deviation" (Sec. 4.1; Appendix A speaks of the standard deviation of
+  distances) is the RMS radius ``sqrt(G_i / n_i)`` by default
   (``std_mode="rms"``); ``"dist_std"`` is the literal standard deviation of the distances
   ``||x - c_i||`` over the cluster.
-- A2/A3: the candidate ``i`` may coincide with ``p`` or ``q`` (then ``G_i >= G_j`` fails
+- The candidate ``i`` may coincide with ``p`` or ``q`` (then ``G_i >= G_j`` fails
   except in a degenerate equality, and the loop stops); the loop stops when fewer than two
   centroids remain.
-- A4: single-start k-means (``n_init=1``, k-means++), as the paper's centralized variance
-  suggests; ``init`` and ``n_init`` are options. The centroids are the means of the final
-  partition (``c_i = mean(D_i)``), empty clusters are dropped.
-- A5: a client with fewer than ``k`` points runs ``min(k, n)`` clusters.
+- Single-start k-means (``n_init=1``, k-means++; the paper gives no Lloyd settings), as the
+  variance of its centralized baseline suggests (Sec. 6.1, Table 1); ``init`` and
+  ``n_init`` are options. The centroids are the means of the final partition
+  (``c_i = mean(D_i)``), empty clusters are dropped.
+- A client with fewer than ``k`` points runs ``min(k, n)`` clusters.
 - Ties: the argmax/argmin take the lowest index; the server keeps, among groups of equal
   size, the one formed first (larger radius).
 - Privacy (not in the paper): a kept centroid of fewer than ``privacy_threshold`` points is
@@ -42,8 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..options import Options, option
-from .fkm import client_rng
-from .lloyd import check_data, cluster_sums, local_kmeans
+from .lloyd import check_data, client_rng, cluster_sums, local_kmeans
 
 __all__ = [
     "RADIUS_MODES",
@@ -134,7 +136,7 @@ def _partition_means(X: np.ndarray, labels: np.ndarray, k: int):
 def cluster_spread(
     X: np.ndarray, labels: np.ndarray, centroids: np.ndarray, *, std_mode: str = "rms"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cluster SSE ``G_i`` (Eq. 3) and "standard deviation" (ambiguity A1).
+    """Per-cluster SSE ``G_i`` (Eq. 3) and "standard deviation" (Sec. 4.1).
 
     Parameters
     ----------
@@ -298,8 +300,9 @@ def theoretical_radii(
     In index order, skipping removed ones, each centroid ``i`` of a copy ``C~`` finds its
     nearest neighbour ``j`` in the current ``C~``; if their balls (radii ``r'``) overlap,
     both leave ``C~`` (a many-fit-one pair). ``Δ~_min`` is the smallest pairwise distance
-    left in ``C~``. When fewer than two remain, the fallback (spec §2.4) is half the
-    smallest pairwise distance of all kept centroids, and for a lone centroid ``r'``.
+    left in ``C~``. When fewer than two remain, the fallback (an implementation choice;
+    Algorithm 3 leaves it open) is half the smallest pairwise distance of all kept
+    centroids, and for a lone centroid ``r'``.
 
     Parameters
     ----------
@@ -357,11 +360,11 @@ def feca_client(
         Local data; it never leaves the client.
     k : int
         Local number of clusters ``k'`` (``= k`` in the paper's main experiments); a
-        client with fewer points runs ``min(k, n)`` (ambiguity A5).
+        client with fewer points runs ``min(k, n)`` (an implementation choice).
     rng : numpy.random.Generator
         The client's generator (one draw seeds the k-means).
     std_mode : {"rms", "dist_std"}, default "rms"
-        The spread that picks the one-fit-many candidate (ambiguity A1).
+        The spread that picks the one-fit-many candidate (Sec. 4.1).
     radius : {"empirical", "theoretical"}, default "empirical"
         Algorithm 4 (every experiment of the paper) or Algorithm 3 (its theory).
     eliminate : bool, default True
@@ -369,7 +372,7 @@ def feca_client(
     privacy_threshold : int, default 2
         Kept centroids of fewer points are not uploaded.
     init, n_init, max_iter
-        Of the local k-means (ambiguity A4: single start by default).
+        Of the local k-means (single start by default; the paper gives no settings).
 
     Returns
     -------
@@ -565,7 +568,7 @@ def run_feca(
     k_local : int, optional
         ``k'``, clusters of each client's Lloyd run; defaults to ``k``.
     seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
+        Client ``i`` uses :func:`~flwr_clustering.algorithms.lloyd.client_rng(seed, i)`.
     **client_opts
         Keyword arguments of :func:`feca_client` (``std_mode``, ``radius``,
         ``eliminate``, ``privacy_threshold``, ``init``, ``n_init``, ``max_iter``).

@@ -1,4 +1,6 @@
-"""FFCM: federated fuzzy c-means, Stallmann & Wilbik (arXiv 2201.07316; spec 001 §3.4).
+"""FFCM: federated fuzzy c-means of Stallmann & Wilbik (arXiv 2201.07316).
+
+A baseline of Xu et al. (Sec. 6).
 
 Protocol, per round: the server broadcasts the global centres ``V`` (``k x d``); every
 client runs fuzzy c-means (FCM, fuzzifier ``m = 2``) on its own data starting from
@@ -288,7 +290,7 @@ def ffcm_client(
 
     The support of local centre ``j`` is ``s_j = sum_x u_xj``: the column sum of the
     memberships ``u`` (not ``u^m``) of the local data to the final local centres, as in
-    the authors' code (``get_center_support``) and spec 001 §3.4.
+    the authors' code (``get_center_support``).
 
     Parameters
     ----------

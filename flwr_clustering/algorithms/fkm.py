@@ -1,7 +1,7 @@
-"""FKM: federated k-means of Garst & Reinders (Algorithm 1; spec ``002-fkm.md``).
+"""FKM: federated k-means of Garst & Reinders (Sec. 2, Algorithm 1).
 
 Protocol, per round: every client uploads its local centroids and their sizes (clusters
-smaller than the privacy threshold ``p`` are withheld); the server runs a
+smaller than the privacy threshold ``privacy_threshold`` are withheld); the server runs a
 count-weighted k-means with ``K_g`` clusters over all received centroids (Eq. 1) and
 broadcasts the ``K_g`` global centroids; every client keeps the global centroids that
 attract at least one of its points, runs ``L`` Lloyd steps from them and uploads again.
@@ -21,18 +21,17 @@ from ..options import Options, option
 from .lloyd import (
     assign_to_nearest,
     check_data,
+    client_rng,
     lloyd_step,
     matched_shift,
     seed_from,
     weighted_kmeans,
 )
+from .local_centroids import LocalCentroids
 
 __all__ = [
     "FKMOptions",
     "FKMResult",
-    "LocalCentroids",
-    "check_local_centroids",
-    "client_rng",
     "fkm_client_init",
     "fkm_client_update",
     "fkm_server_aggregate",
@@ -43,59 +42,8 @@ INIT_MODES = ("private", "paper")
 SERVER_UPDATES = ("kmeans", "lloyd")
 
 
-@dataclass
-class LocalCentroids:
-    """What one client uploads: local centroids, their sizes and their origin.
-
-    Attributes
-    ----------
-    means : numpy.ndarray of shape (k_i, d)
-        Local centroids (``k_i`` may be 0).
-    counts : numpy.ndarray of shape (k_i,), int64
-        Number of local points behind each centroid; every count is ``>= p``.
-    index : numpy.ndarray of shape (k_i,), int64
-        Index of the global centroid each local centroid started from (``-1`` at
-        initialisation). Only the ``"lloyd"`` server update uses it.
-    """
-
-    means: np.ndarray
-    counts: np.ndarray
-    index: np.ndarray
-
-    def to_arrays(self) -> list[np.ndarray]:
-        """Return the payload as the list ``[means, counts, index]``."""
-        return [self.means, self.counts, self.index]
-
-    @classmethod
-    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> LocalCentroids:
-        """Build from ``[means, counts, index]`` (the inverse of :meth:`to_arrays`)."""
-        if len(arrays) != 3:
-            raise ValueError(f"expected 3 arrays (means, counts, index), got {len(arrays)}")
-        means, counts, index = (np.asarray(a) for a in arrays)
-        return cls(means, counts, index)
-
-
-def client_rng(seed: int, client_id: int) -> np.random.Generator:
-    """The random generator of client ``client_id`` in a run seeded with ``seed``.
-
-    Parameters
-    ----------
-    seed : int
-        The run seed.
-    client_id : int
-        A stable client identifier (the partition id in simulation).
-
-    Returns
-    -------
-    numpy.random.Generator
-        ``default_rng([seed, client_id])``: independent streams per client, the same in
-        the pure loop and under Flower.
-    """
-    return np.random.default_rng([int(seed), int(client_id)])
-
-
-def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
-    keep = (part_counts >= p) & (counts >= p)
+def _filtered(means, part_counts, counts, index, privacy_threshold) -> LocalCentroids:
+    keep = (part_counts >= privacy_threshold) & (counts >= privacy_threshold)
     return LocalCentroids(
         np.ascontiguousarray(means[keep], dtype=np.float64),
         counts[keep].astype(np.int64),
@@ -103,7 +51,9 @@ def _filtered(means, part_counts, counts, index, p) -> LocalCentroids:
     )
 
 
-def _local_lloyd(X, C, index, p, local_iters, recount, labels=None) -> LocalCentroids:
+def _local_lloyd(
+    X, C, index, privacy_threshold, local_iters, recount, labels=None
+) -> LocalCentroids:
     part_counts = np.zeros(len(C), dtype=np.int64)
     for _ in range(local_iters):
         C, part_counts, _ = lloyd_step(X, C, labels)
@@ -111,9 +61,9 @@ def _local_lloyd(X, C, index, p, local_iters, recount, labels=None) -> LocalCent
     counts = part_counts
     if recount:
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
-        # are of the points nearest to the NEW means (spec 002 §2.5 item 3).
+        # are of the points nearest to the NEW means (Algorithm 1 line 17 as their code runs it).
         counts = np.bincount(assign_to_nearest(X, C)[0], minlength=len(C)).astype(np.int64)
-    return _filtered(C, part_counts, counts, index, p)
+    return _filtered(C, part_counts, counts, index, privacy_threshold)
 
 
 def fkm_client_init(
@@ -121,7 +71,7 @@ def fkm_client_init(
     k: int,
     rng: np.random.Generator,
     *,
-    p: int = 2,
+    privacy_threshold: int = 2,
     init: str = "private",
     local_iters: int = 1,
     recount: bool = False,
@@ -135,12 +85,12 @@ def fkm_client_init(
     k : int
         ``K_g``, the global number of clusters.
     rng : numpy.random.Generator
-        The client's generator (see :func:`client_rng`).
-    p : int, default 2
-        Privacy threshold: clusters with fewer than ``p`` points are withheld.
+        The client's generator (see :func:`~flwr_clustering.algorithms.lloyd.client_rng`).
+    privacy_threshold : int, default 2
+        Clusters with fewer than ``privacy_threshold`` points are withheld.
     init : {"private", "paper"}
         ``"private"`` (default) runs ``max(1, local_iters)`` Lloyd steps from the seeds
-        before uploading, so only means of ``>= p`` points leave the client.
+        before uploading, so only means of ``>= privacy_threshold`` points leave the client.
         ``"paper"`` uploads the k-means++ seeds themselves, as the paper's code does:
         **these are raw data rows**.
     local_iters : int, default 1
@@ -148,7 +98,7 @@ def fkm_client_init(
     recount : bool, default False
         Count points nearest to the new means (the paper's scikit-learn semantics)
         instead of the partition that produced them; in both cases a centroid is only
-        uploaded when the partition behind it has at least ``p`` points.
+        uploaded when the partition behind it has at least ``privacy_threshold`` points.
 
     Returns
     -------
@@ -168,15 +118,15 @@ def fkm_client_init(
     index = np.full(k_i, -1, dtype=np.int64)
     if init == "paper":
         counts = np.bincount(assign_to_nearest(X, seeds)[0], minlength=k_i).astype(np.int64)
-        return _filtered(seeds, counts, counts, index, p)
-    return _local_lloyd(X, seeds, index, p, max(1, local_iters), recount)
+        return _filtered(seeds, counts, counts, index, privacy_threshold)
+    return _local_lloyd(X, seeds, index, privacy_threshold, max(1, local_iters), recount)
 
 
 def fkm_client_update(
     X: np.ndarray,
     global_centroids: np.ndarray,
     *,
-    p: int = 2,
+    privacy_threshold: int = 2,
     local_iters: int = 1,
     recount: bool = False,
 ) -> LocalCentroids:
@@ -192,7 +142,7 @@ def fkm_client_update(
         The client's data.
     global_centroids : numpy.ndarray of shape (K, d)
         The broadcast ``C_g``.
-    p, local_iters, recount
+    privacy_threshold, local_iters, recount
         As in :func:`fkm_client_init` (``local_iters`` may be 0: then the upload is the
         surviving global centroids with their local counts, i.e. only evaluation).
 
@@ -210,62 +160,16 @@ def fkm_client_update(
     present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)
-        return _filtered(C[present], counts, counts, present, p)
+        return _filtered(C[present], counts, counts, present, privacy_threshold)
     # Dropping centroids that attract no point changes no row's nearest centroid (cdist
     # values are per pair, ties still go to the lowest index), so the first local step
     # reuses this assignment, renumbered, instead of computing the distances again.
     renumber = np.zeros(len(C), dtype=np.int64)
     renumber[present] = np.arange(len(present))
     return _local_lloyd(
-        X, C[present], present.astype(np.int64), p, local_iters, recount, renumber[labels]
+        X, C[present], present.astype(np.int64), privacy_threshold, local_iters, recount,
+        renumber[labels],
     )
-
-
-def check_local_centroids(
-    upload: LocalCentroids, *, n_features: int | None, p: int, k: int | None = None
-) -> LocalCentroids:
-    """Validate an upload received from a client (server side).
-
-    Parameters
-    ----------
-    upload : LocalCentroids
-        The payload.
-    n_features : int or None
-        Expected dimension (``None``: not known yet).
-    p : int
-        Privacy threshold every count must meet.
-    k : int, optional
-        Number of global centroids; ``index`` entries must be in ``[-1, k)``.
-
-    Returns
-    -------
-    LocalCentroids
-        The same upload with canonical dtypes.
-
-    Raises
-    ------
-    ValueError
-        Naming what is malformed: shapes, non-finite values, counts below ``p``.
-    """
-    means = np.asarray(upload.means, dtype=np.float64)
-    counts = np.asarray(upload.counts)
-    index = np.asarray(upload.index)
-    if means.ndim != 2:
-        raise ValueError(f"means must be 2-D (k_i, d), got shape {means.shape}")
-    if counts.shape != (len(means),) or index.shape != (len(means),):
-        raise ValueError(
-            f"counts {counts.shape} and index {index.shape} must have shape ({len(means)},) "
-            f"to match means {means.shape}"
-        )
-    if n_features is not None and len(means) and means.shape[1] != n_features:
-        raise ValueError(f"means have {means.shape[1]} features, expected {n_features}")
-    if not np.isfinite(means).all():
-        raise ValueError("means contain NaN or inf")
-    if len(counts) and (counts < max(p, 1)).any():
-        raise ValueError(f"a count is below the privacy threshold p={p}: {counts.min()}")
-    if k is not None and len(index) and ((index < -1) | (index >= k)).any():
-        raise ValueError(f"index values must lie in [-1, {k}), got {index.min()}..{index.max()}")
-    return LocalCentroids(means, counts.astype(np.int64), index.astype(np.int64))
 
 
 def fkm_server_aggregate(
@@ -296,7 +200,8 @@ def fkm_server_aggregate(
         centroids, re-seeded every round. ``"lloyd"`` is federated Lloyd: the new global
         centroid ``j`` is the count-weighted mean of the local centroids that grew from
         ``previous[j]`` (needs ``previous`` and the ``index`` of each upload); a global
-        centroid no client kept stays where it was. With ``p = 0`` and every client this
+        centroid no client kept stays where it was. With ``privacy_threshold = 0`` and every
+        client this
         is exactly one centralized Lloyd step.
     previous : numpy.ndarray of shape (k, d), optional
         ``C_g`` of the previous round (required by ``"lloyd"``).
@@ -308,7 +213,7 @@ def fkm_server_aggregate(
     numpy.ndarray of shape (k', d)
         The global centroids; ``k' = k`` unless only ``M <= k`` local centroids were
         received, in which case the ``M`` local centroids are returned unchanged
-        (spec 002 §2.5 item 4).
+        (an implementation choice; the paper leaves ``M <= K_g`` open, Algorithm 1 line 10).
 
     Raises
     ------
@@ -375,7 +280,7 @@ def run_fkm(
     seed: int = 0,
     max_rounds: int = 20,
     tol: float = 1e-6,
-    p: int = 2,
+    privacy_threshold: int = 2,
     local_iters: int = 1,
     init: str = "private",
     recount: bool = False,
@@ -394,13 +299,13 @@ def run_fkm(
         ``K_g``.
     seed : int, default 0
         Seeds the server generator ``default_rng(seed)`` and client ``i``'s generator
-        :func:`client_rng(seed, i) <client_rng>`.
+        :func:`client_rng(seed, i) <flwr_clustering.algorithms.lloyd.client_rng>`.
     max_rounds : int, default 20
         Number of aggregations ``R`` at most.
     tol : float, default 1e-6
         Stop when the Hungarian-matched shift of ``C_g`` falls to ``tol`` or below
         (``tol < 0`` disables the test).
-    p, local_iters, init, recount
+    privacy_threshold, local_iters, init, recount
         Client options (:func:`fkm_client_init`, :func:`fkm_client_update`).
     seeding, update, n_init
         Server options (:func:`fkm_server_aggregate`).
@@ -414,7 +319,9 @@ def run_fkm(
         Final and per-round global centroids.
     """
     server_rng = np.random.default_rng(seed)
-    client_opts = dict(p=p, local_iters=local_iters, recount=recount)
+    client_opts = dict(
+        privacy_threshold=privacy_threshold, local_iters=local_iters, recount=recount
+    )
     previous = None if initial_centroids is None else np.asarray(initial_centroids, float)
     if previous is None:
         uploads = [
@@ -448,7 +355,7 @@ class FKMOptions(Options):
     """Options of FKM (Garst & Reinders, Algorithm 1): run-config keys and message config."""
 
     k: int = option(16, minimum=1, help="number of global clusters K_g")
-    privacy_threshold: int = option(2, minimum=0, help="p: clusters of fewer points are "
+    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are "
                                     "never sent")
     local_iterations: int = option(0, auto=1, minimum=0, help="Lloyd steps per round on "
                                    "each client (0: the algorithm's default)")

@@ -1,4 +1,4 @@
-"""KDC: distributed clustering with a distributional (Isolation) kernel (spec 004).
+"""KDC: distributed clustering with a distributional (Isolation) kernel (Zhang et al., Sec. 4).
 
 Zhang, Xu, Gong, Ting & Zhu, *Distributed Clustering based on Distributional Kernel*. Sites
 send one uniform random subset ``B_l`` of their (min-max normalised) rows; the coordinator
@@ -9,13 +9,14 @@ its rows by the cluster whose distribution is most similar,
 ``argmax_i <Phi(x), Phi(P_{G_i})>``. One upload, one broadcast.
 
 The Isolation Kernel is our own implementation of the standard construction (Ting, Zhu &
-Zhou 2018; spec §3.1): ``t`` partitionings, each from ``psi`` distinct points of ``B``; a
-point's feature in partitioning ``i`` is the one-hot index of its nearest sampled point
-(aNNE, Voronoi cells) or, for iNNE, the same cell only if the point lies within that
-centre's radius (the Euclidean distance to its nearest other centre). ``IK(x, y)`` is the
-fraction of partitionings in which ``x`` and ``y`` share a cell.
+Zhou 2018, which the paper cites in Sec. 7 and does not restate): ``t`` partitionings,
+each from ``psi`` distinct points of ``B``; a point's feature in partitioning ``i`` is the
+one-hot index of its nearest sampled point (aNNE, Voronoi cells) or, for iNNE, the same cell
+only if the point lies within that centre's radius (the Euclidean distance to its nearest
+other centre). ``IK(x, y)`` is the fraction of partitionings in which ``x`` and ``y`` share
+a cell.
 
-Determinism and exact equivalence (spec §7, property (a)): every per-row computation here
+Determinism and exact equivalence (property (a), Sec. 5.1): every per-row computation here
 (distances by :func:`scipy.spatial.distance.cdist`, which computes each pair on its own,
 argmin, sparse row products) depends only on that row and the model, never on the other rows
 it is processed with, so the distributed labels equal the centralized ones bit for bit.
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..options import Options, option
-from .lloyd import check_data, seed_from
+from .lloyd import check_data, client_rng, seed_from
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -243,8 +244,9 @@ def kernel_mean_maps(F: sp.spmatrix, groups: Sequence[np.ndarray]) -> np.ndarray
 def assign_by_distribution(F: sp.spmatrix, maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Step 3: ``argmax_i <Phi(x), Phi(P_{G_i})>`` for every row (not nearest centre).
 
-    The un-normalised inner product (spec §3.2; dividing by ``t`` would not change the
-    argmax). Ties, including an all-zero iNNE row, go to the lowest cluster index.
+    The un-normalised inner product of Definition 3.1 and Framework 2 (Sec. 3-4; dividing
+    by ``t`` would not change the argmax). Ties, including an all-zero iNNE row, go to the
+    lowest cluster index.
 
     Returns
     -------
@@ -342,8 +344,8 @@ def kernel_kmeans(F: sp.spmatrix, k: int, rng: np.random.Generator | int, *,
     """Kernel k-means with the IK kernel on ``B``: Lloyd k-means on the explicit ``Phi(B)``.
 
     scikit-learn ``KMeans`` on the sparse features (IK has a finite feature map, so this
-    is kernel k-means exactly; spec §3.6). Returns the ``k`` clusters as index arrays (empty
-    clusters dropped with an error).
+    is kernel k-means exactly; the paper's ``A_dist``-κkm, Sec. 8.1). Returns the ``k``
+    clusters as index arrays (empty clusters dropped with an error).
     """
     import scipy.sparse as sp
     from sklearn.cluster import KMeans
@@ -502,7 +504,6 @@ class KDCResult:
 
 
 def _site_rng(seed: int, site: int) -> np.random.Generator:
-    from .fkm import client_rng
 
     return client_rng(seed, site)
 
@@ -570,7 +571,7 @@ def kdc_central(X: np.ndarray, B: np.ndarray, k: int, *, psi: int = 16, t: int =
     """Framework 1 (centralized) on all rows ``X`` with a given subset ``B`` (scaled).
 
     With the ``B``, scaling and seed of a :func:`run_kdc` run, the labels equal the sites'
-    labels concatenated (spec §7, property (a)).
+    labels concatenated (property (a), Sec. 5.1).
     """
     model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
                                           variant=variant, seed=seed, n_init=n_init)
@@ -579,8 +580,8 @@ def kdc_central(X: np.ndarray, B: np.ndarray, k: int, *, psi: int = 16, t: int =
 
 
 # ------------------------------------------------------------ parameter choice
-#: Default search grids of :func:`select_parameters` (the group's ψ grid, spec §3.8,
-#: trimmed; τ in steps of 0.05).
+#: Default search grids of :func:`select_parameters` (the paper gives no ψ or τ,
+#: Sec. 7; the group's ψ grid, trimmed; τ in steps of 0.05).
 PSI_GRID = (4, 8, 16, 32, 64)
 TAU_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
@@ -669,7 +670,7 @@ def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "an
 def coreset_kmeans(data: Sequence[np.ndarray], k: int, *, size: int = 1000,
                    seed: int = 0, max_iter: int = 100) -> tuple[np.ndarray, list[np.ndarray],
                                                                   dict]:
-    """Coreset-based distributed k-means (Balcan, Ehrlich & Liang 2013; spec §4 item 1).
+    """Coreset-based distributed k-means (Balcan, Ehrlich & Liang 2013; Sec. 8.1).
 
     Round 1: every site runs local k-means (k-means++, one start) and shares its cost.
     Round 2: site ``i`` draws ``t_i = size cost_i / sum cost`` rows with probability

@@ -1,6 +1,6 @@
 """k-FED: one-shot federated clustering of Dennis, Li & Smith (ICML 2021).
 
-The baseline of Garst & Reinders (spec ``002-fkm.md`` §3.2). Every client runs the
+The baseline of Garst & Reinders (Sec. 3) and Xu et al. (Sec. 6). Every client runs the
 Awasthi-Sheffet local step (projection on the top ``k'`` right singular vectors,
 k-means++ seeding, 1:3 distance pruning, Lloyd to convergence) and uploads its ``k'``
 local centres once; the server seeds ``K`` centres max-from-set starting from the first
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..options import Options, option
-from .fkm import LocalCentroids, client_rng
-from .lloyd import assign_to_nearest, check_data, seed_from
+from .lloyd import assign_to_nearest, check_data, client_rng, seed_from
+from .local_centroids import LocalCentroids
 
 __all__ = ["awasthi_sheffet", "kfed_client", "kfed_server", "max_from_set_seeds", "run_kfed"]
 
@@ -69,7 +69,7 @@ def awasthi_sheffet(
 
 
 def kfed_client(
-    X: np.ndarray, k_local: int, rng: np.random.Generator, *, p: int = 2
+    X: np.ndarray, k_local: int, rng: np.random.Generator, *, privacy_threshold: int = 2
 ) -> LocalCentroids:
     """The k-FED client step: Awasthi-Sheffet, then the privacy filter.
 
@@ -81,9 +81,10 @@ def kfed_client(
         ``k'`` (the paper's untuned setting uses ``k' = K``).
     rng : numpy.random.Generator
         The client's generator.
-    p : int, default 2
-        Centres with fewer than ``p`` local points are withheld. The original k-FED has
-        no such filter and uploads raw rows when ``n <= k'``; ``p = 1`` restores that.
+    privacy_threshold : int, default 2
+        Centres with fewer local points are withheld. The original k-FED has no such
+        filter and uploads raw rows when ``n <= k'``; ``privacy_threshold = 1`` restores
+        that.
 
     Returns
     -------
@@ -92,7 +93,7 @@ def kfed_client(
     """
     X = check_data(X)
     centres, counts = awasthi_sheffet(X, k_local, rng)
-    keep = counts >= p
+    keep = counts >= privacy_threshold
     return LocalCentroids(centres[keep], counts[keep], np.full(int(keep.sum()), -1, np.int64))
 
 
@@ -154,7 +155,12 @@ def kfed_server(uploads: Sequence[LocalCentroids], k: int) -> np.ndarray:
 
 
 def run_kfed(
-    clients: Sequence[np.ndarray], k: int, k_local: int | None = None, *, seed: int = 0, p: int = 2
+    clients: Sequence[np.ndarray],
+    k: int,
+    k_local: int | None = None,
+    *,
+    seed: int = 0,
+    privacy_threshold: int = 2,
 ) -> np.ndarray:
     """Run k-FED on in-memory client arrays (the reference loop for the Flower strategy).
 
@@ -167,9 +173,9 @@ def run_kfed(
     k_local : int, optional
         ``k'``; defaults to ``k`` (the untuned setting of the paper).
     seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
-    p : int, default 2
-        Privacy threshold.
+        Client ``i`` uses :func:`~flwr_clustering.algorithms.lloyd.client_rng(seed, i)`.
+    privacy_threshold : int, default 2
+        As in :func:`kfed_client`.
 
     Returns
     -------
@@ -184,7 +190,10 @@ def run_kfed(
     k_local = k if k_local is None else k_local
     if k_local * len(clients) < k:
         raise ValueError(f"k-FED needs k' * clients >= k, got {k_local} * {len(clients)} < {k}")
-    uploads = [kfed_client(X, k_local, client_rng(seed, i), p=p) for i, X in enumerate(clients)]
+    uploads = [
+        kfed_client(X, k_local, client_rng(seed, i), privacy_threshold=privacy_threshold)
+        for i, X in enumerate(clients)
+    ]
     return kfed_server(uploads, k)
 
 

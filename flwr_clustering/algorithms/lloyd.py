@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "assign_to_nearest",
     "check_data",
+    "client_rng",
     "cluster_sums",
     "local_kmeans",
     "lloyd_step",
@@ -42,6 +43,25 @@ def seed_from(rng: np.random.Generator) -> int:
         A seed in ``[0, 2**31 - 1)``.
     """
     return int(rng.integers(0, 2**31 - 1))
+
+
+def client_rng(seed: int, client_id: int) -> np.random.Generator:
+    """The random generator of client ``client_id`` in a run seeded with ``seed``.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed.
+    client_id : int
+        A stable client identifier (the partition id in simulation).
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``default_rng([seed, client_id])``: independent streams per client, the same in
+        the pure loop and under Flower.
+    """
+    return np.random.default_rng([int(seed), int(client_id)])
 
 
 def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None) -> np.ndarray:
@@ -237,7 +257,8 @@ def matched_shift(C_old: np.ndarray | None, C_new: np.ndarray) -> float:
     """Largest centroid displacement after Hungarian matching of two centroid sets.
 
     Used as the convergence test of algorithms whose server re-clusters from scratch
-    every round, so that cluster indices are not stable (spec 002 §2.5 item 6).
+    every round, so that cluster indices are not stable (FKM, Garst & Reinders' Algorithm 1
+    line 10).
 
     Parameters
     ----------
@@ -297,7 +318,7 @@ def weighted_kmeans(
         ``"weighted"`` is scikit-learn >= 1.3: the k-means++ seeding uses the weights.
         ``"unweighted"`` emulates scikit-learn < 1.3, which the paper used: ``n_init``
         unweighted k-means++ seedings, each refined by weighted Lloyd, keeping the run of
-        lowest weighted inertia (spec 002 §2.5 item 5).
+        lowest weighted inertia (Garst & Reinders, Sec. 3, Fig. 4).
     n_init, max_iter, tol
         As in :class:`sklearn.cluster.KMeans`.
 
@@ -341,7 +362,8 @@ def local_kmeans(
 
     scikit-learn's ``KMeans(n_clusters=min(k, n), init=init, n_init=n_init,
     random_state=seed_from(rng))``. One start is the default because the FeCA paper's
-    argument relies on Lloyd returning local optima (spec 001 §2.2, A4).
+    argument relies on Lloyd returning local optima (Xu et al., Sec. 3.1; the paper gives no
+    Lloyd settings).
 
     Parameters
     ----------
@@ -349,7 +371,7 @@ def local_kmeans(
         The client's data, ``n >= 1``.
     k : int
         Number of clusters, ``k >= 1``. A client with fewer than ``k`` points gets
-        ``k_eff = n`` clusters (spec 001 A5); callers that need exactly ``k`` centroids
+        ``k_eff = n`` clusters (an implementation choice); callers that need exactly ``k`` centroids
         (M-Avg) must check ``n >= k`` themselves (see :func:`mavg_client`).
     rng : numpy.random.Generator
         The client's generator; it advances by one draw (the scikit-learn seed).

@@ -1,63 +1,66 @@
-"""Clustering across partially overlapping feature spaces (Maritan & Schenato; spec 000).
+"""Shared primitives for clustering across overlapping feature spaces (Maritan & Schenato).
 
 Every client observes its own subset of the ``d`` global features (a boolean mask); its
 rows are full ``d``-vectors with NaN on the features it does not observe. The server knows
 each client's mask, never its rows.
 
-Building blocks (spec §2), all plain NumPy/SciPy:
+This module holds what both of the paper's algorithms use (Sec. 3-5), all plain
+NumPy/SciPy:
 
 - centroids travel as per-coordinate sufficient statistics :class:`MaskedStats` (sum and
   count of the observed values per cluster and feature), so the typo-fixed mask-aware merge
   (Eq. 4) is an addition and reproduces the optimal mask-aware centroid (Eq. 1) exactly;
+- the clients' local clustering on their observed features (k-means or k-medoids, ``K_i``
+  fixed or chosen by silhouette; Algorithm 1 lines 1-2, Algorithm 2 line 2);
 - :func:`bounding_box` and :func:`rescaled_distances` implement Eqs. 2-3: distances in the
   shared subspace, rescaled by the diagonal of the reference set's bounding box in that
   subspace; disjoint masks give NaN ("invalid"), never 0;
-- :func:`method_a` (greedy constrained merging, Assumption 1) and :func:`method_b`
-  (farthest-first seeding + mask-aware k-means, Assumptions 2-3) group the clients' local
-  centroids into ``K`` global centroids.
+- :func:`masked_squared_distances`: a client's rows against global centroids on its own
+  features (compatibility check, labels, evaluation);
+- the paper's evaluation (Sec. 6): the optimal mask-aware centroids of Eq. 1
+  (:func:`mask_aware_means`), aggregation correctness (E1/E4), centroid agreement (E3) and
+  the satisfaction rate of Assumption 8 (Table 1). Simulation only: they need true labels
+  or complete rows.
+
+The algorithms themselves live in :mod:`~flwr_clustering.algorithms.masked_federated`
+(Algorithm 1, Methods A and B) and :mod:`~flwr_clustering.algorithms.masked_oneshot`
+(Algorithm 2, Gaussian proxies and force agglomeration).
 
 No Flower import (layer 1).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..options import Options, option
+from .kmedoids import local_kmedoids
 
 __all__ = [
+    "LOCAL_ALGORITHMS",
+    "MIN_SILHOUETTE",
     "MaskedStats",
+    "aggregation_correctness",
+    "assumption8_rate",
     "bounding_box",
-    "client_mask",
+    "centroid_agreement",
     "choose_local_clusters",
     "client_local_clusters",
+    "client_mask",
     "cluster_stats",
+    "k_local_per_client",
     "local_clustering",
-    "local_kmedoids",
     "local_kmeans_masked",
     "mask_aware_means",
-    "masked_client_update",
     "masked_squared_distances",
+    "partial_squared_distances",
     "pooled_masked_squared_distances",
-    "merge_groups",
-    "masked_server_update",
-    "method_a",
-    "method_b",
     "rescaled_distances",
-    "run_masked_federated",
-    "run_masked_oneshot",
-    "fit_gaussians",
-    "cluster_overlap",
-    "force_agglomeration",
-    "force_sums",
-    "proxy_clusters",
-    "GaussianUpload",
-    "MaskedFederatedResult",
-    "MaskedOneShotResult",
 ]
+
 
 #: Floor of a bounding-box diagonal (a constant feature would otherwise divide by 0).
 EPS = 1e-12
@@ -226,89 +229,13 @@ def local_kmeans_masked(
     return labels, cluster_stats(X, labels, k)
 
 
-#: Local clustering algorithms a client may run (spec §1, §3.1 item 3).
+#: Local clustering algorithms a client may run (Sec. 4.1.1: any algorithm, centroids or medoids).
 LOCAL_ALGORITHMS = ("kmeans", "kmedoids")
+
 
 #: Best silhouette below which a client keeps a single local cluster (Kaufman & Rousseeuw:
 #: below 0.25 "no substantial structure"); silhouette itself cannot score K_i = 1.
 MIN_SILHOUETTE = 0.25
-
-
-def local_kmedoids(
-    Xo: np.ndarray, k: int, rng: np.random.Generator, *, init: np.ndarray | None = None,
-    n_init: int = 1, max_iter: int = 300,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Alternating k-medoids (Park & Jun's Voronoi iteration) with Euclidean distance.
-
-    Each start is seeded with scikit-learn's ``kmeans_plusplus`` (whose centres are data
-    points) or, with ``init``, with the rows closest to the given centroids (spec §3.1
-    item 3); then points go to their nearest medoid and each medoid moves to the point of
-    its cluster with the smallest total distance, until nothing changes. Of ``n_init``
-    starts the lowest total distance wins. **Medoids are real rows**: a client that uploads
-    them shares raw data points.
-
-    Parameters
-    ----------
-    Xo : numpy.ndarray of shape (n, d_i)
-        The client's observed columns (no NaN).
-    k : int
-        Number of clusters (``min(k, n)`` are used).
-    rng : numpy.random.Generator
-        One draw per start seeds ``kmeans_plusplus``.
-    init : numpy.ndarray of shape (k, d_i), optional
-        Warm start: the nearest row to each centroid (distinct rows).
-    n_init : int, default 1
-        Starts (ignored with ``init``).
-    max_iter : int, default 300
-        Medoid updates per start.
-
-    Returns
-    -------
-    medoids : numpy.ndarray of shape (k_eff,), int64
-        Row index of every medoid.
-    labels : numpy.ndarray of shape (n,), int64
-        Nearest medoid of every row.
-    """
-    from scipy.spatial.distance import cdist
-    from sklearn.cluster import kmeans_plusplus
-
-    from .lloyd import check_data, seed_from
-
-    Xo = check_data(Xo)
-    n = len(Xo)
-    if n == 0 or k < 1:
-        raise ValueError(f"k-medoids needs n >= 1 and k >= 1, got n={n}, k={k}")
-    best: tuple[float, np.ndarray, np.ndarray] | None = None
-    starts = 1 if init is not None else max(1, int(n_init))
-    for _ in range(starts):
-        if init is not None:
-            D0 = cdist(np.asarray(init, dtype=np.float64), Xo)
-            medoids = []
-            for row in D0:  # nearest row not taken yet (medoids must be distinct)
-                order = np.argsort(row, kind="stable")
-                medoids.append(int(next(j for j in order if j not in medoids)))
-            medoids = np.array(medoids[:n], dtype=np.int64)
-        else:
-            _, medoids = kmeans_plusplus(Xo, min(k, n), random_state=seed_from(rng))
-            medoids = np.asarray(medoids, dtype=np.int64)
-        for _ in range(max(1, int(max_iter))):
-            labels = np.argmin(cdist(Xo, Xo[medoids]), axis=1)
-            new = medoids.copy()
-            for a in range(len(medoids)):
-                members = np.flatnonzero(labels == a)
-                if len(members):
-                    within = cdist(Xo[members], Xo[members]).sum(axis=1)
-                    new[a] = members[int(np.argmin(within))]
-            if np.array_equal(new, medoids):
-                break
-            medoids = new
-        D = cdist(Xo, Xo[medoids])
-        labels = np.argmin(D, axis=1)
-        cost = float(D[np.arange(n), labels].sum())
-        if best is None or cost < best[0]:
-            best = (cost, medoids, labels.astype(np.int64))
-    assert best is not None
-    return best[1], best[2]
 
 
 def local_clustering(
@@ -360,7 +287,7 @@ def choose_local_clusters(
     X: np.ndarray, k_max: int, rng: np.random.Generator, *, algorithm: str = "kmeans",
     n_init: int = 10, min_silhouette: float = MIN_SILHOUETTE, sample_size: int = 2000,
 ) -> tuple[np.ndarray, MaskedStats]:
-    """Pick ``K_i <= k_max`` by the silhouette score and return that clustering (spec §3.1).
+    """Pick ``K_i <= k_max`` by the silhouette score and return that clustering (Sec. 4.1.1).
 
     Clusters the observed columns for every ``K_i`` in ``2..min(k_max, n - 1)`` (in that
     order, one generator) and keeps the best mean silhouette (scikit-learn, Euclidean; on a
@@ -517,217 +444,24 @@ def rescaled_distances(
     return out
 
 
-def _nan_argmin(D: np.ndarray) -> tuple[int, ...] | None:
-    """Index of the smallest non-NaN, finite entry (lowest flat index on ties), or None."""
-    W = np.where(np.isfinite(D), D, np.inf)
-    if not np.isfinite(W).any():
-        return None
-    return np.unravel_index(int(np.argmin(W)), D.shape)
-
-
-def _constrained_agglomeration(
-    stats: MaskedStats, owners: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray
-) -> tuple[MaskedStats, list[list[int]]]:
-    """Method A when no participant has ``k`` local centroids (spec §3.2 ambiguity).
-
-    Every local centroid starts as its own group; the closest pair of groups (rescaled
-    distance between their merged centroids, over shared features) that share no
-    participant merges, until ``k`` groups remain. With one participant holding ``k``
-    centroids this reduces to seeding with them; it also covers clients that each hold
-    only some clusters (the paper's DIM runs, ``K_i < K``).
-    """
-    sums, counts = stats.sums.copy(), stats.counts.copy()
-    groups = [[z] for z in range(len(stats))]
-    parts = [{int(owners[z])} for z in range(len(stats))]
-    while len(groups) > k:
-        cur = MaskedStats(sums, counts)
-        D = rescaled_distances(cur.means, cur.masks, cur.means, cur.masks, lo, hi)
-        np.fill_diagonal(D, np.nan)
-        for r in range(len(groups)):
-            for q in range(len(groups)):
-                if parts[r] & parts[q]:
-                    D[r, q] = np.nan
-        pick = _nan_argmin(D)
-        if pick is None:
-            raise ValueError(
-                f"method A stalled at {len(groups)} groups (k={k}): no two groups share a "
-                "feature and no participant"
-            )
-        r, q = sorted(int(v) for v in pick)
-        sums[r] += sums[q]
-        counts[r] += counts[q]
-        groups[r] += groups.pop(q)
-        parts[r] |= parts.pop(q)
-        sums, counts = np.delete(sums, q, axis=0), np.delete(counts, q, axis=0)
-    return MaskedStats(sums, counts), [sorted(g) for g in groups]
-
-
-def method_a(
-    stats: MaskedStats, owners: np.ndarray, k: int, *, seed_owner: int | None = None
-) -> tuple[MaskedStats, list[list[int]]]:
-    """Method A: greedy constrained merging of local centroids (spec §3.2).
-
-    Seeds ``k`` groups with the centroids of one participant that has exactly ``k`` (the
-    one with the most points, ties: lowest id, unless ``seed_owner``), then repeatedly
-    merges the globally closest (remaining local centroid, group) pair under the rescaled
-    distance (reference set: all local centroids), never putting two centroids of one
-    participant in one group. Groups merge by adding sufficient statistics (Eq. 4), so the
-    global centroid carries per-coordinate counts and the union mask.
-
-    Parameters
-    ----------
-    stats : MaskedStats
-        All local centroids (concatenated over clients).
-    owners : numpy.ndarray of shape (len(stats),)
-        Participant of every local centroid.
-    k : int
-        Number of global centroids.
-    seed_owner : int, optional
-        Participant whose centroids seed the groups (must have exactly ``k``).
-
-    Returns
-    -------
-    global_stats : MaskedStats
-        ``k`` merged centroids.
-    groups : list of list of int
-        Indices of the local centroids in each group.
-
-    When no participant has exactly ``k`` local centroids (the paper's DIM runs), the
-    grouping is a constrained agglomeration instead: the closest pair of groups that share
-    no participant merges until ``k`` groups remain (a documented fallback; the paper only
-    says to seed with centroids that "should not be merged").
-
-    Raises
-    ------
-    ValueError
-        If ``seed_owner`` does not have ``k`` centroids, or the merging stalls on disjoint
-        masks.
-    """
-    owners = np.asarray(owners, dtype=np.int64)
-    ids, per_owner = np.unique(owners, return_counts=True)
-    lo, hi = bounding_box(stats.means)
-    if seed_owner is None:
-        full = ids[per_owner == k]
-        if not len(full):
-            return _constrained_agglomeration(stats, owners, k, lo, hi)
-        size = {int(i): float(stats.take(np.flatnonzero(owners == i)).sizes.sum()) for i in full}
-        seed_owner = max(full.tolist(), key=lambda i: (size[i], -i))
-    seeds = np.flatnonzero(owners == seed_owner)
-    if len(seeds) != k:
-        raise ValueError(f"participant {seed_owner} has {len(seeds)} local centroids, not k={k}")
-    groups = [[int(z)] for z in seeds]
-    g_sums, g_counts = stats.sums[seeds].copy(), stats.counts[seeds].copy()
-    members = [{int(seed_owner)} for _ in range(k)]
-    remaining = [int(z) for z in range(len(stats)) if owners[z] != seed_owner]
-    means, masks = stats.means, stats.masks
-    while remaining:
-        g_means = MaskedStats(g_sums, g_counts).means
-        D = rescaled_distances(means[remaining], masks[remaining], g_means, g_counts > 0, lo, hi)
-        for row, z in enumerate(remaining):
-            for g in range(k):
-                if owners[z] in members[g]:
-                    D[row, g] = np.inf
-        pick = _nan_argmin(D)
-        if pick is None:
-            raise ValueError(
-                f"method A stalled: local centroids {remaining} share no feature with any "
-                "group they may join (disjoint masks or the one-per-participant constraint)"
-            )
-        row, g = pick
-        z = remaining.pop(int(row))
-        groups[g].append(z)
-        members[g].add(int(owners[z]))
-        g_sums[g] += stats.sums[z]
-        g_counts[g] += stats.counts[z]
-    return MaskedStats(g_sums, g_counts), groups
-
-
-def method_b(
-    stats: MaskedStats, k: int, *, max_iter: int = 100
-) -> tuple[MaskedStats, list[list[int]]]:
-    """Method B: farthest-first seeding, then mask-aware k-means of local centroids (§3.3).
-
-    Seeds: the farthest valid pair, then max-min additions (ties: lowest index). Then
-    assign every local centroid to the nearest global centroid (rescaled distance, +inf
-    when disjoint) and merge each cluster by sufficient statistics, until the assignment
-    stops changing or ``max_iter``; an empty cluster keeps its previous centroid.
-
-    Parameters
-    ----------
-    stats : MaskedStats
-        All local centroids.
-    k : int
-        Number of global centroids (``2 <= k <= len(stats)``).
-    max_iter : int, default 100
-        Assignment iterations at most.
-
-    Returns
-    -------
-    global_stats : MaskedStats
-        ``k`` merged centroids.
-    groups : list of list of int
-        Indices of the local centroids in each group.
-    """
-    n = len(stats)
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}] (the number of local centroids), got {k}")
-    means, masks = stats.means, stats.masks
-    lo, hi = bounding_box(means)
-    D = rescaled_distances(means, masks, means, masks, lo, hi)
-    np.fill_diagonal(D, np.nan)
-    valid = np.where(np.isnan(D), -np.inf, D)
-    if k == 1:
-        Z = [0]
-    else:
-        a, b = np.unravel_index(int(np.argmax(valid)), valid.shape)
-        Z = sorted([int(a), int(b)])
-        while len(Z) < k:
-            min_d = np.where(np.isnan(D[:, Z]), np.inf, D[:, Z]).min(axis=1)
-            min_d[Z] = -np.inf
-            min_d[np.isposinf(min_d)] = -np.inf  # no valid distance to Z: never picked
-            Z.append(int(np.argmax(min_d)))
-    g_sums, g_counts = stats.sums[Z].copy(), stats.counts[Z].copy()
-    assign = None
-    for _ in range(max_iter):
-        g_means = MaskedStats(g_sums, g_counts).means
-        Dg = rescaled_distances(means, masks, g_means, g_counts > 0, lo, hi)
-        new = np.argmin(np.where(np.isnan(Dg), np.inf, Dg), axis=1)
-        if assign is not None and np.array_equal(new, assign):
-            break
-        assign = new
-        for g in range(k):
-            rows = assign == g
-            if rows.any():
-                g_sums[g] = stats.sums[rows].sum(axis=0)
-                g_counts[g] = stats.counts[rows].sum(axis=0)
-    groups = [np.flatnonzero(assign == g).tolist() for g in range(k)]
-    return MaskedStats(g_sums, g_counts), groups
-
-
-# ------------------------------------------------------------ Algorithm 1 (federated)
-
-
-def _fill_projection(G: np.ndarray, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Global centroids on the client's observed columns, NaN filled by the column mean.
-
-    A global centroid whose members never observed one of the client's features has no
-    value there; the client's own mean of that feature is the neutral stand-in (documented
-    choice, the paper assumes it does not happen).
-    """
-    P = np.asarray(G, dtype=np.float64)[:, mask].copy()
-    col_mean = np.nanmean(np.asarray(X, dtype=np.float64)[:, mask], axis=0)
-    holes = np.isnan(P)
-    P[holes] = np.broadcast_to(col_mean, P.shape)[holes]
-    return P
-
-
-def _partial_sqdist(A: np.ndarray, P: np.ndarray) -> np.ndarray:
+def partial_squared_distances(A: np.ndarray, P: np.ndarray) -> np.ndarray:
     """Squared distances of NaN-free rows ``A`` to centroids ``P`` that may hold NaN.
 
     A fully defined centroid gets the plain squared Euclidean distance. A centroid defined
     on only ``q`` of the ``d_i`` coordinates gets the distance over those, scaled by
     ``d_i / q`` (the same mean squared difference per coordinate), and one defined nowhere
     gets ``inf``: an undefined coordinate never makes a centroid look close.
+
+    Parameters
+    ----------
+    A : numpy.ndarray of shape (n, d_i)
+        Rows on a client's observed features (no NaN).
+    P : numpy.ndarray of shape (K, d_i)
+        Centroids on the same features, NaN where a centroid has no value.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, K)
     """
     from scipy.spatial.distance import cdist
 
@@ -747,8 +481,8 @@ def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
 
     A centroid with no value on some of those features (no contributor observed them; the
     paper assumes this away) is measured on the features it has, rescaled to the client's
-    dimension, and is never closest if it has none (:func:`_partial_sqdist`). Used for the
-    compatibility check, the final labels and the federated evaluation.
+    dimension, and is never closest if it has none (:func:`partial_squared_distances`).
+    Used for the compatibility check, the final labels and the federated evaluation.
 
     Parameters
     ----------
@@ -763,7 +497,7 @@ def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     """
     mask = client_mask(X)
     X = np.asarray(X, dtype=np.float64)
-    return _partial_sqdist(X[:, mask], np.asarray(G, dtype=np.float64)[:, mask])
+    return partial_squared_distances(X[:, mask], np.asarray(G, dtype=np.float64)[:, mask])
 
 
 def pooled_masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
@@ -782,116 +516,12 @@ def pooled_masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     return out
 
 
-def masked_client_update(
-    X: np.ndarray,
-    G: np.ndarray,
-    *,
-    local_iterations: int = 10,
-    min_points: int | None = None,
-    privacy_threshold: int = 2,
-    algorithm: str = "kmeans",
-) -> MaskedStats:
-    """One federated round of Algorithm 1 on a client (lines 14-18, spec §3.1).
+def k_local_per_client(k_local: int | Sequence[int | None] | None, n: int) -> list[int | None]:
+    """Broadcast ``k_local`` (None, an int, or one value per client) to ``n`` clients.
 
-    Keeps the global centroids compatible with the local data (those that attract at least
-    ``min_points`` local points, default ``max(2, ceil(0.02 n))``), runs k-means warm-started
-    at them on the observed columns for ``local_iterations`` steps, aligns the updated local
-    centroids to **all** ``K`` projected global centroids by the Hungarian method and
-    returns ``K`` aligned rows: unmatched global indices (and local clusters of fewer than
-    ``privacy_threshold`` points) get zero counts.
-
-    Parameters
-    ----------
-    X : numpy.ndarray of shape (n, d)
-        The client's rows, NaN on unobserved features.
-    G : numpy.ndarray of shape (K, d)
-        Global centroids (NaN where a centroid has no value).
-    local_iterations : int, default 10
-        ``I_F``, k-means iterations of the warm start.
-    min_points : int, optional
-        Compatibility threshold.
-    privacy_threshold : int, default 2
-        Aligned centroids of fewer points are withheld (count 0).
-    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
-        Local algorithm; k-medoids starts from the rows closest to the compatible
-        centroids and uploads medoids (real rows).
-
-    Returns
-    -------
-    MaskedStats
-        ``K`` rows aligned to ``G``.
+    The run loops of both algorithms take ``K_i`` for all clients or per client; ``None``
+    means "choose by silhouette" (:func:`client_local_clusters`).
     """
-    from scipy.optimize import linear_sum_assignment
-
-    X = np.asarray(X, dtype=np.float64)
-    mask = client_mask(X)
-    Xo = X[:, mask]
-    K = len(G)
-    P = _fill_projection(G, X, mask)
-    nearest = np.argmin(masked_squared_distances(X, G), axis=1)
-    attracted = np.bincount(nearest, minlength=K)
-    threshold = max(2, int(np.ceil(0.02 * len(Xo)))) if min_points is None else int(min_points)
-    compatible = np.flatnonzero(attracted >= threshold)
-    if not len(compatible):
-        compatible = np.array([int(np.argmax(attracted))])
-    warm = np.array(G[compatible], dtype=np.float64)
-    warm[:, mask] = P[compatible]
-    # A warm start draws no randomness: the generator only satisfies the signature.
-    _, local = local_clustering(X, len(compatible), np.random.default_rng(0), init=warm,
-                                max_iter=max(1, int(local_iterations)), algorithm=algorithm)
-    # Alignment cost: the same partial distance, from every local centroid to all K
-    # projected global centroids (inf -> a finite cost above every finite one).
-    cost = np.sqrt(_partial_sqdist(np.nan_to_num(local.means[:, mask]),
-                                   np.asarray(G, dtype=np.float64)[:, mask]).T)
-    finite = np.isfinite(cost)
-    cost[~finite] = (cost[finite].max() + 1.0) * 10 if finite.any() else 1.0
-    rows, cols = linear_sum_assignment(cost)
-    sums = np.zeros((K, X.shape[1]))
-    counts = np.zeros((K, X.shape[1]))
-    keep = local.sizes[cols] >= max(privacy_threshold, 1)
-    sums[rows[keep]] = local.sums[cols[keep]]
-    counts[rows[keep]] = local.counts[cols[keep]]
-    return MaskedStats(sums, counts)
-
-
-def masked_server_update(
-    G: np.ndarray, uploads: Sequence[MaskedStats], alpha: float = 0.8
-) -> np.ndarray:
-    """The server update of Algorithm 1: ``G <- (1 - alpha) G + alpha merge(aligned)``.
-
-    Coordinates that no contributor observes keep their old value (a no-op there); a
-    coordinate that was NaN takes the merged value.
-
-    Parameters
-    ----------
-    G : numpy.ndarray of shape (K, d)
-        Current global centroids.
-    uploads : sequence of MaskedStats
-        Every client's ``K`` aligned rows.
-    alpha : float, default 0.8
-        Step size in ``(0, 1]``.
-
-    Returns
-    -------
-    numpy.ndarray of shape (K, d)
-        The new global centroids.
-    """
-    if not 0.0 < alpha <= 1.0:
-        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    total = MaskedStats(sum(u.sums for u in uploads), sum(u.counts for u in uploads))
-    merged = total.means
-    G = np.asarray(G, dtype=np.float64)
-    out = G.copy()
-    have = ~np.isnan(merged)
-    blend = have & ~np.isnan(G)
-    out[blend] = (1.0 - alpha) * G[blend] + alpha * merged[blend]
-    fresh = have & np.isnan(G)
-    out[fresh] = merged[fresh]
-    return out
-
-
-def _per_client(k_local: int | Sequence[int | None] | None, n: int) -> list[int | None]:
-    """Broadcast ``k_local`` (None, an int, or one value per client) to ``n`` clients."""
     if k_local is None or np.isscalar(k_local):
         return [None if k_local is None else int(k_local)] * n
     ks = [None if v is None else int(v) for v in k_local]
@@ -900,502 +530,141 @@ def _per_client(k_local: int | Sequence[int | None] | None, n: int) -> list[int 
     return ks
 
 
-@dataclass
-class MaskedFederatedResult:
-    """Outcome of :func:`run_masked_federated`.
-
-    Attributes
-    ----------
-    centroids : numpy.ndarray of shape (K, d)
-        Final global centroids.
-    history : list of numpy.ndarray
-        Global centroids after the initialisation (index 0) and after every round.
-    groups : list of list of int
-        The initial grouping of the local centroids (Method A or B).
-    owners : numpy.ndarray
-        Client of every uploaded local centroid (the indices of ``groups``).
-    local_labels : list of numpy.ndarray
-        Per client: the initial local cluster of every row (kept on the client in Flower).
-    uploaded : list of numpy.ndarray
-        Per client: which of its initial local clusters were uploaded (privacy threshold).
-    """
-
-    centroids: np.ndarray
-    history: list[np.ndarray]
-    groups: list[list[int]]
-    owners: np.ndarray | None = None
-    local_labels: list[np.ndarray] | None = None
-    uploaded: list[np.ndarray] | None = None
+# ------------------------------------------------ evaluation of Sec. 6 (simulation only)
 
 
-def run_masked_federated(
-    clients: Sequence[np.ndarray],
-    k: int,
-    *,
-    method: str = "B",
-    alpha: float = 0.8,
-    rounds: int = 3,
-    k_local: int | Sequence[int | None] | None = None,
-    seed: int = 0,
-    local_iterations: int = 10,
-    privacy_threshold: int = 2,
-    n_init: int = 10,
-    algorithm: str = "kmeans",
-) -> MaskedFederatedResult:
-    """Algorithm 1 on in-memory client arrays (the reference loop for the Flower strategy).
+def aggregation_correctness(groups: Sequence[Sequence[int]], classes: np.ndarray) -> float:
+    """E1 / E4 of Maritan & Schenato: how correctly local clusters were grouped.
+
+    Each local cluster carries the majority true class of its points (``classes``); groups
+    are matched to classes by the Hungarian method on the group x class counts; the result
+    is the fraction of local clusters placed in the group matched to their class (an
+    implementation choice: Sec. 6.2 defines E1 without a formula).
 
     Parameters
     ----------
-    clients : sequence of numpy.ndarray
-        Client rows in client-id order, NaN on unobserved features.
-    k : int
-        Number of global clusters.
-    method : {"A", "B"}, default "B"
-        Initial meta-clustering (Assumption 1 or Assumptions 2-3; B is the paper's fallback).
-    alpha : float, default 0.8
-        Step size of the federated update.
-    rounds : int, default 3
-        ``F``, federated rounds after the initialisation.
-    k_local : int or sequence of int, optional
-        Local clusters at initialisation, for all clients or per client; ``None`` (the
-        default) lets every client choose ``K_i <= k`` by silhouette
-        (:func:`choose_local_clusters`).
-    seed : int, default 0
-        Client ``i`` uses :func:`~flwr_clustering.algorithms.fkm.client_rng(seed, i)`.
-    local_iterations, privacy_threshold
-        See :func:`masked_client_update`.
-    n_init : int, default 10
-        Restarts of the initial local clustering.
-    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
-        Local algorithm (k-medoids uploads real rows).
-
-    Returns
-    -------
-    MaskedFederatedResult
-        Final centroids, history and the initial grouping.
-    """
-    from .fkm import client_rng
-
-    if method not in ("A", "B"):
-        raise ValueError(f"method must be 'A' or 'B', got {method!r}")
-    ks = _per_client(k_local, len(clients))
-    uploads, owners, local_labels, uploaded = [], [], [], []
-    for i, X in enumerate(clients):
-        labels, stats = client_local_clusters(X, ks[i], k, client_rng(seed, i),
-                                              algorithm=algorithm, n_init=n_init)
-        keep = np.flatnonzero(stats.sizes >= max(privacy_threshold, 1))
-        uploads.append(stats.take(keep))
-        owners += [i] * len(keep)
-        local_labels.append(labels)
-        uploaded.append(keep)
-    stats = MaskedStats.concatenate(uploads)
-    if method == "A":
-        init, groups = method_a(stats, np.asarray(owners), k)
-    else:
-        init, groups = method_b(stats, k)
-    G = init.means
-    history = [G]
-    for _ in range(rounds):
-        aligned = [masked_client_update(X, G, local_iterations=local_iterations,
-                                        privacy_threshold=privacy_threshold,
-                                        algorithm=algorithm) for X in clients]
-        G = masked_server_update(G, aligned, alpha)
-        history.append(G)
-    return MaskedFederatedResult(G, history, groups, np.asarray(owners), local_labels, uploaded)
-
-
-# ------------------------------------------------------------ Algorithm 2 (one-shot)
-
-
-@dataclass
-class GaussianUpload:
-    """One client's Algorithm 2 upload: a Gaussian per local cluster, in its own subspace.
-
-    Attributes
-    ----------
-    mask : numpy.ndarray of shape (d,), bool
-        The client's observed features ``Omega_i``.
-    means : numpy.ndarray of shape (K_i, d_i)
-        Cluster means on the observed features.
-    covariances : numpy.ndarray of shape (K_i, d_i, d_i)
-        Regularised MLE covariances.
-    counts : numpy.ndarray of shape (K_i,)
-        Cluster sizes (for the proxy size and the final weighted merge, Eq. 4).
-    """
-
-    mask: np.ndarray
-    means: np.ndarray
-    covariances: np.ndarray
-    counts: np.ndarray
-
-
-def fit_gaussians(
-    X: np.ndarray, labels: np.ndarray, k: int, *, reg: float = 1e-6
-) -> GaussianUpload:
-    """``fitPDF`` of Algorithm 2: a multivariate Gaussian (MLE) per local cluster.
-
-    The covariance gets ``reg * (trace / d_i + 1e-300)`` on its diagonal, a ridge relative
-    to the cluster's own scale (scikit-learn's absolute ``reg_covar`` would vanish on data
-    of large scale and dominate on small), so a cluster with fewer points than features
-    still has a positive-definite covariance.
-
-    Parameters
-    ----------
-    X : numpy.ndarray of shape (n, d)
-        The client's rows, NaN on unobserved features.
-    labels : numpy.ndarray of shape (n,)
-        Local clusters, every one non-empty.
-    k : int
-        Number of local clusters.
-    reg : float, default 1e-6
-        Relative ridge.
-
-    Returns
-    -------
-    GaussianUpload
-        Means, covariances and counts of the ``k`` clusters on the observed features.
-    """
-    mask = client_mask(X)
-    Xo = np.asarray(X, dtype=np.float64)[:, mask]
-    d_i = Xo.shape[1]
-    means = np.zeros((k, d_i))
-    covs = np.zeros((k, d_i, d_i))
-    counts = np.bincount(labels, minlength=k)
-    if (counts == 0).any():
-        raise ValueError(f"local cluster(s) {np.flatnonzero(counts == 0).tolist()} are empty")
-    for a in range(k):
-        D = Xo[labels == a]
-        means[a] = D.mean(axis=0)
-        C = (D - means[a]).T @ (D - means[a]) / len(D)
-        covs[a] = C + np.eye(d_i) * reg * (np.trace(C) / d_i + 1e-300)
-    return GaussianUpload(mask, means, covs, counts)
-
-
-def proxy_clusters(
-    uploads: Sequence[GaussianUpload], rng: np.random.Generator, *,
-    min_size: int = 30, max_size: int = 100,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Synthetic proxy clusters drawn from the uploaded Gaussians (server side).
-
-    Cluster ``(i, a)`` gets ``M = clip(count, min_size, max_size)`` points in client ``i``'s
-    subspace (NaN elsewhere), drawn with ``rng`` in upload order.
-
-    Returns
-    -------
-    points : numpy.ndarray of shape (total, d)
-        All proxy points.
-    owner : numpy.ndarray of shape (total,), int64
-        Index of the proxy cluster (in upload order) of every point.
-    masks : numpy.ndarray of shape (total, d), bool
-        The observed features of every point.
-    """
-    if not any(len(up.means) for up in uploads):
-        raise ValueError("no local cluster was uploaded (every client empty or below the "
-                         "privacy threshold): nothing to agglomerate")
-    d = len(uploads[0].mask)
-    points, owner, masks = [], [], []
-    z = 0
-    for up in uploads:
-        for a in range(len(up.means)):
-            m = int(np.clip(up.counts[a], min_size, max_size))
-            P = np.full((m, d), np.nan)
-            P[:, up.mask] = rng.multivariate_normal(up.means[a], up.covariances[a], size=m,
-                                                    method="cholesky")
-            points.append(P)
-            owner.append(np.full(m, z))
-            masks.append(np.broadcast_to(up.mask, (m, d)))
-            z += 1
-    return np.vstack(points), np.concatenate(owner), np.vstack(masks)
-
-
-def force_sums(
-    points: np.ndarray, owner: np.ndarray, masks: np.ndarray, *, w: float = 2.0,
-    eps: float = 1e-12,
-) -> np.ndarray:
-    """``f'`` of Eq. 10 between every pair of proxy clusters (rescaled distances, S = P).
-
-    ``f'(P_r, P_s) = sum_{x in P_r, x' in P_s} 1 / (d(x, x') + eps)^w``; pairs with disjoint
-    masks contribute 0. Symmetric, zero diagonal.
-    """
-    lo, hi = bounding_box(points)
-    n_groups = int(owner.max()) + 1
-    F = np.zeros((n_groups, n_groups))
-    for r in range(n_groups):
-        rows = owner == r
-        D = rescaled_distances(points[rows], masks[rows], points, masks, lo, hi)
-        inv = np.where(np.isnan(D), 0.0, 1.0 / (D + eps) ** w)
-        F[r] = np.bincount(owner, weights=inv.sum(axis=0), minlength=n_groups)
-    F = (F + F.T) / 2  # equal up to rounding; make it exactly symmetric
-    np.fill_diagonal(F, 0.0)
-    return F
-
-
-FORCE_NORMALIZATIONS = ("literal", "valid_pairs")
-
-
-def cluster_overlap(uploads: Sequence[GaussianUpload], normalize: str) -> np.ndarray | None:
-    """Whether the uploaded clusters' masks intersect, for ``normalize="valid_pairs"``.
-
-    Returns ``None`` for the literal Eq. 11 (every pair counts).
-    """
-    if normalize not in FORCE_NORMALIZATIONS:
-        raise ValueError(f"normalize must be one of {FORCE_NORMALIZATIONS}, got {normalize!r}")
-    if normalize == "literal":
-        return None
-    M = np.vstack([np.broadcast_to(up.mask, (len(up.means), len(up.mask))) for up in uploads])
-    M = M.astype(np.int64)
-    return (M @ M.T) > 0
-
-
-def force_agglomeration(
-    F: np.ndarray, sizes: np.ndarray, k: int, *, overlap: np.ndarray | None = None
-) -> list[list[int]]:
-    """Merge proxy clusters by the largest attractive force (Eq. 11) down to ``k`` groups.
-
-    ``f(G_r, G_s) = Fsum[r, s] / (size_r * size_s)`` with the Lance-Williams-style update
-    ``Fsum[r] += Fsum[s]``, ``size_r += size_s`` (the printed denominator's ``G[s] x G[s]``
-    typo fixed to ``G[r] x G[s]``). Ties: the lowest (r, s).
-
-    With ``overlap`` (spec §4.1, ``normalize="valid_pairs"``) the denominator counts only
-    the point pairs whose clusters share a feature, so pairs that have no distance do not
-    dilute the force between groups that span disjoint feature sets; groups without any
-    valid pair never merge while another pair can.
-
-    Parameters
-    ----------
-    F : numpy.ndarray of shape (N0, N0)
-        :func:`force_sums`.
-    sizes : numpy.ndarray of shape (N0,)
-        Proxy points per cluster.
-    k : int
-        Groups to stop at.
-    overlap : numpy.ndarray of shape (N0, N0), bool, optional
-        Whether two proxy clusters' feature masks intersect (default: the literal Eq. 11).
-
-    Returns
-    -------
-    list of list of int
-        The groups (proxy cluster indices), ordered by their smallest member.
-    """
-    Fs = np.array(F, dtype=np.float64, copy=True)
-    size = np.asarray(sizes, dtype=np.float64).copy()
-    pairs = None  # valid point pairs between groups (valid_pairs normalisation)
-    if overlap is not None:
-        pairs = np.asarray(overlap, dtype=bool) * np.outer(size, size)
-    alive = list(range(len(Fs)))
-    members = {i: [i] for i in alive}
-    while len(alive) > k:
-        if pairs is None:
-            sub = Fs[np.ix_(alive, alive)] / np.outer(size[alive], size[alive])
-        else:
-            P = pairs[np.ix_(alive, alive)]
-            sub = np.where(P > 0, Fs[np.ix_(alive, alive)] / np.where(P > 0, P, 1.0), -1.0)
-        np.fill_diagonal(sub, -np.inf)
-        a, b = np.unravel_index(int(np.argmax(sub)), sub.shape)
-        r, s = sorted((alive[a], alive[b]))
-        Fs[r] += Fs[s]
-        Fs[:, r] += Fs[:, s]
-        Fs[r, r] = 0.0
-        if pairs is not None:
-            pairs[r] += pairs[s]
-            pairs[:, r] += pairs[:, s]
-        size[r] += size[s]
-        members[r] += members.pop(s)
-        alive.remove(s)
-    return sorted((sorted(members[i]) for i in alive), key=lambda g: g[0])
-
-
-def merge_groups(uploads: Sequence[GaussianUpload], groups: Sequence[Sequence[int]]) -> np.ndarray:
-    """Global centroids of Algorithm 2: the Eq. 4 merge of each group's local means.
-
-    Parameters
-    ----------
-    uploads : sequence of GaussianUpload
-        In upload order (local cluster indices run over them in that order).
     groups : sequence of sequence of int
-        Local clusters per global cluster.
+        Local cluster indices per global group.
+    classes : numpy.ndarray
+        Majority class of every local cluster.
 
     Returns
     -------
-    numpy.ndarray of shape (len(groups), d)
-        Count-weighted per-feature means (NaN where no member observes a feature).
+    float
+        In ``[0, 1]``; 1 is a perfect aggregation.
     """
-    d = len(uploads[0].mask)
-    sums, counts = [], []
-    for up in uploads:
-        for a in range(len(up.means)):
-            row = np.zeros(d)
-            row[up.mask] = up.means[a] * up.counts[a]
-            sums.append(row)
-            counts.append(np.where(up.mask, float(up.counts[a]), 0.0))
-    local = MaskedStats(np.array(sums), np.array(counts))
-    return np.vstack([local.take(list(g)).merged().means for g in groups])
+    classes = np.asarray(classes, dtype=np.int64)
+    table = np.zeros((len(groups), int(classes.max()) + 1))
+    for g, members in enumerate(groups):
+        np.add.at(table[g], classes[list(members)], 1)
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(-table)
+    return float(table[rows, cols].sum() / len(classes))
 
 
-@dataclass
-class MaskedOneShotResult:
-    """Outcome of :func:`run_masked_oneshot`.
+def centroid_agreement(C: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """E3 of Maritan & Schenato: cosine similarity and relative distance to Eq. 1.
 
-    Attributes
+    Rows are matched by the Hungarian method on the Euclidean distance over the coordinates
+    both define (NaN marks a coordinate nobody observed; pairs with none in common are
+    matched last); then the means over matched pairs of ``cos(c, o)`` and
+    ``||c - o|| / ||o||`` on those coordinates.
+
+    Parameters
     ----------
-    centroids : numpy.ndarray of shape (k, d)
-        Count-weighted mask-aware merge (Eq. 4) of each group's local means.
-    groups : list of list of int
-        Local clusters (in upload order) per global cluster.
-    assignment : list of numpy.ndarray
-        Per client: global cluster of each of its local clusters (what clients need to
-        label their points).
-    local_labels : list of numpy.ndarray
-        Per client: the local cluster of every row (kept on the client in Flower).
+    C : numpy.ndarray of shape (k1, d)
+        Estimated centroids (NaN allowed).
+    reference : numpy.ndarray of shape (k2, d)
+        The optimal mask-aware centroids (NaN allowed).
+
+    Returns
+    -------
+    (float, float)
+        Mean cosine similarity, mean relative distance.
     """
+    C = np.asarray(C, dtype=np.float64)
+    R = np.asarray(reference, dtype=np.float64)
+    both = ~np.isnan(C)[:, None, :] & ~np.isnan(R)[None, :, :]
+    diff = np.where(both, np.nan_to_num(C)[:, None, :] - np.nan_to_num(R)[None, :, :], 0.0)
+    cost = np.sqrt((diff**2).sum(-1))
+    # A pair with no coordinate in common cannot be compared: never match it if avoidable.
+    cost[~both.any(-1)] = 10.0 * (cost.max() + 1.0)
+    from scipy.optimize import linear_sum_assignment
 
-    centroids: np.ndarray
-    groups: list[list[int]]
-    assignment: list[np.ndarray]
-    local_labels: list[np.ndarray] | None = None
+    rows, cols = linear_sum_assignment(cost)
+    cos, rel = [], []
+    for r, c in zip(rows, cols, strict=True):
+        m = both[r, c]
+        a, b = C[r, m], R[c, m]
+        cos.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
+        rel.append(float(np.linalg.norm(a - b) / np.linalg.norm(b)))
+    return float(np.mean(cos)), float(np.mean(rel))
 
 
-def run_masked_oneshot(
+def assumption8_rate(
     clients: Sequence[np.ndarray],
-    k: int,
-    *,
-    k_local: int | Sequence[int | None] | None = None,
-    k_max: int | None = None,
-    seed: int = 0,
-    w: float = 2.0,
-    min_size: int = 30,
-    max_size: int = 100,
-    n_init: int = 10,
-    privacy_threshold: int = 2,
-    algorithm: str = "kmeans",
-    normalize: str = "literal",
-) -> MaskedOneShotResult:
-    """Algorithm 2 on in-memory client arrays: Gaussian proxies and force agglomeration.
+    complete: Sequence[np.ndarray],
+    labels: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    n_triplets: int = 1000,
+) -> float:
+    """Satisfaction rate of Maritan & Schenato's Assumption 8 (Sec. 6.1, Table 1).
+
+    Samples triplets ``x1`` of client ``i`` and class ``a``, ``x2`` of a neighbour ``j`` and
+    class ``a``, ``x3`` of a neighbour ``k`` and class ``b != a`` (neighbours: clients whose
+    masks share a feature with ``i``'s, ``i`` excluded) and checks implication (14): when
+    ``x2`` is closer to ``x1`` than ``x3`` on the complete rows, it is also closer under the
+    rescaled masked distances ``d_ij``, ``d_ik`` (Eq. 3, ``S`` = all complete rows). The rate
+    is over the triplets whose premise holds (those with a false premise would satisfy the
+    implication vacuously); simulation only, it needs the complete rows.
 
     Parameters
     ----------
     clients : sequence of numpy.ndarray
-        Client rows, NaN on unobserved features.
-    k : int
-        Number of global clusters.
-    k_local : int or sequence of int, optional
-        Local clusters, for all clients or per client (over-clustering, e.g. ``2k``, is
-        allowed); ``None`` (the default) lets every client choose ``K_i <= k_max`` by
-        silhouette.
-    k_max : int, optional
-        Largest silhouette choice (default ``k``).
-    seed : int, default 0
-        Client ``i`` uses ``client_rng(seed, i)``; the server's proxies use
-        ``default_rng(seed)``.
-    w : float, default 2.0
-        Force exponent.
-    min_size, max_size : int
-        Proxy cluster size bounds.
-    n_init : int, default 10
-        Restarts of the local k-means.
-    privacy_threshold : int, default 2
-        Local clusters of fewer points are not uploaded.
-    algorithm : {"kmeans", "kmedoids"}, default "kmeans"
-        Local algorithm (only its labels are used: the Gaussians are fitted to the
-        clusters' points).
-    normalize : {"literal", "valid_pairs"}, default "literal"
-        Denominator of the group force: all point pairs (Eq. 11 as printed) or only the
-        pairs of clusters that share a feature (:func:`force_agglomeration`).
+        Client rows with NaN outside the masks (they give the masks).
+    complete : sequence of numpy.ndarray
+        The same rows complete.
+    labels : sequence of numpy.ndarray
+        True classes per client.
+    rng : numpy.random.Generator
+        Sampling.
+    n_triplets : int, default 1000
+        Triplets drawn (the paper's 1000).
 
     Returns
     -------
-    MaskedOneShotResult
-        Global centroids, groups and per-client label maps.
+    float
+        Fraction in ``[0, 1]``; NaN when no valid triplet exists.
     """
-    from .fkm import client_rng
+    masks = [~np.isnan(np.asarray(X, dtype=np.float64)).all(axis=0) for X in clients]
+    full = np.vstack([np.asarray(Xc, dtype=np.float64) for Xc in complete])
+    span = full.max(axis=0) - full.min(axis=0)
+    n = len(clients)
+    neighbours = [[j for j in range(n) if j != i and (masks[i] & masks[j]).any()]
+                  for i in range(n)]
+    by_class = [{int(c): np.flatnonzero(np.asarray(y) == c) for c in np.unique(y)}
+                for y in labels]
 
-    ks = _per_client(k_local, len(clients))
-    uploads, local_labels = [], []
-    for i, X in enumerate(clients):
-        labels, stats = client_local_clusters(X, ks[i], k if k_max is None else int(k_max),
-                                              client_rng(seed, i), algorithm=algorithm,
-                                              n_init=n_init)
-        up = fit_gaussians(X, labels, len(stats))
-        keep = up.counts >= max(privacy_threshold, 1)
-        uploads.append(GaussianUpload(up.mask, up.means[keep], up.covariances[keep],
-                                      up.counts[keep]))
-        local_labels.append(labels)
-    points, owner, masks = proxy_clusters(uploads, np.random.default_rng(seed),
-                                          min_size=min_size, max_size=max_size)
-    F = force_sums(points, owner, masks, w=w)
-    groups = force_agglomeration(F, np.bincount(owner), k,
-                                 overlap=cluster_overlap(uploads, normalize))
-    centroids = merge_groups(uploads, groups)
-    local_count = sum(len(up.means) for up in uploads)
-    label_of = np.empty(local_count, dtype=np.int64)
-    for j, g in enumerate(groups):
-        label_of[g] = j
-    offsets = np.cumsum([0] + [len(up.means) for up in uploads])
-    assignment = [label_of[offsets[i]:offsets[i + 1]] for i in range(len(uploads))]
-    return MaskedOneShotResult(centroids, groups, assignment, local_labels)
+    def rescaled(x: np.ndarray, x2: np.ndarray, m: np.ndarray) -> float:
+        return float(np.linalg.norm((x - x2)[m]) / max(np.linalg.norm(span[m]), 1e-12))
 
-
-def _alpha_check(alpha: float) -> str | None:
-    return None if 0.0 < alpha <= 1.0 else "must be in (0, 1]"
-
-
-@dataclass(frozen=True)
-class MaskedFederatedOptions(Options):
-    """Options of Algorithm 1 of Maritan & Schenato (federated, masked features)."""
-
-    k: int = option(16, minimum=1, help="global clusters")
-    method: str = option("B", choices=("A", "B"), help="initial grouping: Method A (IID per "
-                         "cluster) or B (biased local data)")
-    alpha: float = option(0.8, check=_alpha_check, help="step size")
-    federated_rounds: int = option(3, minimum=0, help="F")
-    k_local: int = option(0, minimum=0, help="K_i (0: each client chooses K_i <= k by "
-                          "silhouette)")
-    local_iterations: int = option(0, auto=10, minimum=1, help="warm-started local steps per "
-                                   "round (0: the algorithm's default)")
-    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are never "
-                                    "uploaded")
-    n_init: int = option(0, auto=10, minimum=1, help="restarts of the initial local k-means "
-                         "(0: the algorithm's default)")
-    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="'kmedoids' "
-                                  "uploads medoids, which are real rows")
-    tol: float = option(1e-6, help="stop when no coordinate moves more than tol (negative: "
-                        "exactly F rounds)")
-
-    def validate(self) -> None:
-        """Algorithm 1 needs ``K_i <= K``."""
-        if self.k_local > self.k:
-            raise ValueError(f"k_local must be in [0, {self.k}] for Algorithm 1 (K_i <= K), "
-                             f"got {self.k_local} (run-config key 'k-local')")
-
-
-@dataclass(frozen=True)
-class MaskedOneShotOptions(Options):
-    """Options of Algorithm 2 of Maritan & Schenato (Gaussian proxies, force agglomeration)."""
-
-    k: int = option(16, minimum=1, help="global clusters")
-    k_local: int = option(0, minimum=0, help="K_i, over-clustering allowed (0: each client "
-                          "chooses K_i <= k_max by silhouette)")
-    k_max: int = option(0, minimum=0, run_config=False, help="largest silhouette choice (0: k)")
-    w: float = option(2.0, key="force-w", check=lambda w: None if w > 1.0 else "must be > 1",
-                      help="force exponent")
-    min_size: int = option(30, key="proxy-min", minimum=1, help="proxy points per local "
-                           "cluster, at least")
-    max_size: int = option(100, key="proxy-max", minimum=1, help="proxy points per local "
-                           "cluster, at most")
-    privacy_threshold: int = option(2, minimum=0, help="clusters of fewer points are not "
-                                    "uploaded")
-    n_init: int = option(0, auto=10, minimum=1, help="restarts of the local k-means (0: the "
-                         "algorithm's default)")
-    local_algorithm: str = option("kmeans", choices=LOCAL_ALGORITHMS, help="the clients' "
-                                  "algorithm (only its labels shape the Gaussians)")
-    normalize: str = option("literal", key="force-normalize", choices=FORCE_NORMALIZATIONS,
-                            help="group-force denominator: all point pairs (Eq. 11) or "
-                            "'valid_pairs'")
-
-    def validate(self) -> None:
-        """``k_max = 0`` means ``k``; proxy sizes are ordered."""
-        if self.k_max == 0:
-            object.__setattr__(self, "k_max", self.k)
-        if self.min_size > self.max_size:
-            raise ValueError(f"need 'proxy-min' <= 'proxy-max', got {self.min_size}, "
-                             f"{self.max_size}")
+    held, ok = 0, 0
+    for _ in range(int(n_triplets)):
+        i = int(rng.integers(n))
+        if not by_class[i] or not neighbours[i]:
+            continue
+        a = int(rng.choice(list(by_class[i])))
+        same = [j for j in neighbours[i] if a in by_class[j]]
+        other = [(k, b) for k in neighbours[i] for b in by_class[k] if b != a]
+        if not same or not other:
+            continue
+        j = same[int(rng.integers(len(same)))]
+        k, b = other[int(rng.integers(len(other)))]
+        x1 = complete[i][rng.choice(by_class[i][a])]
+        x2 = complete[j][rng.choice(by_class[j][a])]
+        x3 = complete[k][rng.choice(by_class[k][b])]
+        if np.linalg.norm(x1 - x2) < np.linalg.norm(x1 - x3):
+            held += 1
+            ok += rescaled(x1, x2, masks[i] & masks[j]) < rescaled(x1, x3, masks[i] & masks[k])
+    return ok / held if held else math.nan

@@ -1,6 +1,6 @@
-"""M-Avg: one-shot Match Averaging of local k-means centroids (spec ``001-feca.md`` §3.2).
+"""M-Avg: one-shot Match Averaging of local k-means centroids (a baseline of Xu et al.).
 
-The FeCA paper (Xu et al. 2024, §5 "Baselines") describes M-Avg in one sentence: it
+The FeCA paper (Xu et al. 2024, Sec. 6 "Baselines") describes M-Avg in one sentence: it
 "matches different sets of centroids from clients by minimizing their ℓ2-distances and
 returns the means of matched centroids". Everything else is a documented choice:
 
@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..options import Options, option
-from .fkm import client_rng
-from .lloyd import check_data, local_kmeans
+from .lloyd import check_data, client_rng, local_kmeans
 
 __all__ = ["check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
 
@@ -46,7 +45,7 @@ def mavg_client(
     n_init: int = 1,
     max_iter: int = 300,
     tol: float = 1e-4,
-    privacy_threshold: int = 0,
+    privacy_threshold: int = 2,
 ) -> np.ndarray:
     """The M-Avg client step: local k-means, upload the ``k`` centroids (once).
 
@@ -57,12 +56,13 @@ def mavg_client(
     k : int
         Number of clusters.
     rng : numpy.random.Generator
-        The client's generator (see :func:`~flwr_clustering.algorithms.fkm.client_rng`).
+        The client's generator (see :func:`~flwr_clustering.algorithms.lloyd.client_rng`).
     init, n_init, max_iter, tol
         Options of :func:`local_kmeans`.
-    privacy_threshold : int, default 0
+    privacy_threshold : int, default 2
         If a local cluster has fewer points, the client refuses: M-Avg needs all ``k``
-        centroids, and a one-point centroid is a raw row (the Flower client uses 2).
+        centroids, and a one-point centroid is a raw row. ``0`` disables the check (the
+        paper's M-Avg has none).
 
     Returns
     -------
@@ -228,6 +228,7 @@ def run_mavg(
     n_init: int = 1,
     max_iter: int = 300,
     tol: float = 1e-4,
+    privacy_threshold: int = 2,
 ) -> np.ndarray:
     """Run M-Avg on in-memory client arrays, with no Flower (the reference loop).
 
@@ -238,13 +239,16 @@ def run_mavg(
     k : int
         Number of clusters.
     seed : int, default 0
-        Client ``i`` uses :func:`client_rng(seed, i) <flwr_clustering.algorithms.fkm.client_rng>`.
+        Client ``i`` uses :func:`client_rng(seed, i) <flwr_clustering.algorithms.lloyd.client_rng>`.
     reference, metric
         Server options (:func:`mavg_server`).
     match_iter : int, default 1
         ``max_iter`` of :func:`mavg_server` (matching passes).
     init, n_init, max_iter, tol
         Client k-means options (:func:`local_kmeans`).
+    privacy_threshold : int, default 2
+        As in :func:`mavg_client`: a client with a smaller local cluster refuses, and
+        the run raises.
 
     Returns
     -------
@@ -254,8 +258,8 @@ def run_mavg(
     Raises
     ------
     ValueError
-        If there is no client, a client has fewer than ``k`` points or bad data, or the
-        clients' feature counts differ.
+        If there is no client, a client has fewer than ``k`` points, a local cluster
+        below ``privacy_threshold`` or bad data, or the clients' feature counts differ.
     """
     if len(clients) == 0:
         raise ValueError("M-Avg needs at least one client, got none")
@@ -271,7 +275,7 @@ def run_mavg(
             )
         uploads.append(
             mavg_client(X, k, client_rng(seed, i), init=init, n_init=n_init, max_iter=max_iter,
-                        tol=tol)
+                        tol=tol, privacy_threshold=privacy_threshold)
         )
     return mavg_server(uploads, reference=reference, max_iter=match_iter, metric=metric)
 

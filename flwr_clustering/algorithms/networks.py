@@ -2,7 +2,7 @@
 
 Every network is a backbone (whose output the linear probe reads) followed by a projection
 head whose L2-normalised output is the clustering feature, as in DeepCluster-v2 (Caron et
-al. 2020), the method DeepFeCA modifies (spec 001 §2.6):
+al. 2020), the method DeepFeCA modifies (Xu et al., Sec. 5):
 
 - ``"cnn"`` (default): three 3x3 convolutions (32, 64, 128 channels) with GroupNorm and
   ReLU, one 2x2 max-pool, global average pooling: a 128-d feature, about 0.1 M weights,

@@ -60,7 +60,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
         # so the pooled set depends on the split): num-partitions = connected nodes. With
         # feature masks the pooled rows carry NaN where their client does not look, and the
-        # centralized baseline clusters the same rows complete (spec 000 §7.3).
+        # centralized baseline clusters the same rows complete
+        # (Maritan & Schenato, Sec. 6.2: centralized k-means on the unmasked data).
         num_partitions = len(strategy.wait_for_nodes(grid))
         pooled = load_pooled(num_partitions, **dataset_kwargs(cfg))
         complete = (load_pooled(num_partitions, complete=True, **dataset_kwargs(cfg))

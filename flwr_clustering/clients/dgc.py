@@ -1,4 +1,4 @@
-"""NumPyClient of decentralized gradient clustering (DGC-rho, spec 003).
+"""NumPyClient of decentralized gradient clustering (DGC-rho, Armacki et al., Algorithm 1).
 
 The client is a graph node: it keeps its data, and in every round applies one step (U) to
 its own centres using the sum of its neighbours' centres that the relay forwards. It holds
@@ -19,7 +19,7 @@ from ..algorithms.dgc import (
     node_update,
     outlier_scores,
 )
-from ..algorithms.fkm import client_rng
+from ..algorithms.lloyd import client_rng
 from ..metrics import model_contingencies, sse
 from .base import ClusteringClient
 
@@ -44,7 +44,7 @@ class DGCClient(ClusteringClient):
         if config.get("phase") == "init":
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             C = local_init(self.X, options.k, rng, options.init,
-                           min_count=options.privacy_threshold)
+                           privacy_threshold=options.privacy_threshold)
             return [C], len(self.X), {}
         if len(parameters) not in (2, 3):
             raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum] "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from ..algorithms.feca import FeCAOptions, feca_client
-from ..algorithms.fkm import client_rng
+from ..algorithms.lloyd import client_rng
 from ..algorithms.mavg import MAvgOptions, mavg_client
 from .base import ClusteringClient
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from ..algorithms.fkm import FKMOptions, client_rng, fkm_client_init, fkm_client_update
+from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
+from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
 __all__ = ["FedKMeansClient"]
@@ -55,8 +56,8 @@ class FedKMeansClient(ClusteringClient):
         """
         phase = config.get("phase", "update")
         options = FKMOptions.from_config(config)
-        opts = dict(p=options.privacy_threshold, local_iters=options.local_iterations,
-                    recount=options.recount)
+        opts = dict(privacy_threshold=options.privacy_threshold,
+                    local_iters=options.local_iterations, recount=options.recount)
         metrics: dict = {}
         if phase == "init":
             k = options.k

@@ -1,4 +1,4 @@
-"""NumPyClient of KDC, distributed clustering with a distributional kernel (spec 004).
+"""NumPyClient of KDC, distributed clustering with a distributional kernel (Zhang et al., Sec. 4).
 
 A site answers three messages: ``stats`` (its size and, for the global [0, 1] scaling, its
 per-feature min and max), ``sample`` (a uniform random subset of its rows, **raw rows**:
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms.fkm import client_rng
 from ..algorithms.kdc import IsolationKernel, KDCOptions, kdc_site_assign, kdc_site_sample
+from ..algorithms.lloyd import client_rng
 from ..metrics import label_evaluation_stats
 from .base import ClusteringClient
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..algorithms.fkm import client_rng
 from ..algorithms.kfed import KFedOptions, kfed_client
+from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
 
 __all__ = ["KFedClient"]
@@ -49,5 +49,5 @@ class KFedClient(ClusteringClient):
                 f"k'={k_local}: k-FED would upload raw rows, so this client withholds its reply"
             )
         rng = client_rng(int(config.get("seed", 0)), self.client_id)
-        upload = kfed_client(self.X, k_local, rng, p=options.privacy_threshold)
+        upload = kfed_client(self.X, k_local, rng, privacy_threshold=options.privacy_threshold)
         return upload.to_arrays(), len(self.X), {}

@@ -1,4 +1,4 @@
-"""NumPyClients for clustering across partially overlapping feature spaces (spec 000).
+"""NumPyClients for clustering across partially overlapping feature spaces (Maritan & Schenato).
 
 A client's rows are full ``d``-vectors with NaN on the features it does not observe; its
 mask (the observed features) is public, its rows never leave it.
@@ -10,16 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import client_rng
-from ..algorithms.masked import (
-    MaskedFederatedOptions,
-    MaskedOneShotOptions,
-    client_local_clusters,
-    client_mask,
-    fit_gaussians,
-    masked_client_update,
-    masked_squared_distances,
-)
+from ..algorithms.lloyd import client_rng
+from ..algorithms.masked import client_local_clusters, client_mask, masked_squared_distances
+from ..algorithms.masked_federated import MaskedFederatedOptions, masked_client_update
+from ..algorithms.masked_oneshot import MaskedOneShotOptions, fit_gaussians
 from ..metrics import evaluation_stats_from_distances
 from .base import ClusteringClient
 
@@ -92,7 +86,7 @@ class MaskedFederatedClient(MaskedClient):
     ``config["phase"]``: ``"init"`` runs the local clustering (:meth:`local_clusters`) and
     uploads the per-feature sums and counts of the clusters of at least
     ``privacy-threshold`` points; ``"update"`` runs one federated round from the received
-    global centroids (:func:`~flwr_clustering.algorithms.masked.masked_client_update`) and
+    global centroids (:func:`~flwr_clustering.algorithms.masked_federated.masked_client_update`) and
     uploads ``K`` aligned rows. Payload: ``[sums (k, d), counts (k, d)]``.
     """
 

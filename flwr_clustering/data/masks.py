@@ -1,4 +1,4 @@
-"""Feature masks for clustering across partially overlapping feature spaces (spec 000 §7).
+"""Feature masks for partially overlapping feature spaces (Maritan & Schenato, Sec. 6).
 
 Every client observes a subset of the ``d`` global features; its rows carry NaN on the
 others. This module builds the paper's two mask schemes and the DIM-set look-alike:
@@ -42,7 +42,10 @@ __all__ = [
 
 
 def chain_masks(d: int, n: int, overlap: float = 0.3, *, seed: int = 0) -> np.ndarray:
-    """Chain masks: consecutive clients share ``overlap`` of their block (spec §7.1).
+    """Chain masks: consecutive clients share ``overlap`` of their block (Sec. 6).
+
+    The paper gives the 30% overlap of consecutive sets, not the construction; this one is
+    an implementation choice.
 
     Block size ``s = ceil(d / (n - (n - 1) overlap))``; client ``i``'s block starts at
     ``round(i (d - s) / (n - 1))`` in a seeded random permutation of the features.
@@ -78,7 +81,7 @@ def chain_masks(d: int, n: int, overlap: float = 0.3, *, seed: int = 0) -> np.nd
 
 
 def shared_block_masks(d: int, n: int, shared: float = 0.1, *, seed: int = 0) -> np.ndarray:
-    """A feature block shared by all clients plus disjoint private blocks (spec §7.1).
+    """A feature block shared by all clients plus disjoint private blocks (Sec. 6).
 
     Parameters
     ----------
@@ -117,7 +120,7 @@ def apply_mask(X: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def dim_lookalike(
     n_samples: int = 1024, d: int = 128, k: int = 16, *, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A DIM-set look-alike: ``k`` well-separated Gaussian clusters (spec §7.2).
+    """A DIM-set look-alike: ``k`` well-separated Gaussian clusters (Sec. 6, DIM-sets).
 
     Centres uniform in ``[0, 255]^d`` (DIM values are believed to be 0-255 integers), cluster
     standard deviation 5: with d = 128 the nearest centres are about 700 apart, some 140
@@ -242,7 +245,7 @@ def dim_federation(
     holders: tuple[int, int] = (3, 6),
     seed: int = 0,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Deal every cluster to a subset of clients and mask their rows (spec §7.2, DIM).
+    """Deal every cluster to a subset of clients and mask their rows (Sec. 6, DIM-sets).
 
     Parameters
     ----------

@@ -257,11 +257,13 @@ class BetaSpatialPartitioner(Partitioner):
 class ClusterWisePartitioner(Partitioner):
     """Give client ``i`` exactly ``amounts[i]`` whole classes (Garst & Reinders, Fig. 4).
 
-    The rule of spec 002 section 4.2, applied to the label column: for each class in sorted
-    order, the clients whose remaining amount is not zero (in client order) each take an equal
+    The rule of the authors' code behind Fig. 4 (Sec. 3, "High variability in number of
+    local clusters"), applied to the label column: for each class in sorted order, the
+    clients whose remaining amount is not zero (in client order) each take an equal
     consecutive block of that class's rows (in data set order): the j-th of them takes rows
-    ``[j*q, (j+1)*q)`` with ``q = n_class // n_selected``. Leftover rows are discarded, and so
-    is a class that no client wants any more. Then every selected client's amount drops by one.
+    ``[j*q, (j+1)*q)`` with ``q = n_class // n_selected``. Leftover rows are discarded, and
+    so is a class that no client wants any more. Then every selected client's amount drops
+    by one.
 
     Applied to ``garst_grid()`` this gives exactly the points of
     :func:`flwr_clustering.data.synthetic.garst_clusterwise` (client sizes

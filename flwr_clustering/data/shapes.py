@@ -1,4 +1,4 @@
-"""Non-convex and uneven 2-D data sets (the KDC paper's claim (c); spec 004 §5).
+"""Non-convex and uneven 2-D data sets (Zhang et al.'s property (c), Sec. 1 and 6.1).
 
 The four sets of scikit-learn's clustering comparison, from its generators (nothing is
 downloaded): two interleaved moons, two concentric circles, three anisotropic (sheared)

@@ -1,4 +1,4 @@
-"""S-set look-alikes (FeCA paper, spec 001 section 4) and a loader for the real S-set files.
+"""S-set look-alikes (FeCA paper, Xu et al., Sec. 6.1) and a loader for the real S-set files.
 
 The FeCA paper (Xu et al., "Jigsaw Game: Federated Clustering") evaluates on the S-sets S1-S4
 of Fränti & Sieranoja: 5000 points in 2-D, 15 Gaussian clusters, coordinates in about

@@ -1,10 +1,11 @@
-"""Synthetic data of Garst & Reinders, "Federated K-means clustering" (spec 002, section 4).
+"""Synthetic data of Garst & Reinders, "Federated K-means clustering" (Sec. 3).
 
 The paper's 2-D data is a 4x4 grid of Gaussian clusters, split over five clients that sit at fixed
-locations ("observers"). Everything here is regenerated from the recipe of spec 002 sections
-4.1 and 4.2 with NumPy's legacy ``RandomState`` stream, which is the stream behind
-``np.random.seed(42)`` in the authors' notebook. The regeneration is exact: it reproduces the
-client sizes of the authors' stored CSV files bit for bit (see ``tests/test_data.py``).
+locations ("observers"). Everything here is regenerated from the recipe of the paper's Sec.
+3 (Eq. 2) and the authors' code with NumPy's legacy ``RandomState`` stream, which is the
+stream behind ``np.random.seed(42)`` in the authors' notebook. The regeneration is exact: it
+reproduces the client sizes of the authors' stored CSV files bit for bit (see
+``tests/test_data.py``).
 
 Three generators:
 
@@ -78,7 +79,7 @@ def _draw_grid(rs: np.random.RandomState, ppc: int, noise: float) -> tuple[np.nd
 
 
 def garst_grid(ppc: int = 50, noise: float = 1.0, seed: int = 42) -> tuple[np.ndarray, np.ndarray]:
-    """Generate the pooled 4x4 Gaussian grid of Garst & Reinders (spec 002, section 4.1).
+    """Generate the pooled 4x4 Gaussian grid of Garst & Reinders (Sec. 3, Fig. 1).
 
     With ``rs = np.random.RandomState(seed)`` (the stream of ``np.random.seed(seed)``), for each
     centre of :data:`GARST_CENTERS` in order draw ``x = rs.normal(mx, noise, ppc)`` and then
@@ -202,7 +203,8 @@ def garst_clusterwise(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Generate the "cluster-wise" data of Fig. 4: client ``i`` holds ``amounts[i]`` whole clusters.
 
-    Spec 002 section 4.2. With ``rs = np.random.RandomState(seed)``, for each centre ``m`` of
+    Sec. 3 ("High variability in number of local clusters") as the authors' code runs it.
+    With ``rs = np.random.RandomState(seed)``, for each centre ``m`` of
     :data:`GARST_CENTERS` in order:
 
     1. draw ``ppc`` x values, then ``ppc`` y values (the same stream as :func:`garst_grid`);

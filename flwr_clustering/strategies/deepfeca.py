@@ -1,4 +1,4 @@
-"""DeepFeCA in Flower: FeCA on the features of a global network, then FedAvg (spec 001 §2.6).
+"""DeepFeCA in Flower: FeCA on a global network's features, then FedAvg (Xu et al., Alg. 6).
 
 Before round 1 a ``describe`` exchange asks every client for its feature count, from which
 the server builds the network and its random initial weights. Every round then has the

@@ -1,4 +1,4 @@
-"""DGC-rho over a network graph in Flower: the server is a relay (spec 003 §1).
+"""DGC-rho over a network graph in Flower: the server is a relay (Armacki et al., Sec. 2).
 
 Flower is client-server, so the peer-to-peer graph is simulated: the strategy owns the
 graph and every node's latest centres, and each round sends node ``i`` its own centres and
@@ -240,7 +240,7 @@ class DGC(ClusteringStrategy):
     def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
         """Per-user metrics: each user's centres on the joint data and on its own rows.
 
-        ``user-*``: user ``i``'s centres label every row of the federation (spec 003 §4.3,
+        ``user-*``: user ``i``'s centres label every row of the federation (Armacki et al., Sec. 5,
         footnote 12); ``user-local-*``: they label user ``i``'s own rows only. Accuracy and
         ARI come as mean, min and max over the users; ``user-sse-mean`` is the mean over
         users of the joint SSE.
@@ -266,8 +266,8 @@ class DGC(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Only with ``tol >= 0``: no node's centres moved more than ``tol`` in the step.
 
-        The paper runs a fixed ``T`` (the default, ``tol = -1``); this is spec §2.3's
-        optional rule, checked on every node, not only on the network mean.
+        The paper runs a fixed ``T`` (the default, ``tol = -1``); this optional rule is ours,
+        checked on every node, not only on the network mean.
         """
         if server_round < 3 or self.tol < 0 or len(self.node_history) < 2:
             return False

@@ -34,7 +34,8 @@ class FeCA(ClusteringStrategy):
     k_local : int, optional
         ``k'``, clusters of each client's k-means; defaults to ``k``.
     std_mode : {"rms", "dist_std"}, default "rms"
-        Spread that picks the one-fit-many candidate (spec ambiguity A1).
+        Spread that picks the one-fit-many candidate (Xu et al., Sec. 4.1, "largest
+        standard deviation"; our reading).
     radius : {"empirical", "theoretical"}, default "empirical"
         Algorithm 4 (the paper's experiments) or Algorithm 3 (its theory).
     eliminate : bool, default True
@@ -104,7 +105,7 @@ class MAvg(ClusteringStrategy):
     Every client runs single-start k-means with ``k`` clusters and uploads its ``k``
     centroids once; the server matches every client's centroids to the reference (the
     lowest client id's, or the running mean) by the Hungarian algorithm and averages the
-    matched slots without weights (the FeCA paper's baseline, spec 001 §3).
+    matched slots without weights (the FeCA paper's baseline, Xu et al., Sec. 6).
 
     Parameters
     ----------

@@ -6,14 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import (
-    FKMOptions,
-    LocalCentroids,
-    check_local_centroids,
-    fkm_server_aggregate,
-    run_fkm,
-)
+from ..algorithms.fkm import FKMOptions, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
+from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.fkm import FedKMeansClient
 from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply, logger
@@ -76,10 +71,11 @@ class FedKMeans(ClusteringStrategy):
                 **self.options.to_config()}
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
-        """Decode ``[means, counts, index]`` and check shapes, finiteness and ``p``."""
+        """Decode ``[means, counts, index]`` and check shapes, finiteness, counts."""
         return check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
-            p=self.privacy_threshold, k=None if self.centroids is None else len(self.centroids),
+            privacy_threshold=self.privacy_threshold,
+            k=None if self.centroids is None else len(self.centroids),
         )
 
     def payload_features(self, payload: LocalCentroids) -> int | None:

@@ -1,4 +1,4 @@
-"""KDC in Flower: one upload of a random subset, one broadcast of the kernel model (spec 004).
+"""KDC in Flower: one upload of a random subset, one broadcast of the kernel (Zhang et al., Sec. 4).
 
 Round 0 (statistics): every site sends its size and, for the global [0, 1] scaling, its
 per-feature min and max. Round 1 (sample): each site is asked for its share ``s_l`` of the

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.fkm import LocalCentroids, check_local_centroids
 from ..algorithms.kfed import KFedOptions, kfed_server, run_kfed
+from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.kfed import KFedClient
 from ..registry import AlgorithmSpec, register
 from .base import ClusteringStrategy, Reply
@@ -54,7 +54,7 @@ class KFed(ClusteringStrategy):
         """Decode ``[centres, counts, index]`` and validate it."""
         upload = check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
-            p=self.privacy_threshold,
+            privacy_threshold=self.privacy_threshold,
         )
         if len(upload.means) > self.k_local:
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={self.k_local}")

@@ -1,4 +1,4 @@
-"""Strategies for clustering across partially overlapping feature spaces (spec 000).
+"""Strategies for clustering across partially overlapping feature spaces (Maritan & Schenato).
 
 The server knows each client's feature mask (it arrives with the uploads: the per-feature
 counts, or the mask array), never its rows.
@@ -10,20 +10,22 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.masked import (
-    GaussianUpload,
+from ..algorithms.masked import MaskedStats
+from ..algorithms.masked_federated import (
     MaskedFederatedOptions,
+    masked_server_update,
+    method_a,
+    method_b,
+    run_masked_federated,
+)
+from ..algorithms.masked_oneshot import (
+    GaussianUpload,
     MaskedOneShotOptions,
-    MaskedStats,
     cluster_overlap,
     force_agglomeration,
     force_sums,
-    masked_server_update,
     merge_groups,
-    method_a,
-    method_b,
     proxy_clusters,
-    run_masked_federated,
     run_masked_oneshot,
 )
 from ..clients.masked import MaskedFederatedClient, MaskedOneShotClient

@@ -5,7 +5,8 @@ Speed and memory goals live here, never in the unit tests. Four subcommands, eac
 
 ``client-step``
     Median wall time (``time.perf_counter``) of the FKM client step
-    :func:`~flwr_clustering.algorithms.fkm.fkm_client_update` ``(X, C, p=2, local_iters=1)``
+    :func:`~flwr_clustering.algorithms.fkm.fkm_client_update` ``(X, C, privacy_threshold=2,
+    local_iters=1)``
     against ``sklearn.cluster.KMeans(n_clusters=k, init=C, n_init=1, max_iter=1).fit(X)`` on
     the same data, with the BLAS/OpenMP thread pools left alone (``threads=default``) and
     limited to one thread (``threads=1``, what a Ray actor with ``num_cpus=1`` gets). Goal:
@@ -225,7 +226,10 @@ def bench_client_step(
                 with _thread_limit(thr), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     ours = time_call(
-                        lambda X=X, C=C: fkm_client_update(X, C, p=2, local_iters=1), repeats
+                        lambda X=X, C=C: fkm_client_update(
+                            X, C, privacy_threshold=2, local_iters=1
+                        ),
+                        repeats,
                     )
                     skl = time_call(
                         lambda X=X, C=C: KMeans(
@@ -319,7 +323,7 @@ def profile_client_step(
     with _thread_limit("1"):
         prof.enable()
         for _ in range(calls):
-            fkm_client_update(X, C, p=2, local_iters=1)
+            fkm_client_update(X, C, privacy_threshold=2, local_iters=1)
         prof.disable()
     stats = pstats.Stats(prof, stream=io.StringIO())
     total = stats.total_tt or 1.0
@@ -339,7 +343,7 @@ def client_step_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# FKM client step vs scikit-learn",
         "",
-        "`fkm_client_update(X, C, p=2, local_iters=1)` vs "
+        "`fkm_client_update(X, C, privacy_threshold=2, local_iters=1)` vs "
         "`KMeans(n_clusters=k, init=C, n_init=1, max_iter=1).fit(X)`; median of "
         f"{result['repeats']} calls (ms). Goal: ratio <= 1. Load average before/after: "
         f"{result['load_before']} / {result['load_after']}.",
@@ -430,7 +434,8 @@ def bench_server_step(
     list of dict
         ``{"clients", "points", "threads", "seconds", "min_s"}``.
     """
-    from flwr_clustering.algorithms.fkm import LocalCentroids, fkm_server_aggregate
+    from flwr_clustering.algorithms.fkm import fkm_server_aggregate
+    from flwr_clustering.algorithms.local_centroids import LocalCentroids
 
     rows = []
     for m in clients:

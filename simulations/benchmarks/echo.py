@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from flwr_clustering.algorithms.fkm import FKMOptions, LocalCentroids
+from flwr_clustering.algorithms.fkm import FKMOptions
+from flwr_clustering.algorithms.local_centroids import LocalCentroids
 from flwr_clustering.clients.base import ClusteringClient
 from flwr_clustering.registry import AlgorithmSpec
 from flwr_clustering.strategies.base import ClusteringStrategy, Reply

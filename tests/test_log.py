@@ -1,0 +1,61 @@
+"""The library logger: a NullHandler, propagation on, and the App's console output.
+
+Each case runs in a fresh interpreter: logging is process-wide state, and other test
+modules (and pytest) configure it.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, check=True)
+
+
+def test_the_library_installs_no_output_handler():
+    out = _run("""
+        import logging
+        from flwr_clustering.log import logger
+        assert logger is logging.getLogger("flwr_clustering") and logger.propagate
+        assert [type(h).__name__ for h in logger.handlers] == ["NullHandler"]
+        logging.getLogger("flwr_clustering.algorithms.fkm").warning("silent")
+    """)
+    assert out.stderr == ""  # no "last resort" output from a library
+
+
+def test_configure_console_prints_our_format_once():
+    out = _run("""
+        import logging
+        from flwr_clustering.log import configure_console, logger
+        handler = configure_console()
+        assert handler is not None and configure_console() is handler
+        assert sum(h is handler for h in logger.handlers) == 1
+        logging.getLogger("flwr_clustering.strategies.fkm").info("round %d", 3)
+        logger.debug("hidden")
+    """)
+    assert out.stderr == "INFO flwr-clustering: round 3\n"
+
+
+def test_configure_console_leaves_a_configured_program_alone():
+    out = _run("""
+        import logging
+        logging.basicConfig(level=logging.INFO, format="app: %(name)s %(message)s")
+        from flwr_clustering.log import configure_console, logger
+        assert configure_console() is None
+        logger.warning("once")
+    """)
+    assert out.stderr == "app: flwr_clustering once\n"
+
+
+def test_the_console_falls_silent_when_the_program_configures_logging_later():
+    out = _run("""
+        import logging
+        from flwr_clustering.log import configure_console, logger
+        configure_console()
+        logger.warning("ours")
+        logging.basicConfig(format="app: %(message)s")
+        logger.warning("theirs")
+    """)
+    assert out.stderr == "WARNING flwr-clustering: ours\napp: theirs\n"
