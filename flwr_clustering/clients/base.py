@@ -248,7 +248,8 @@ def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
             if kind == "evaluate":
                 loss, n, metrics = client.evaluate(params, config)
                 return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
-            step = client.query if kind == "query" else client.fit
+            # a plain NumPyClient has no ``query``: it answers every phase in ``fit``
+            step = getattr(client, "query", client.fit) if kind == "query" else client.fit
             arrays, n, metrics = step(params, config)
             return pack_reply(msg, arrays, n, metrics, cid)
         except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply

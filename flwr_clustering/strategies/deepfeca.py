@@ -67,9 +67,10 @@ class DeepFeCA(ClusteringStrategy):
         networks, the feature count for the MLP.
     proj_dim : int, default 32
         Dimension of the clustering features.
-    options : TrainOptions, optional
-        The local training recipe (epochs, batch, SGD, temperature, augmentation,
-        threads).
+    options : DeepFeCAOptions or TrainOptions, optional
+        All options at once, or only the local training recipe (epochs, batch, SGD,
+        temperature, augmentation, threads; the fields of
+        :class:`~flwr_clustering.algorithms.deepfeca.DeepFeCAOptions` otherwise).
     k_local : int, optional
         ``k'`` of FeCA (default ``k``) and k-FED (default 3).
     privacy_threshold : int, default 2
@@ -77,8 +78,8 @@ class DeepFeCA(ClusteringStrategy):
     mavg_reference : {"first", "running"}, default "first"
         M-Avg's matching reference.
     centralized : bool, default True
-        :meth:`pooled_report` also trains the same network on the pooled rows (one
-        client; simulation only).
+        The App's linear-probe report (:func:`flwr_clustering.app.reports.deepfeca_linear_probe`)
+        also trains the same network on the pooled rows (one client; simulation only).
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options;
         ``max_rounds`` is ``T`` (default 20). ``min_nodes`` applies to the train

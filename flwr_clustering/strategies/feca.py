@@ -49,7 +49,7 @@ class FeCA(ClusteringStrategy):
         Restarts of the clients' k-means (the paper: a single start).
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
-        (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ``out_dir``, ...).
+        (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ...).
     """
 
     name = "feca"

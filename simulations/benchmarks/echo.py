@@ -3,11 +3,11 @@
 :class:`Echo` sends exactly the messages :class:`~flwr_clustering.strategies.FedKMeans`
 sends (round 1: no arrays and the ``init`` configuration; later rounds: ``[C_g (k, d)]``
 and the ``update`` configuration, built by FedKMeans' own ``train_config``) and receives
-payloads of the same shapes from :class:`~flwr_clustering.clients.echo.EchoClient`
+payloads of the same shapes from :class:`EchoClient`
 (``[means (k_i, d), counts (k_i,), index (k_i,)]`` plus the same evaluation statistics).
 It does no clustering: the server keeps the previous centroids (round 1: the upload of
 the lowest client id) and only decodes the payloads. All the plumbing (node waiting,
-message building, reply checking and sorting, history, evaluation, saving) is the shared
+message building, reply checking and sorting, history, evaluation) is the shared
 :class:`~flwr_clustering.strategies.base.ClusteringStrategy`, so ``FedKMeans round time /
 Echo round time`` is the cost of the algorithm over the framework. Used by
 :mod:`simulations.benchmarks.bench`; it never clusters anything. It is not part of the
