@@ -8,21 +8,18 @@ Modules of the package log through this logger or a child of it
 (``logging.getLogger(__name__)``).
 
 The Flower App is an application, not a library: it calls :func:`configure_console` so that
-a ``flwr run`` shows our progress as ``INFO flwr-clustering: message`` when nothing else
-handles the records.
+a ``flwr run`` shows our progress, through Flower's own console handler, formatted as
+Flower's lines (``INFO :      [ROUND 2/20]``), when nothing else handles the records.
 """
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["CONSOLE_FORMAT", "LOGGER_NAME", "configure_console", "logger"]
+__all__ = ["LOGGER_NAME", "configure_console", "logger"]
 
 #: Name of the package's logger; every module logger is this or a child of it.
 LOGGER_NAME = "flwr_clustering"
-
-#: Format of :func:`configure_console`'s records.
-CONSOLE_FORMAT = "%(levelname)s flwr-clustering: %(message)s"
 
 logger = logging.getLogger(LOGGER_NAME)
 if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
@@ -51,39 +48,43 @@ def _handled_elsewhere() -> bool:
     return False
 
 
+def _ours(record: logging.LogRecord) -> bool:
+    return record.name == LOGGER_NAME or record.name.startswith(LOGGER_NAME + ".")
+
+
 def configure_console(level: int = logging.INFO) -> logging.Handler | None:
-    """Print the package's records on stderr when nothing else handles them.
+    """Print the package's records through Flower's console handler, when nothing else does.
 
     For applications (the Flower App calls it), never called by the library itself. The
     logger's level becomes ``level``. If a handler of the program already receives our
     records (a handler on the root logger, as ``logging.basicConfig`` or pytest install, or
     one on :data:`logger`), that handler prints them as the program configured it.
-    Otherwise a :class:`logging.StreamHandler` with the format
-    ``INFO flwr-clustering: message`` is added to :data:`logger`; it falls silent if the
-    program configures a handler later. Calling it again does not add a second handler; it
-    only updates the level.
+    Otherwise Flower's own console handler (``flwr.common.logger.console_handler``, the
+    one of the ``flwr`` logger, with its format and ``FLWR_LOG_LEVEL``) is added to
+    :data:`logger`: our lines look like Flower's. It skips our records if the program
+    configures a handler later. Calling it again does not add it twice.
 
     Parameters
     ----------
     level : int, default logging.INFO
-        Lowest level printed.
+        Lowest level of our records.
 
     Returns
     -------
     logging.Handler or None
-        The console handler, or ``None`` when another handler takes the records.
+        Flower's console handler, or ``None`` when another handler takes the records.
     """
     logger.setLevel(level)
     handler = _console_handler()
     if handler is None:
         if _handled_elsewhere():
             return None
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(CONSOLE_FORMAT))
-        # Should the program configure logging later, its handlers take over: no record
-        # is printed twice.
-        handler.addFilter(lambda record: not _handled_elsewhere())
-        setattr(handler, _CONSOLE_MARK, True)
+        from flwr.common.logger import console_handler as handler
+
+        if not getattr(handler, _CONSOLE_MARK, False):
+            # Should the program configure logging later, its handlers take over: none of
+            # our records is printed twice. Flower's own records pass unchanged.
+            handler.addFilter(lambda record: not (_ours(record) and _handled_elsewhere()))
+            setattr(handler, _CONSOLE_MARK, True)
         logger.addHandler(handler)
-    handler.setLevel(level)
     return handler

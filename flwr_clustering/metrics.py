@@ -26,6 +26,7 @@ import numpy as np
 from .algorithms.lloyd import assign_to_nearest, check_data, nearest, squared_distances
 
 __all__ = [
+    "EVALUATION_STATS",
     "aggregate_evaluation_stats",
     "ari_from_contingency",
     "assign_to_nearest",
@@ -512,6 +513,11 @@ def label_evaluation_stats(
         stats["contingency"] = table
         stats["ari-local"] = ari_from_contingency(table) if len(labels) else 0.0
     return stats
+
+
+#: The statistics every client's evaluation reply must carry to enter the global metrics
+#: (:func:`local_evaluation_stats` also sends ``contingency`` when it has labels).
+EVALUATION_STATS: tuple[str, ...] = ("num-examples", "sse", "silhouette-sum")
 
 
 def aggregate_evaluation_stats(stats: Sequence[dict]) -> dict[str, float]:

@@ -221,7 +221,9 @@ def test_ffcm_with_initial_centres_skips_the_moments_exchange():
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(V0)}))
     ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0)
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
-    assert all(m.content["config"]["phase"] == "ffcm" for m in grid.sent)
+    # no moments QUERY: only the two ffcm rounds, then the final model (EVALUATE)
+    assert [m.metadata.message_type for m in grid.sent] == ["train"] * 6 + ["evaluate"] * 3
+    assert all(m.content["config"]["phase"] == "ffcm" for m in grid.sent[:6])
     with pytest.raises(ValueError, match="expected k=15"):
         FFCM(15, min_nodes=3).start(grid=InProcessGrid(_app(data, FFCMClient), 3),
                                     initial_arrays=ArrayRecord({"centroids": Array(V0[:4])}))

@@ -86,7 +86,8 @@ def test_the_flower_app_on_dim_is_exact_with_silhouette_k_i(tmp_path, algorithm,
     from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data import load_partition
 
-    rc = {"algorithm": algorithm, "dataset": "dim-128", "feature-mask": feature_mask,
+    rc = {"algorithm": algorithm, "dataset": "dim-128", "partitioner": "natural",
+          "feature-mask": feature_mask,
           "method": method, "k": 16, "min-nodes": 10, "tol": -1.0,
           "out-dir": str(tmp_path / "run")}
     out = run_server(InProcessGrid(app_client, 10, run_config=rc, shuffle_seed=4), rc)

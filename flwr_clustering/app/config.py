@@ -38,13 +38,18 @@ class AppOptions(Options):
 
     algorithm: str = option("fkm", help="a registered algorithm, or 'module:ATTRIBUTE' of an "
                             "AlgorithmSpec")
-    min_nodes: int = option(5, minimum=1, help="nodes to wait for, and the fewest valid "
-                            "replies a round may aggregate")
+    min_nodes: int = option(2, minimum=1, help="nodes to wait for, and the fewest valid "
+                            "replies a round may aggregate (Flower's default federation "
+                            "has 2)")
     seed: int = option(0, help="server and client random generators")
     out_dir: str = option("", help="results directory (absolute; empty: "
                           "~/flwr-clustering-results/<algorithm>-<time>)")
     round_timeout: float = option(600.0, minimum=0.0, help="seconds to wait for the replies "
                                   "of one round")
+    early_stop: bool = option(True, help="stop before the last round when the algorithm "
+                              "converges (its tol); false: run every round")
+    evaluate_every_round: bool = option(False, help="a federated evaluation after every "
+                                        "round (the final model is always evaluated)")
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,8 @@ class DataOptions(Options):
     """
 
     dataset: str = option("garst-grid", help="a registry data set, or 'local'")
-    partitioner: str = option("natural", help="natural, iid, dirichlet, ...")
+    partitioner: str = option("iid", help="iid, dirichlet, cluster-wise, sorted, or the data "
+                              "set's natural split")
     beta: float = option(0.1, help="Garst spatial split parameter")
     ppc: int = option(50, minimum=1, help="points per cluster of the Garst grid")
     noise: float = option(1.0, help="Garst grid noise")
@@ -150,7 +156,8 @@ def build_strategy(cfg: dict[str, Any]):
     """
     app = AppOptions.from_config(cfg)
     return registry.get(app.algorithm).build_strategy(
-        cfg, min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout)
+        cfg, min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
+        early_stop=app.early_stop, evaluate_every_round=app.evaluate_every_round)
 
 
 def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, client_id: int):

@@ -56,13 +56,17 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     spec = registry.get(str(cfg["algorithm"]))
     strategy = build_strategy(cfg)
     pooled = complete = None
+    # Wait for min-nodes, then until the count settles: a simulation registers its
+    # virtual SuperNodes while the ServerApp starts (flower-notes G1).
+    num_nodes = len(strategy.wait_for_nodes(grid, settle=1.0))
+    logger.info("%d node(s) connected (min-nodes=%d)", num_nodes, strategy.min_nodes)
     if cfg["dataset"] != "local":
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
         # so the pooled set depends on the split): num-partitions = connected nodes. With
         # feature masks the pooled rows carry NaN where their client does not look, and the
         # centralized baseline clusters the same rows complete
         # (Maritan & Schenato, Sec. 6.2: centralized k-means on the unmasked data).
-        num_partitions = len(strategy.wait_for_nodes(grid))
+        num_partitions = num_nodes
         pooled = load_pooled(num_partitions, **dataset_kwargs(cfg))
         complete = (load_pooled(num_partitions, complete=True, **dataset_kwargs(cfg))
                     if cfg["feature-mask"] != "none" else pooled)
@@ -75,6 +79,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
             if labels is not None:  # a model that labels rows itself (KDC)
                 stats = label_evaluation_stats(labels, int(cfg["k"]), y)
                 return MetricRecord(aggregate_evaluation_stats([stats]))
+            if "centroids" not in arrays:  # round 0 of a model the clients initialise
+                return None
             metrics = centralized_metrics(X, arrays["centroids"].numpy(), y)
             # Protocols where every user keeps its own centres (DGC): score each user's.
             models = strategy.user_models()

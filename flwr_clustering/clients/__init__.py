@@ -1,6 +1,13 @@
 """Flower clients (layer 3): one NumPyClient per algorithm and the ClientApp adapter."""
 
-from .base import ClusteringClient, client_app
+from .base import (
+    ClusteringClient,
+    client_app,
+    handle_evaluate,
+    handle_query,
+    handle_train,
+    stored_labels,
+)
 from .deepfeca import DeepFeCAClient
 from .dgc import DGCClient
 from .feca import FeCAClient, MAvgClient
@@ -23,4 +30,8 @@ __all__ = [
     "MaskedFederatedClient",
     "MaskedOneShotClient",
     "client_app",
+    "handle_evaluate",
+    "handle_query",
+    "handle_train",
+    "stored_labels",
 ]

@@ -3,17 +3,27 @@
 * :class:`ClusteringClient` is the base :class:`flwr.client.NumPyClient` of all our
   clients: it holds and validates the local data and implements ``evaluate`` (local
   metric statistics of the received centroids, in additive form).
-* :func:`client_app` is the adapter that turns any of our NumPyClients into a Message-API
-  :class:`flwr.clientapp.ClientApp`: ``ArrayRecord`` <-> list of ndarrays, ``ConfigRecord``
-  <-> dict, ``MetricRecord`` out (array-valued statistics travel in an ``ArrayRecord``
-  named ``"stats"``). A client exception becomes an error reply whose reason names the
-  client, so the server can log why it dropped it.
+* :func:`handle_train`, :func:`handle_query` and :func:`handle_evaluate` answer one
+  message with a NumPyClient, for a user's own ``@app.train()`` / ``@app.query()`` /
+  ``@app.evaluate()`` handlers: ``ArrayRecord`` <-> list of ndarrays, ``ConfigRecord`` <->
+  dict, ``MetricRecord`` out (array-valued statistics travel in an ``ArrayRecord`` named
+  ``"stats"``). A client exception becomes an error reply whose reason names the client,
+  so the server can log why it dropped it.
+* :func:`client_app` builds a whole Message-API :class:`flwr.clientapp.ClientApp` from a
+  ``client_fn``, with these three handlers.
+
+The final message of a run (an ``EVALUATE`` message with ``final=True``) carries the final
+model: :func:`handle_evaluate` has the client label its own rows
+(:meth:`ClusteringClient.local_labels`) and keeps the labels on the node, in
+``context.state`` (:func:`stored_labels`) and, when the node config has ``labels-path``,
+in that file (``.npy``, else one integer per line). The labels never leave the node.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,15 +31,31 @@ from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, 
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
-from ..algorithms.lloyd import check_data
+from ..algorithms.lloyd import assign_to_nearest, check_data
 from ..metrics import local_evaluation_stats
 
-__all__ = ["ClusteringClient", "client_app", "client_id_of", "pack_reply"]
+__all__ = [
+    "LABELS_PATH_KEY",
+    "ClusteringClient",
+    "client_app",
+    "client_id_of",
+    "handle_evaluate",
+    "handle_query",
+    "handle_train",
+    "pack_reply",
+    "stored_labels",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Error code of a reply built by :func:`client_app` from a client exception.
 CLIENT_ERROR_CODE = 1
+
+#: Node-config key of the file where a node writes the labels of its rows at the end of a run.
+LABELS_PATH_KEY = "labels-path"
+
+#: Name of the ``context.state`` record that keeps a node's labels.
+_STATE_KEY = "flwr-clustering.labels"
 
 
 def client_id_of(context: Context) -> int:
@@ -135,6 +161,27 @@ class ClusteringClient(NumPyClient):
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         return local_evaluation_stats(self.X, C, self.y, n_classes)
 
+    def local_labels(self, parameters: list[np.ndarray], config: dict[str, Any]) -> np.ndarray:
+        """Label the local rows with the final model (the arrays of the final message).
+
+        The default: nearest of the global centroids ``parameters[0]``. Algorithms whose
+        model labels rows differently override it (masked data, DGC's own centres,
+        DeepFeCA's network). The labels stay on the client.
+
+        Parameters
+        ----------
+        parameters : list of numpy.ndarray
+            The final model, as in the evaluate message.
+        config : dict
+            The message's configuration.
+
+        Returns
+        -------
+        numpy.ndarray of shape (n,)
+            The cluster of every local row (int64).
+        """
+        return assign_to_nearest(self.X, self.centroids_from(parameters))[0].astype(np.int64)
+
     def query(self, parameters, config):
         """Answer a ``QUERY`` message: a protocol phase that is not training.
 
@@ -221,6 +268,109 @@ def _unpack(msg: Message) -> tuple[list[np.ndarray], dict[str, Any]]:
     return params, config
 
 
+def stored_labels(context: Context) -> np.ndarray | None:
+    """The labels this node's client gave its rows at the end of the run, if any.
+
+    Parameters
+    ----------
+    context : flwr.app.Context
+        The ClientApp context of the node.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n,) or None
+        The cluster of every local row, kept in ``context.state``.
+    """
+    if _STATE_KEY not in context.state:
+        return None
+    return context.state[_STATE_KEY]["labels"].numpy()
+
+
+def _keep_labels(context: Context, labels: np.ndarray, cid: int) -> None:
+    labels = np.ascontiguousarray(np.asarray(labels, dtype=np.int64))
+    context.state[_STATE_KEY] = ArrayRecord({"labels": Array(labels)})
+    path = context.node_config.get(LABELS_PATH_KEY)
+    if path:
+        path = Path(str(path)).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".npy":
+            np.save(path, labels)
+        else:
+            np.savetxt(path, labels, fmt="%d")
+        logger.info("client %d: wrote the labels of its %d rows to %s", cid, len(labels), path)
+
+
+def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind: str
+            ) -> Message:
+    cid = client_id_of(context)
+    try:
+        if not isinstance(client, NumPyClient):
+            client = client(context)
+        params, config = _unpack(msg)
+        if kind == "evaluate":
+            if config.get("final") and hasattr(client, "local_labels"):
+                _keep_labels(context, client.local_labels(params, config), cid)
+            if not config.get("evaluate", True):
+                n = len(getattr(client, "X", ()))
+                return pack_reply(msg, None, n, {}, cid)
+            loss, n, metrics = client.evaluate(params, config)
+            return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
+        # a plain NumPyClient has no ``query``: it answers every phase in ``fit``
+        step = getattr(client, "query", client.fit) if kind == "query" else client.fit
+        arrays, n, metrics = step(params, config)
+        final = getattr(client, "final_labels", None)
+        if final is not None:  # a protocol whose last train round labels the rows (KDC)
+            _keep_labels(context, final, cid)
+        return pack_reply(msg, arrays, n, metrics, cid)
+    except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
+        reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
+        logger.warning("%s (%s)", reason, type(ex).__name__)
+        return Message(Error(code=CLIENT_ERROR_CODE, reason=reason), reply_to=msg)
+
+
+_HANDLER_DOC = """Answer one {kind} message with a NumPyClient (for a user's own handler).
+
+    Parameters
+    ----------
+    msg : flwr.app.Message
+        The server's message (content ``"arrays"`` and ``"config"``).
+    context : flwr.app.Context
+        The ClientApp context (its ``partition-id``, else the node id, is the client id).
+    client : NumPyClient or callable
+        The client (e.g. a :class:`ClusteringClient` around the node's rows), or
+        ``client_fn(context) -> NumPyClient``.
+
+    Returns
+    -------
+    flwr.app.Message
+        The reply: {reply}; or an error reply naming the client.
+    """
+
+
+def handle_train(msg: Message, context: Context, client) -> Message:  # noqa: D103
+    return _handle(msg, context, client, "train")
+
+
+def handle_query(msg: Message, context: Context, client) -> Message:  # noqa: D103
+    return _handle(msg, context, client, "query")
+
+
+def handle_evaluate(msg: Message, context: Context, client) -> Message:  # noqa: D103
+    return _handle(msg, context, client, "evaluate")
+
+
+handle_train.__doc__ = _HANDLER_DOC.format(
+    kind="``train``", reply="``fit``'s arrays, metrics and statistics")
+handle_query.__doc__ = _HANDLER_DOC.format(
+    kind="``query`` (a protocol phase that is not training)",
+    reply="``query``'s (else ``fit``'s) arrays, metrics and statistics")
+handle_evaluate.__doc__ = _HANDLER_DOC.format(
+    kind="``evaluate``",
+    reply="``evaluate``'s statistics (none when the config says ``evaluate=False``); "
+          "with ``final=True`` the client first labels its rows and keeps the labels on "
+          "the node (:func:`stored_labels`, node config ``labels-path``)")
+
+
 def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
     """Make a Message-API ClientApp from a function that builds one of our NumPyClients.
 
@@ -233,40 +383,22 @@ def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
     Returns
     -------
     flwr.clientapp.ClientApp
-        Handles ``train`` messages with ``fit``, ``query`` messages (the phases of a
-        protocol that are not training: sizes, moments, feature counts, ...) with
-        ``query`` and ``evaluate`` messages with ``evaluate``. Any exception in the
-        client becomes an error reply whose reason starts with ``"client <id>:"``.
+        Handles ``train`` messages with :func:`handle_train`, ``query`` messages (the
+        phases of a protocol that are not training: sizes, moments, feature counts, ...)
+        with :func:`handle_query` and ``evaluate`` messages with :func:`handle_evaluate`.
     """
     app = ClientApp()
 
-    def _handle(msg: Message, context: Context, kind: str) -> Message:
-        cid = client_id_of(context)
-        try:
-            client = client_fn(context)
-            params, config = _unpack(msg)
-            if kind == "evaluate":
-                loss, n, metrics = client.evaluate(params, config)
-                return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
-            # a plain NumPyClient has no ``query``: it answers every phase in ``fit``
-            step = getattr(client, "query", client.fit) if kind == "query" else client.fit
-            arrays, n, metrics = step(params, config)
-            return pack_reply(msg, arrays, n, metrics, cid)
-        except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
-            reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
-            logger.warning("%s (%s)", reason, type(ex).__name__)
-            return Message(Error(code=CLIENT_ERROR_CODE, reason=reason), reply_to=msg)
-
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        return _handle(msg, context, "train")
+        return handle_train(msg, context, client_fn)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        return _handle(msg, context, "query")
+        return handle_query(msg, context, client_fn)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
-        return _handle(msg, context, "evaluate")
+        return handle_evaluate(msg, context, client_fn)
 
     return app

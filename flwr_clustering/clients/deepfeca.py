@@ -27,6 +27,7 @@ from ..algorithms.deepfeca import (
     embed,
     train_step,
 )
+from ..algorithms.lloyd import assign_to_nearest
 from ..metrics import local_evaluation_stats
 from .base import ClusteringClient
 
@@ -80,6 +81,13 @@ class DeepFeCAClient(ClusteringClient):
                                       options.train_options(), **common)
             return new, n, {**metrics, "seconds": time.perf_counter() - t0}
         raise ValueError(f"client {self.client_id}: unknown DeepFeCA phase {phase!r}")
+
+    def local_labels(self, parameters, config) -> np.ndarray:
+        """Nearest ``C*`` to each row's feature under the global network."""
+        spec = self._spec(config)
+        weights, C = self._split(parameters)
+        F = embed(build_model(spec, weights), self.X, spec)
+        return assign_to_nearest(F, C)[0].astype(np.int64)
 
     def evaluate(self, parameters, config):
         """Statistics of ``C*`` on this client's features under the global network."""

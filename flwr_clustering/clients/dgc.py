@@ -84,6 +84,19 @@ class DGCClient(ClusteringClient):
                                                                  n_classes)
         return loss, n, stats
 
+    def local_labels(self, parameters, config) -> np.ndarray:
+        """Nearest of this node's own final centres (``parameters[1][client_id]``).
+
+        DGC's users each keep their own centres; without the node centres (or with a
+        client id outside the graph) the network mean labels the rows.
+        """
+        C = self.centroids_from(parameters[:1])
+        if len(parameters) > 1:
+            models = np.asarray(parameters[1], dtype=np.float64)
+            if models.ndim == 3 and 0 <= self.client_id < len(models):
+                C = self.centroids_from([models[self.client_id]])
+        return assign(self.X, C).astype(np.int64)
+
     def label_and_score(self, centres: np.ndarray, *, fraction: float | None = None,
                         threshold: float | None = None) -> dict[str, np.ndarray]:
         """Label the local rows with ``centres`` and score them as outliers (local use).

@@ -73,6 +73,8 @@ class KDCClient(ClusteringClient):
                 raise ValueError(f"client {self.client_id}: mean maps of shape {maps.shape} "
                                  f"do not fit a kernel of {model.t} x {model.psi} cells")
             self.labels = kdc_site_assign(self.X, model, maps, lo, hi)
+            # the assign round is KDC's final model delivery: the node keeps the labels
+            self.final_labels = self.labels
             k = len(maps)
             n_classes = int(config["n-classes"]) if config.get("n-classes") else None
             stats = label_evaluation_stats(self.labels, k, self.y, n_classes)

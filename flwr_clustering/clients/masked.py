@@ -73,6 +73,11 @@ class MaskedClient(ClusteringClient):
             algorithm=options.local_algorithm, n_init=options.n_init,
         )
 
+    def local_labels(self, parameters, config) -> np.ndarray:
+        """Nearest global centroid on the observed features of each row."""
+        d2 = masked_squared_distances(self.X, self.centroids_from(parameters))
+        return np.argmin(d2, axis=1).astype(np.int64)
+
     def local_stats(self, G: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
         """Additive evaluation statistics of ``G`` on the observed features."""
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None

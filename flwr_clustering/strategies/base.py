@@ -41,7 +41,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from ..log import logger
-from ..metrics import aggregate_evaluation_stats
+from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
 from ..options import Options, option
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
@@ -105,7 +105,17 @@ class ClusteringStrategy(Strategy):
         Seconds to wait for ``min_nodes`` nodes to connect.
     evaluate : bool, default True
         Run a federated evaluation of the final model (and ask clients for per-round
-        statistics where the protocol allows it without extra messages).
+        statistics where the protocol allows it without extra messages). With ``False``
+        the clients still receive the final model (to label their own rows), but send
+        no statistics back.
+    evaluate_every_round : bool, default False
+        Also run a federated evaluation (an ``EVALUATE`` message to every node) after
+        every round, as Flower's ``FedAvg`` does; off by default, since the train replies
+        of iterative algorithms already carry the previous model's statistics.
+    early_stop : bool, default True
+        Stop before ``num_rounds`` when the algorithm's own convergence rule says so
+        (FKM and FFCM: matched centroid shift at most ``tol``; DGC only with
+        ``tol >= 0``). With ``False`` :meth:`start` runs exactly ``num_rounds`` rounds.
     **kwargs
         Options by field name (see the algorithm's ``Options``).
 
@@ -134,6 +144,8 @@ class ClusteringStrategy(Strategy):
         round_timeout: float = 3600.0,
         node_wait_timeout: float = 600.0,
         evaluate: bool = True,
+        evaluate_every_round: bool = False,
+        early_stop: bool = True,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)
@@ -165,6 +177,8 @@ class ClusteringStrategy(Strategy):
         self.round_timeout = float(round_timeout)
         self.node_wait_timeout = float(node_wait_timeout)
         self.evaluate = bool(evaluate)
+        self.evaluate_every_round = bool(evaluate_every_round)
+        self.early_stop = bool(early_stop)
         self.configure()
         fixed = self.protocol_rounds()
         self.max_rounds = int(fixed if fixed is not None else options.max_rounds)
@@ -194,6 +208,7 @@ class ClusteringStrategy(Strategy):
         self.final_metrics: dict[str, float] = {}
         self.n_features: int | None = None
         self.last_shift = float("inf")
+        self._expect_stats = True
 
     # ----------------------------------------------------- algorithm hooks
     def train_config(self, server_round: int) -> dict[str, Any]:
@@ -236,16 +251,49 @@ class ClusteringStrategy(Strategy):
         """
 
     # ------------------------------------------------------ Flower plumbing
-    def wait_for_nodes(self, grid: Grid) -> list[int]:
-        """Block until ``min_nodes`` nodes are connected; return their sorted ids."""
-        start = time.monotonic()
-        while len(ids := sorted(grid.get_node_ids())) < self.min_nodes:
-            if time.monotonic() - start > self.node_wait_timeout:
+    def wait_for_nodes(self, grid: Grid, *, settle: float = 0.0) -> list[int]:
+        """Block until ``min_nodes`` nodes are connected; return their sorted ids.
+
+        While it waits it logs how many nodes are connected, every 5 s.
+
+        Parameters
+        ----------
+        grid : flwr.serverapp.Grid
+            The grid.
+        settle : float, default 0
+            Then also wait until the node count has not changed for ``settle`` seconds
+            (a simulation registers its virtual SuperNodes while the ServerApp starts).
+
+        Raises
+        ------
+        RuntimeError
+            After ``node_wait_timeout`` seconds with fewer than ``min_nodes`` nodes.
+        """
+        start = last_log = time.monotonic()
+        ids = sorted(grid.get_node_ids())
+        if len(ids) < self.min_nodes:
+            logger.info("waiting for nodes: %d of min_nodes=%d connected", len(ids),
+                        self.min_nodes)
+        while len(ids) < self.min_nodes:
+            now = time.monotonic()
+            if now - start > self.node_wait_timeout:
                 raise RuntimeError(
                     f"only {len(ids)} node(s) connected after {self.node_wait_timeout:.0f} s, "
-                    f"min_nodes={self.min_nodes}"
+                    f"min_nodes={self.min_nodes}: start more SuperNodes, or lower min_nodes "
+                    "(run config 'min-nodes')"
                 )
+            if now - last_log >= 5.0:
+                logger.info("waiting for nodes: %d of min_nodes=%d connected (%.0f s of %.0f s)",
+                            len(ids), self.min_nodes, now - start, self.node_wait_timeout)
+                last_log = now
             time.sleep(0.5)
+            ids = sorted(grid.get_node_ids())
+        stable_since = time.monotonic()
+        while settle > 0 and time.monotonic() - stable_since < settle:
+            time.sleep(min(0.25, settle))
+            now_ids = sorted(grid.get_node_ids())
+            if now_ids != ids:
+                ids, stable_since = now_ids, time.monotonic()
         return ids
 
     def sample_nodes(self, grid: Grid) -> list[int]:
@@ -489,18 +537,39 @@ class ClusteringStrategy(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
-        """Build one evaluate message per sampled node carrying the current centroids."""
-        if not self.evaluate or self.centroids is None:
+        """Build one evaluate message per sampled node carrying the current centroids.
+
+        :meth:`start` puts ``final`` (the last message of the run: clients keep the model
+        and label their rows) and ``evaluate`` (reply with statistics) in ``config``.
+        """
+        if self.centroids is None:
             return []
         return self._messages(
             server_round, [self.centroids], dict(config or {}), grid, MessageType.EVALUATE
         )
 
     def aggregate_evaluate(self, server_round: int, replies) -> MetricRecord | None:
-        """Aggregate the clients' additive statistics into exact global metrics."""
+        """Aggregate the clients' additive statistics into exact global metrics.
+
+        A reply without the clustering statistics (``num-examples``, ``sse``,
+        ``silhouette-sum``; e.g. from a user's own ``@app.evaluate()`` handler that sends
+        only a loss) is left out of the metrics with a warning. Returns ``None`` when no
+        reply carries statistics (e.g. the final message of a run with ``evaluate=False``).
+        """
         valid = self.collect(server_round, replies, kind="evaluate")
-        metrics = aggregate_evaluation_stats([r.stats for r in valid])
-        metrics.update(self.evaluation_extras(valid))
+        with_stats = []
+        for r in valid:
+            missing = [key for key in EVALUATION_STATS if key not in r.stats]
+            if not missing:
+                with_stats.append(r)
+            elif self._expect_stats:
+                logger.warning(
+                    "round %d evaluate: client %d sent no clustering statistics (lacks %s); "
+                    "left out of the metrics", server_round, r.client_id, missing)
+        if not with_stats:
+            return None
+        metrics = aggregate_evaluation_stats([r.stats for r in with_stats])
+        metrics.update(self.evaluation_extras(with_stats))
         if self.history:
             self.history[-1]["metrics"] = metrics
         self.final_metrics = metrics
@@ -519,7 +588,10 @@ class ClusteringStrategy(Strategy):
         """Return the configuration as a dict (logged and saved with the results)."""
         return {
             "min_nodes": self.min_nodes, "fraction": self.fraction, "seed": self.seed,
-            "max_rounds": self.max_rounds, "tol": self.tol, **self.options.as_dict(),
+            "num_rounds": getattr(self, "num_rounds", self.max_rounds),
+            "early_stop": self.early_stop, "evaluate": self.evaluate,
+            "evaluate_every_round": self.evaluate_every_round, "tol": self.tol,
+            **self.options.as_dict(),
         }
 
     def model_record(self) -> ArrayRecord:
@@ -555,6 +627,42 @@ class ClusteringStrategy(Strategy):
         return {}
 
     # ------------------------------------------------------------- the loop
+    def initial_centroids(self, initial_arrays: ArrayRecord | None) -> np.ndarray | None:
+        """The starting centroids in ``initial_arrays`` (Flower's ``start`` argument).
+
+        The array under ``"centroids"``, else the only array of the record whatever its
+        key (``ArrayRecord([C0])``, FedAvg's usual form, has key ``"0"``); ``None`` for an
+        empty record. Several arrays and none named ``"centroids"`` is an error.
+        """
+        if initial_arrays is None or len(initial_arrays) == 0:
+            return None
+        if "centroids" in initial_arrays:
+            array = initial_arrays["centroids"]
+        elif len(initial_arrays) == 1:
+            array = next(iter(initial_arrays.values()))
+        else:
+            raise ValueError(
+                f"initial_arrays has {len(initial_arrays)} arrays "
+                f"({', '.join(map(repr, initial_arrays))}) and none named 'centroids': pass "
+                "the initial centroids alone (ArrayRecord([C0])) or under the key 'centroids'")
+        C = np.asarray(array.numpy(), dtype=np.float64)
+        if C.ndim != 2 or not np.isfinite(C).all():
+            raise ValueError(f"the initial centroids must be a finite 2-D array, got shape "
+                             f"{C.shape}")
+        return C
+
+    def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
+                           evaluate_config: ConfigRecord | None, *, final: bool,
+                           timeout: float) -> MetricRecord | None:
+        """One ``EVALUATE`` exchange (per round, or the final model's delivery)."""
+        self._expect_stats = self.evaluate or not final
+        cfg = {**dict(evaluate_config or {}), "final": final, "evaluate": self._expect_stats}
+        messages = self.configure_evaluate(server_round, arrays, ConfigRecord(cfg), grid)
+        if not messages:
+            return None
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        return self.aggregate_evaluate(server_round, replies)
+
     def start(
         self,
         grid: Grid,
@@ -565,49 +673,81 @@ class ClusteringStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn=None,
     ) -> Result:
-        """Run the protocol: rounds until convergence or the cap, then evaluation.
+        """Run the protocol, with the contract of Flower's ``Strategy.start``.
+
+        Round ``r`` of ``num_rounds``: the train exchange (:meth:`configure_train`,
+        :meth:`aggregate_train`); a federated evaluation when ``evaluate_every_round``;
+        ``evaluate_fn(r, arrays)``. ``evaluate_fn(0, initial_arrays)`` runs before round 1.
+        After the last round every node receives the final model in an ``EVALUATE``
+        message with ``final=True`` (statistics only with ``evaluate``), so that clients
+        can label their own rows.
 
         Parameters
         ----------
         grid : flwr.serverapp.Grid
             The grid of the ServerApp.
         initial_arrays : ArrayRecord, optional
-            Starting centroids under key ``"centroids"`` (algorithms that initialise on
-            the clients, like FKM, do not need them).
+            Starting centroids: the array under ``"centroids"``, or the record's only
+            array whatever its key (:meth:`initial_centroids`). Algorithms that initialise on
+            the clients (FKM's default) do not need them.
         num_rounds : int, optional
-            Round cap; defaults to ``max_rounds``.
+            Number of rounds (default ``max_rounds``). With ``early_stop`` (the default) the
+            run stops earlier when the algorithm converges; the log says which. A fixed
+            protocol accepts only its own round count.
         timeout : float, optional
             Seconds to wait for the replies of a round; defaults to ``round_timeout``.
         train_config, evaluate_config : ConfigRecord, optional
             Extra configuration merged into the messages.
         evaluate_fn : callable, optional
             ``evaluate_fn(round, arrays) -> MetricRecord | None``, a server-side
-            evaluation after every round (e.g. on pooled data in simulation).
+            evaluation before round 1 (round 0) and after every round.
 
         Returns
         -------
         flwr.serverapp.strategy.Result
-            ``arrays["centroids"]``, per-round train info, federated evaluation metrics
-            by round, and ``evaluate_fn``'s metrics.
+            ``arrays`` (the model, :meth:`model_record`), per-round train info, federated
+            evaluation metrics by round, and ``evaluate_fn``'s metrics by round.
+
+        Raises
+        ------
+        ValueError
+            If ``num_rounds < 1``, does not fit a fixed protocol, or ``initial_arrays``
+            holds several arrays without ``"centroids"``.
         """
         fixed = self.protocol_rounds()
-        if num_rounds is not None and fixed is not None and int(num_rounds) != fixed:
-            raise ValueError(
-                f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
-                f"num_rounds={num_rounds} does not fit (leave it out)")
-        if num_rounds is not None and int(num_rounds) < 1:
-            raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
+        if num_rounds is not None:
+            if isinstance(num_rounds, bool) or int(num_rounds) != num_rounds:
+                raise ValueError(f"num_rounds must be an integer, got {num_rounds!r}")
+            if int(num_rounds) < 1:
+                raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
+            if fixed is not None and int(num_rounds) != fixed:
+                raise ValueError(
+                    f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
+                    f"num_rounds={num_rounds} does not fit (leave it out)")
         self.reset()
         num_rounds = self.max_rounds if num_rounds is None else int(num_rounds)
+        self.num_rounds = num_rounds
         timeout = self.round_timeout if timeout is None else float(timeout)
-        if initial_arrays is not None and "centroids" in initial_arrays:
-            self.centroids = np.asarray(initial_arrays["centroids"].numpy(), dtype=np.float64)
+        initial = self.initial_centroids(initial_arrays)
+        if initial is not None:
+            self.centroids = initial
         self.summary()
+        stop_rule = ("stops early when converged" if self.early_stop and fixed is None
+                     and num_rounds > 1 else "runs every round")
+        logger.info("%s: %d round(s) (%s); %s", self.name, num_rounds,
+                    "the protocol's" if fixed is not None else "num_rounds", stop_rule)
         t0 = time.monotonic()
-        self.initialize(grid, timeout)
         result = Result()
-        arrays = initial_arrays or ArrayRecord()
+        arrays = initial_arrays if initial_arrays is not None else ArrayRecord()
+        if evaluate_fn is not None:
+            server_metrics = evaluate_fn(0, arrays)
+            if server_metrics is not None:
+                result.evaluate_metrics_serverapp[0] = server_metrics
+                logger.info("[ROUND 0/%d] server evaluation: %s", num_rounds,
+                            _fmt(dict(server_metrics)))
+        self.initialize(grid, timeout)
         for rnd in range(1, num_rounds + 1):
+            logger.info("[ROUND %d/%d]", rnd, num_rounds)
             t_round = time.monotonic()
             self.prepare_round(rnd, grid, timeout)
             replies = grid.send_and_receive(
@@ -617,18 +757,24 @@ class ClusteringStrategy(Strategy):
             self.history[-1]["seconds"] = time.monotonic() - t_round
             result.arrays = arrays
             result.train_metrics_clientapp[rnd] = train_metrics
+            stop = rnd == num_rounds
+            if not stop and self.early_stop and self.converged(rnd):
+                logger.info("[ROUND %d/%d] converged: stopping early (early_stop=True)",
+                            rnd, num_rounds)
+                stop = True
+            if stop or self.evaluate_every_round:
+                self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
+                                        timeout=timeout)
             if evaluate_fn is not None:
                 server_metrics = evaluate_fn(rnd, arrays)
                 if server_metrics is not None:
                     result.evaluate_metrics_serverapp[rnd] = server_metrics
                     self.history[-1]["server-metrics"] = dict(server_metrics)
-            if self.converged(rnd):
-                logger.info("converged after round %d", rnd)
+                    logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds,
+                                _fmt(dict(server_metrics)))
+            if stop:
                 break
         last = self.history[-1]["round"]
-        messages = self.configure_evaluate(last, arrays, evaluate_config, grid)
-        if messages:
-            self.aggregate_evaluate(last, list(grid.send_and_receive(messages, timeout=timeout)))
         for record in self.history:
             if "metrics" in record:
                 result.evaluate_metrics_clientapp[record["round"]] = MetricRecord(
@@ -636,7 +782,8 @@ class ClusteringStrategy(Strategy):
                 )
         result.arrays = self.model_record()
         self.seconds = time.monotonic() - t0
-        logger.info("%s finished: %d rounds in %.2f s", self.name, last, self.seconds)
+        logger.info("%s finished: %d of %d rounds in %.2f s", self.name, last, num_rounds,
+                    self.seconds)
         return result
 
 

@@ -219,7 +219,7 @@ class DeepFeCA(ClusteringStrategy):
     # ------------------------------------------------------------------ evaluation
     def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
         """Send ``[*θ̄, C*]``: clients score ``C*`` on their features."""
-        if not self.evaluate or self.model is None:
+        if self.model is None:
             return []
         cfg = {**dict(config or {}), **self._common_config(server_round, "evaluate")}
         return self._messages(server_round, [*self.model, self.centroids], cfg, grid,

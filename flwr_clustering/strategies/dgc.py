@@ -232,7 +232,7 @@ class DGC(ClusteringStrategy):
         SSE and (with labels) contingency table on its own rows: summed, they score every
         user's own centres on the joint data exactly (the paper's per-user accuracy).
         """
-        if not self.evaluate or self.node_centres is None:
+        if self.node_centres is None:
             return []
         return self._messages(server_round, [self.centroids, self.node_centres],
                               dict(config or {}), grid, MessageType.EVALUATE)
