@@ -16,6 +16,11 @@ tests and docs.
 An algorithm that lives outside the package (a user's own, or the benchmarks' echo
 strategy) is named in the run config as ``"package.module:ATTRIBUTE"``, where the
 attribute is an :class:`AlgorithmSpec`; :func:`get` imports it on first use.
+
+Each declaration may describe its message protocol with :class:`Phase` entries (what every
+message carries and what the client replies); :data:`COMMON_PROTOCOL` holds the messages
+every algorithm shares. ``python -m simulations docs`` renders them, with the options
+tables, into ``docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,100 @@ from typing import Any
 
 from .options import Options
 
-__all__ = ["AlgorithmSpec", "get", "names", "register", "run_config_defaults"]
+__all__ = ["COMMON_PROTOCOL", "AlgorithmSpec", "Phase", "get", "names", "register",
+           "run_config_defaults"]
+
+#: The Flower message types a :class:`Phase` may use.
+MESSAGE_TYPES = ("train", "query", "evaluate")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One message of an algorithm's protocol and the client's reply (for the docs).
+
+    Attributes
+    ----------
+    name : str
+        The phase: the value of ``config["phase"]`` (the evaluation messages of the base
+        strategy carry no phase; their entries are named ``evaluate`` and ``final``).
+    message_type : {"train", "query", "evaluate"}
+        The Flower message type (``QUERY`` for phases that are not training).
+    rounds : str
+        When it is sent, e.g. ``"round 0"``, ``"every round"``.
+    sends : tuple of str
+        The arrays of the message's ``"arrays"`` record, in order, with their shapes.
+    config : tuple of str
+        Message-config keys beyond the options' keys and the common ``seed``, ``phase``
+        and ``evaluate``, described.
+    reply_arrays : tuple of str
+        The arrays of the reply's ``"arrays"`` record, in order, with their shapes.
+    reply_metrics : tuple of str
+        Scalars of the reply's ``"metrics"`` record beyond ``num-examples`` and
+        ``client-id``.
+    reply_stats : tuple of str
+        Arrays of the reply's ``"stats"`` record.
+    notes : str
+        Anything else a client author needs (conditions, privacy, refusals).
+    """
+
+    name: str
+    message_type: str
+    rounds: str
+    sends: tuple[str, ...] = ()
+    config: tuple[str, ...] = ()
+    reply_arrays: tuple[str, ...] = ()
+    reply_metrics: tuple[str, ...] = ()
+    reply_stats: tuple[str, ...] = ()
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        """Check the message type and that the list fields are tuples of strings."""
+        if self.message_type not in MESSAGE_TYPES:
+            raise ValueError(f"phase {self.name!r}: message_type must be one of "
+                             f"{list(MESSAGE_TYPES)}, got {self.message_type!r}")
+        for name in ("sends", "config", "reply_arrays", "reply_metrics", "reply_stats"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"phase {self.name!r}: {name} must be a tuple of strings")
+            object.__setattr__(self, name, tuple(value))
+
+
+#: What :func:`flwr_clustering.metrics.local_evaluation_stats` puts in the reply's metrics.
+EVALUATION_METRICS = (
+    "`sse` float: sum of squared distances to the nearest centroid",
+    "`silhouette-sum` float: sum of the simplified silhouette values",
+    "`ari-local` float: ARI of the local labels (only with ground-truth labels)",
+)
+#: ... and in its ``stats`` record.
+EVALUATION_STATS = (
+    "`cluster-counts` (k,) int64: rows nearest to each centroid",
+    "`contingency` (k, n_classes) int64: clusters x true classes (only with labels)",
+)
+
+#: The messages every algorithm shares (unless its own protocol lists a variant).
+COMMON_PROTOCOL: tuple[Phase, ...] = (
+    Phase(
+        "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
+        sends=("`centroids` (k, d) float64: the final global model",),
+        config=("no `phase` and no `seed`: only what the caller passed as `evaluate_config`",
+                "`n-classes` int, optional: width of the contingency table (clients "
+                "zero-pad otherwise)"),
+        reply_arrays=("none (the reply has no `arrays` record)",),
+        reply_metrics=("`loss` float: `sse / n`", *EVALUATION_METRICS),
+        reply_stats=EVALUATION_STATS,
+        notes="Counts and sums only, never a row: the server sums them into the exact "
+              "global SSE, ARI, NMI and purity (`aggregate_evaluation_stats`)."),
+    Phase(
+        "final", "evaluate", "once, at the end of the run",
+        sends=("the final model: the same arrays as the algorithm's evaluation message",),
+        config=("`final` bool: true", "`evaluate` bool: whether to reply with statistics"),
+        reply_arrays=("none",),
+        reply_metrics=("with `evaluate` true: as the evaluation message; else only "
+                       "`num-examples` and `client-id`",),
+        reply_stats=("with `evaluate` true: as the evaluation message",),
+        notes="Delivers the final model to every client; the client labels its rows with "
+              "it and keeps the per-row labels locally (they are not sent)."),
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +155,11 @@ class AlgorithmSpec:
         the App's layer, above the strategies).
     listed : bool
         ``False`` for helpers that are not algorithms (left out of listings).
+    extra : dict
+        Anything else an algorithm wants to declare.
+    protocol : tuple of Phase
+        The algorithm's messages in the order they are sent (the docs' phases table);
+        the shared evaluation and final messages are in :data:`COMMON_PROTOCOL`.
     """
 
     name: str
@@ -68,6 +171,7 @@ class AlgorithmSpec:
     pooled_report: Callable[..., dict[str, Any]] | str | None = None
     listed: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    protocol: tuple[Phase, ...] = ()
 
     def pooled_report_fn(self) -> Callable[..., dict[str, Any]] | None:
         """The ``pooled_report`` hook as a callable (imported if given as a string)."""

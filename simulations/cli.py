@@ -7,6 +7,7 @@ Usage, from the repository root::
                                                 [--out DIR] [--methods M ...] [--jobs J]
     python -m simulations reproduce all --out results
     python -m simulations bench <bench arguments>      # simulations.benchmarks.bench
+    python -m simulations docs [--check]               # regenerate docs/protocol.md
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
 ``experiment, method, setting, metric, ours_mean, ours_std, paper, runs`` and more),
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     Returns
     -------
     argparse.ArgumentParser
-        With subcommands ``reproduce``, ``list`` and ``bench``.
+        With subcommands ``reproduce``, ``list``, ``bench`` and ``docs``.
     """
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -106,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list the experiments", description="List the experiments.")
 
+    docs = sub.add_parser(
+        "docs", help="regenerate docs/protocol.md (the message protocol) from the registry",
+        description="Write docs/protocol.md from the registry: the wire form, and per "
+        "algorithm its config keys and messages.",
+    )
+    docs.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 if the page is out of date")
+    docs.add_argument("--root", default=".",
+                      help="the repository root (default: the current directory)")
+
     sub.add_parser(
         "bench", help=f"benchmarks ({BENCH_MODULE}); arguments pass through",
         add_help=False,
@@ -134,6 +145,20 @@ def _bench(argv: Sequence[str]) -> int:
               "installation", file=sys.stderr)
         return 2
     return int(bench.main(list(argv)) or 0)
+
+
+def _docs(args: argparse.Namespace) -> int:
+    from .docs import PROTOCOL_PAGE, write_protocol_page
+
+    up_to_date = write_protocol_page(args.root, check=args.check)
+    if up_to_date:
+        print(f"{PROTOCOL_PAGE} is up to date")
+        return 0
+    if args.check:
+        print(f"{PROTOCOL_PAGE} is out of date: run {PROG} docs", file=sys.stderr)
+        return 1
+    print(f"wrote {PROTOCOL_PAGE}")
+    return 0
 
 
 def _reproduce(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -175,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        Exit code: 0 on success, 2 when the benchmark module is missing. Bad arguments
+        Exit code: 0 on success, 2 when the benchmark module is missing, 1 when
+        ``docs --check`` finds the page out of date. Bad arguments
         (e.g. an unknown experiment) raise ``SystemExit(2)`` with a message, as argparse does.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -185,5 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list()
+    if args.command == "docs":
+        return _docs(args)
     return _reproduce(parser, args)
 

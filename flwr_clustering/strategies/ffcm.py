@@ -18,7 +18,7 @@ from ..algorithms.ffcm import (
 )
 from ..algorithms.lloyd import matched_shift
 from ..clients.ffcm import FFCMClient
-from ..registry import AlgorithmSpec, register
+from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FFCM"]
@@ -138,4 +138,24 @@ class FFCM(ClusteringStrategy):
 
 register(AlgorithmSpec(
     name="ffcm", strategy=FFCM, client=FFCMClient, options=FFCMOptions, loop=run_ffcm,
-    summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)"))
+    summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)",
+    protocol=(
+        Phase("moments", "query", "round 0 (only when no initial centroids are given)",
+              sends=("nothing",),
+              reply_arrays=("`n` (1,) int64: local rows",
+                            "`sum` (d,) float64: per-feature sum",
+                            "`sumsq` (d,) float64: per-feature sum of squares"),
+              notes="The server draws the k initial centres uniformly in the box mean ± "
+                    "init-width · std of the pooled data; it rejects the moments of fewer "
+                    "than privacy-threshold rows."),
+        Phase("ffcm", "train", "every round",
+              sends=("`centres` (k, d) float64: the global centres",),
+              reply_arrays=("`centres` (k, d) float64: local fuzzy c-means from the global "
+                            "centres (fuzzifier, local-max-iter, local-tol, criterion)",
+                            "`supports` (k,) float64: s_j = sum over the rows of u_xj"),
+              reply_metrics=("with `evaluate` true:", *EVALUATION_METRICS),
+              reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
+              notes="With `evaluate` true the reply also scores the received centres. A "
+                    "client with fewer than privacy-threshold rows refuses every phase "
+                    "(error reply)."),
+    )))

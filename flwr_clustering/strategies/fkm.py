@@ -10,7 +10,7 @@ from ..algorithms.fkm import FKMOptions, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.fkm import FedKMeansClient
-from ..registry import AlgorithmSpec, register
+from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FedKMeans"]
@@ -112,4 +112,29 @@ class FedKMeans(ClusteringStrategy):
 
 register(AlgorithmSpec(
     name="fkm", strategy=FedKMeans, client=FedKMeansClient, options=FKMOptions, loop=run_fkm,
-    summary="FKM, iterative federated k-means (Garst & Reinders 2023)"))
+    summary="FKM, iterative federated k-means (Garst & Reinders 2023)",
+    protocol=(
+        Phase("init", "train", "round 1 (when no initial centroids are given)",
+              sends=("nothing",),
+              reply_arrays=("`means` (k_i, d) float64: local cluster means, k_i <= min(n, k)",
+                            "`counts` (k_i,) int64: rows behind each mean, each >= "
+                            "privacy-threshold",
+                            "`index` (k_i,) int64: all -1"),
+              notes="The client seeds min(n, k) local clusters by k-means++; with `init` "
+                    "\"private\" it runs max(1, local-iterations) Lloyd steps before the "
+                    "upload, with \"paper\" it uploads the seeds themselves, **which are raw "
+                    "rows**. Clusters of fewer than privacy-threshold rows are left out."),
+        Phase("update", "train", "every later round (also round 1, given initial centroids)",
+              sends=("`centroids` (k, d) float64: the global centroids",),
+              reply_arrays=("`means` (k_i, d) float64: means after local-iterations Lloyd "
+                            "steps from the global centroids that attract a local row, "
+                            "k_i <= k",
+                            "`counts` (k_i,) int64: rows behind each mean, each >= "
+                            "privacy-threshold",
+                            "`index` (k_i,) int64: the global centroid (0..k-1) each mean "
+                            "grew from"),
+              reply_metrics=("with `evaluate` true:", *EVALUATION_METRICS),
+              reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
+              notes="With `evaluate` true the reply also scores the received centroids "
+                    "(before the local step), so the rounds need no evaluation message."),
+    )))

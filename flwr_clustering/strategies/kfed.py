@@ -9,7 +9,7 @@ import numpy as np
 from ..algorithms.kfed import KFedOptions, kfed_server, run_kfed
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.kfed import KFedClient
-from ..registry import AlgorithmSpec, register
+from ..registry import AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["KFed"]
@@ -75,4 +75,16 @@ class KFed(ClusteringStrategy):
 
 register(AlgorithmSpec(
     name="kfed", strategy=KFed, client=KFedClient, options=KFedOptions, loop=run_kfed,
-    summary="k-FED, one-shot (Dennis, Li & Smith 2021)"))
+    summary="k-FED, one-shot (Dennis, Li & Smith 2021)",
+    protocol=(
+        Phase("kfed", "train", "round 1 (one shot)",
+              sends=("nothing",),
+              reply_arrays=("`centres` (k_i, d) float64: Awasthi-Sheffet local centres, "
+                            "k_i <= k-local",
+                            "`counts` (k_i,) int64: rows behind each centre, each >= "
+                            "privacy-threshold",
+                            "`index` (k_i,) int64: all -1"),
+              notes="`k-local` arrives resolved (0 in the run config means k). A client with "
+                    "at most k-local rows refuses with an error reply (k-FED would upload raw "
+                    "rows). `evaluate` is ignored."),
+    )))
