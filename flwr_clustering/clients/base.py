@@ -135,6 +135,16 @@ class ClusteringClient(NumPyClient):
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         return local_evaluation_stats(self.X, C, self.y, n_classes)
 
+    def to_client(self):
+        """Return a legacy ``flwr.client.Client`` (see :mod:`flwr_clustering.legacy`).
+
+        Array-valued metrics travel as ``np.save`` bytes, with ``"client-id"``; pair it
+        with :class:`flwr_clustering.legacy.LegacyStrategy` on the server.
+        """
+        from ..legacy import legacy_client  # the adapter imports the strategies
+
+        return legacy_client(self)
+
     def query(self, parameters, config):
         """Answer a ``QUERY`` message: a protocol phase that is not training.
 
