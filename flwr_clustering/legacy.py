@@ -110,12 +110,12 @@ def encode_metrics(metrics: Mapping[str, Any], client_id: int | None = None) -> 
         If a value is neither a number nor an array (the Message-API reply refuses it too).
     """
     scalars, arrays = _split_metrics(dict(metrics))
-    scalars.pop("client-id", None)
+    own = scalars.pop("client-id", None)
     out: dict[str, Scalar] = dict(scalars)
     out.update({ARRAY_PREFIX + k: ndarray_to_bytes(np.require(v, requirements="C"))
                 for k, v in arrays.items()})
-    if client_id is not None:
-        out["client-id"] = int(client_id)
+    if client_id is not None or own is not None:
+        out["client-id"] = int(own if client_id is None else client_id)
     return out
 
 

@@ -266,3 +266,38 @@ def _docs_client_app():
         return FedKMeansClient(X, y, client_id=i)
 
     return client_app(client_fn)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ffcm_legacy_in_a_ray_simulation_equals_message_api():
+    """The real runtime (run_simulation, Ray, InMemoryGrid) with the moments exchange."""
+    from flwr.simulation import run_simulation
+
+    data = _blobs()
+
+    def make_client(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return FFCMClient(*data[i], client_id=i)
+
+    def make_strategy():
+        return FFCM(15, version=2, min_nodes=4, seed=3, max_rounds=3)
+
+    ref = make_strategy()
+    ref.start(grid=InProcessGrid(client_app(make_client), 4))
+    box = {}
+
+    def server_fn(context):
+        box["legacy"] = LegacyStrategy(make_strategy(),
+                                       on_finish=lambda r: box.__setitem__("result", r))
+        return ServerAppComponents(strategy=box["legacy"], config=box["legacy"].server_config())
+
+    run_simulation(ServerApp(server_fn=server_fn),
+                   ClientApp(client_fn=lambda ctx: make_client(ctx).to_client()), 4,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"logging_level": "ERROR",
+                                                 "log_to_driver": False}})
+    s = box["legacy"].strategy
+    np.testing.assert_array_equal(s.centroids, ref.centroids)
+    assert s.final_metrics == ref.final_metrics
+    np.testing.assert_array_equal(box["result"].arrays["centroids"].numpy(), ref.centroids)
