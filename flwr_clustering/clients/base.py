@@ -182,6 +182,16 @@ class ClusteringClient(NumPyClient):
         """
         return assign_to_nearest(self.X, self.centroids_from(parameters))[0].astype(np.int64)
 
+    def to_client(self):
+        """Return a legacy ``flwr.client.Client`` (see :mod:`flwr_clustering.legacy`).
+
+        Array-valued metrics travel as ``np.save`` bytes, with ``"client-id"``; pair it
+        with :class:`flwr_clustering.legacy.LegacyStrategy` on the server.
+        """
+        from ..legacy import legacy_client  # the adapter imports the strategies
+
+        return legacy_client(self)
+
     def query(self, parameters, config):
         """Answer a ``QUERY`` message: a protocol phase that is not training.
 
