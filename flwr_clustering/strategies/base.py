@@ -626,6 +626,18 @@ class ClusteringStrategy(Strategy):
         """Extra entries of ``result.json`` (override to add)."""
         return {}
 
+    def initialize_parameters(self, client_manager):
+        """Refuse Flower's legacy server, naming the adapter (legacy Strategy API).
+
+        ``flwr.server.ServerAppComponents(strategy=...)`` calls this first; our strategies
+        speak the Message API, and :class:`flwr_clustering.legacy.LegacyStrategy` wraps
+        them for the legacy one.
+        """
+        raise TypeError(
+            f"{type(self).__name__} is a Message-API strategy (flwr.serverapp.ServerApp with "
+            f"strategy.start(grid=...)); in a legacy ServerAppComponents use "
+            f"flwr_clustering.legacy.LegacyStrategy({type(self).__name__}(...))")
+
     # ------------------------------------------------------------- the loop
     def initial_centroids(self, initial_arrays: ArrayRecord | None) -> np.ndarray | None:
         """The starting centroids in ``initial_arrays`` (Flower's ``start`` argument).
