@@ -52,6 +52,11 @@ def _describe_options(algorithm: str) -> str:
     return ", ".join(out)
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python scalar a run config holds (``np.int64(8)`` -> ``8``)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _check_option_names(algorithm: Any, options: dict[str, Any]) -> None:
     """Raise ``TypeError`` for a keyword that is not an option of ``algorithm``.
 
@@ -137,7 +142,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         of a cluster.
     labels_ : list of numpy.ndarray
         ``labels_[i]`` is the cluster of every row of ``partitions[i]``, computed by client
-        ``i`` itself with the final model (DGC: with its own centres).
+        ``i`` itself with the final model (DGC: with its own centres); ``None`` for a
+        client that failed (possible only with ``min_nodes`` below the number of clients).
     user_centers_ : numpy.ndarray of shape (n_clients, n_clusters, n_features) or None
         DGC: every node's own final centres (``user_centers_[i]`` labels ``labels_[i]``);
         ``None`` for the other algorithms (every client holds the global model).
@@ -275,12 +281,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                              f"({n_clients}), got {min_nodes}")
         fields = _option_fields(self.algorithm)
         spec = registry.get(self.algorithm)
-        run_config = {"algorithm": self.algorithm, "k": self.n_clusters,
+        run_config = {"algorithm": self.algorithm, "k": _plain(self.n_clusters),
                       "seed": seed, "min-nodes": int(min_nodes),
-                      "early-stop": self.early_stop}
+                      "early-stop": _plain(self.early_stop)}
         for name, value in self.algorithm_options.items():
             if value is not None:
-                run_config[spec.options.key_of(fields[name])] = value
+                run_config[spec.options.key_of(fields[name])] = _plain(value)
         return run_config
 
     @staticmethod

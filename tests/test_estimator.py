@@ -5,6 +5,7 @@ function ``run_server`` and its ClientApp (``flwr_clustering.app.client_app.app`
 node reading its own data file (``dataset='local'``, ``data-path``), on an in-process grid.
 """
 
+import pickle
 import re
 import subprocess
 import sys
@@ -121,6 +122,8 @@ def test_wine_fkm_equals_the_app_and_clusters_as_well_as_kmeans(tmp_path, monkey
     assert fed >= 0.9 * central, (fed, central)
     assert est.metrics_["ari"] == pytest.approx(fed, abs=1e-12)  # exact federated ARI
     assert est.user_centers_ is None
+    # a fitted estimator pickles (e.g. for joblib)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(X), est.predict(X))
 
 
 @pytest.mark.parametrize("algorithm", registry.names())
@@ -213,6 +216,10 @@ def test_random_state_changes_the_result_and_none_draws_a_seed():
     again = FederatedClustering("fkm", 8, random_state=0, max_rounds=3).fit(parts)
     np.testing.assert_array_equal(fit[0].cluster_centers_, again.cluster_centers_)
     assert not np.array_equal(fit[0].cluster_centers_, fit[1].cluster_centers_)
+    # NumPy scalars (a parameter grid's values) are fine
+    same = FederatedClustering("fkm", np.int64(8), random_state=np.int64(0),
+                               max_rounds=np.int64(3), early_stop=np.bool_(True)).fit(parts)
+    np.testing.assert_array_equal(same.cluster_centers_, again.cluster_centers_)
     est = FederatedClustering("fkm", 8, random_state=None, max_rounds=3).fit(parts)
     redo = FederatedClustering("fkm", 8, random_state=est.seed_, max_rounds=3).fit(parts)
     np.testing.assert_array_equal(est.cluster_centers_, redo.cluster_centers_)
