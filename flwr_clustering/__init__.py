@@ -1,3 +1,29 @@
-"""Federated and distributed clustering for Flower."""
+"""Federated and distributed clustering for Flower.
+
+Importing the package is cheap: :class:`FederatedClustering` (the scikit-learn entry
+point, :mod:`flwr_clustering.estimator`) loads scikit-learn and Flower on first use.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+__all__ = ["FederatedClustering", "__version__"]
+
+_LAZY = {"FederatedClustering": "flwr_clustering.estimator"}
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: `from flwr_clustering import FederatedClustering` imports the estimator
+    # module (scikit-learn, Flower) only then.
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

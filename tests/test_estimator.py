@@ -1,0 +1,299 @@
+"""FederatedClustering, the scikit-learn entry point: the App's model bit for bit, per algorithm.
+
+The reference for "the same code path as ``flwr run``" is the App itself: its ServerApp
+function ``run_server`` and its ClientApp (``flwr_clustering.app.client_app.app``), every
+node reading its own data file (``dataset='local'``, ``data-path``), on an in-process grid.
+"""
+
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_wine, make_blobs
+from sklearn.exceptions import NotFittedError
+from sklearn.metrics import adjusted_rand_score
+from sklearn.preprocessing import StandardScaler
+
+from flwr_clustering import FederatedClustering, registry
+from flwr_clustering.clients import stored_labels
+from flwr_clustering.data.local_file import save_local_file
+from flwr_clustering.testing import InProcessGrid
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Small, fast settings per algorithm (estimator keyword -> value).
+SMALL = {
+    "fkm": dict(max_rounds=5),
+    "ffcm": dict(max_rounds=5),
+    "dgc": dict(iterations=5, graph="ring"),
+    "kdc": dict(sample_size=80, t=20),
+    "deepfeca": dict(network="mlp", max_rounds=1, epochs=1, proj_dim=8, centralized=False),
+    "masked-federated": dict(federated_rounds=2, k_local=3),
+    "masked-oneshot": dict(k_local=3),
+}
+MASKED = ("masked-federated", "masked-oneshot")
+
+
+def _blobs(algorithm, n_clients=4):
+    X, y = make_blobs(240, n_features=4, centers=3, cluster_std=0.8, random_state=0)
+    parts, ys = np.array_split(X, n_clients), np.array_split(y, n_clients)
+    if algorithm in MASKED:  # every client misses one feature (NaN), a different one
+        parts = [P.copy() for P in parts]
+        for i, P in enumerate(parts):
+            P[:, (i + 1) % P.shape[1]] = np.nan
+    return parts, ys
+
+
+def _run_config(est):
+    """The run config of ``flwr run`` that stands for ``est``'s parameters."""
+    return est._run_config(len(est.labels_), est.seed_)
+
+
+def _app_run(tmp_path, run_config, parts, ys, monkeypatch):
+    """The App: run_server + the App's ClientApp, each node reading its own .npz file."""
+    from flwr_clustering.app.client_app import app as client_app
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.strategies.base import ClusteringStrategy
+
+    # run_server waits 1 s for the node count to settle (a simulation's nodes register
+    # while it starts); an in-process grid has them all at once: skip the wait only
+    wait = ClusteringStrategy.wait_for_nodes
+    monkeypatch.setattr(ClusteringStrategy, "wait_for_nodes",
+                        lambda self, grid, settle=0.0: wait(self, grid))
+
+    files = []
+    for i, (X, y) in enumerate(zip(parts, ys, strict=True)):
+        files.append(tmp_path / f"client{i}.npz")
+        save_local_file(files[-1], X, y)
+    rc = {**run_config, "dataset": "local", "out-dir": str(tmp_path / "out")}
+    grid = InProcessGrid(client_app, len(parts), run_config=rc,
+                         node_configs=[{"data-path": str(f)} for f in files])
+    out = run_server(grid, rc)
+    return out, [stored_labels(grid.contexts[100 + i]) for i in range(len(parts))]
+
+
+def _without_seconds(record):
+    """``record`` without the wall-clock entries (``seconds``, ``seconds-cluster``, ...)."""
+    if isinstance(record, dict):
+        return {k: _without_seconds(v) for k, v in record.items() if "seconds" not in k}
+    if isinstance(record, list):
+        return [_without_seconds(v) for v in record]
+    return record
+
+
+def _assert_same_run(est, out, app_labels):
+    """Estimator and App: model, labels, metrics and history bit for bit."""
+    app = out["strategy"]
+    np.testing.assert_array_equal(est.cluster_centers_, out["centroids"])
+    mine, theirs = est.strategy_.model_record(), app.model_record()
+    assert list(mine) == list(theirs)
+    for key in mine:  # every array of the model (KDC's kernel, DeepFeCA's weights, ...)
+        np.testing.assert_array_equal(mine[key].numpy(), theirs[key].numpy(), err_msg=key)
+    for i, (a, b) in enumerate(zip(est.labels_, app_labels, strict=True)):
+        np.testing.assert_array_equal(a, b, err_msg=f"labels of client {i}")
+    np.testing.assert_equal(est.metrics_, out["federated"])
+    np.testing.assert_equal(_without_seconds(est.history_), _without_seconds(app.history))
+
+
+def test_wine_fkm_equals_the_app_and_clusters_as_well_as_kmeans(tmp_path, monkeypatch):
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    order = np.random.default_rng(0).permutation(len(X))  # IID split into 4 clients
+    parts = [X[i] for i in np.array_split(order, 4)]
+    ys = [y[i] for i in np.array_split(order, 4)]
+
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(parts, labels=ys)
+
+    out, app_labels = _app_run(tmp_path, _run_config(est), parts, ys, monkeypatch)
+    _assert_same_run(est, out, app_labels)
+    assert est.cluster_centers_.shape == (3, 13) and est.n_features_in_ == 13
+    assert est.n_clients_ == 4 and 1 <= est.n_iter_ == len(est.history_) <= 20
+    for i, P in enumerate(parts):
+        np.testing.assert_array_equal(est.labels_[i], est.predict(P))
+    # as good as centralized k-means on the pooled rows, give or take a little
+    fed = adjusted_rand_score(np.concatenate(ys), np.concatenate(est.labels_))
+    central = adjusted_rand_score(y, KMeans(3, n_init=10, random_state=0).fit_predict(X))
+    assert fed >= 0.9 * central, (fed, central)
+    assert est.metrics_["ari"] == pytest.approx(fed, abs=1e-12)  # exact federated ARI
+    assert est.user_centers_ is None
+    # a fitted estimator pickles (e.g. for joblib)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict(X), est.predict(X))
+
+
+@pytest.mark.parametrize("algorithm", registry.names())
+def test_every_algorithm_equals_the_app_and_predict_matches_the_clients(tmp_path, monkeypatch,
+                                                                     algorithm):
+    if algorithm == "deepfeca":
+        pytest.importorskip("torch")
+    parts, ys = _blobs(algorithm)
+    est = FederatedClustering(algorithm, n_clusters=3, random_state=0,
+                              **SMALL.get(algorithm, {}))
+    assert est.fit(parts, ys) is est
+
+    out, app_labels = _app_run(tmp_path, _run_config(est), parts, ys, monkeypatch)
+    _assert_same_run(est, out, app_labels)
+
+    assert len(est.labels_) == len(parts)
+    for i, P in enumerate(parts):
+        assert est.labels_[i].shape == (len(P),) and est.labels_[i].dtype == np.int64
+        # every client labels its rows as predict(rows, client=i) does
+        np.testing.assert_array_equal(est.predict(P, client=i), est.labels_[i])
+        if algorithm == "dgc":
+            # DGC: node i labels with its OWN centres; predict(X) uses the network mean
+            own = ((P[:, None, :] - est.user_centers_[i][None]) ** 2).sum(-1).argmin(1)
+            np.testing.assert_array_equal(est.labels_[i], own)
+            mean = ((P[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+            np.testing.assert_array_equal(est.predict(P), mean)
+        else:  # one global model: the client changes nothing
+            np.testing.assert_array_equal(est.predict(P), est.labels_[i])
+    if algorithm == "dgc":
+        assert est.user_centers_.shape == (4, 3, 4)
+        np.testing.assert_allclose(est.user_centers_.mean(axis=0), est.cluster_centers_,
+                                   rtol=0, atol=1e-12)
+    else:
+        assert est.user_centers_ is None
+    assert est.fit_predict(parts, ys) is est.labels_
+    assert est.metrics_["num-examples"] == sum(len(P) for P in parts)
+
+
+def test_get_set_params_and_clone_carry_the_algorithm_options():
+    est = FederatedClustering("fkm", 3, random_state=1, max_rounds=5, tol=1e-3)
+    params = est.get_params()
+    assert params == {"algorithm": "fkm", "n_clusters": 3, "random_state": 1,
+                      "min_nodes": None, "early_stop": True, "evaluate": True,
+                      "max_rounds": 5, "tol": 1e-3}
+    copy = clone(est)
+    assert copy is not est and copy.get_params() == params
+    assert "max_rounds=5" in repr(est)
+
+    assert est.set_params(max_rounds=7, n_clusters=4) is est
+    assert est.get_params()["max_rounds"] == 7 and est.n_clusters == 4
+    # switching algorithm: None drops an option the new algorithm lacks
+    est.set_params(algorithm="kfed", max_rounds=None, tol=None, k_local=6)
+    assert clone(est).get_params()["k_local"] == 6
+
+    with pytest.raises(TypeError, match=r"unknown option\(s\) \['maxrounds'\].*max_rounds"):
+        FederatedClustering("fkm", 3, maxrounds=5)
+    with pytest.raises(TypeError, match="n_clusters"):
+        FederatedClustering("kdc", k=3)
+    with pytest.raises(TypeError, match="random_state"):
+        FederatedClustering("fkm", seed=3)
+    before = est.get_params()
+    with pytest.raises(TypeError, match="psi"):  # a KDC option, not k-FED's
+        est.set_params(psi=8)
+    with pytest.raises(TypeError, match=r"\['tol'\]"):  # the switch leaves tol=None: fine;
+        est.set_params(algorithm="feca", tol=1e-3)  # but feca has no tol
+    assert est.get_params() == before  # a refused set_params changes nothing
+
+
+def test_bad_values_are_the_options_errors_at_fit():
+    parts, _ = _blobs("fkm")
+    with pytest.raises(ValueError, match="max_rounds must be at least 1"):
+        FederatedClustering("fkm", 3, max_rounds=0).fit(parts)
+    with pytest.raises(ValueError, match="server_update must be one of"):
+        FederatedClustering("fkm", 3, server_update="mean").fit(parts)
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'"):
+        FederatedClustering("nope", 3).fit(parts)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        FederatedClustering("fkm", 2.5).fit(parts)
+    with pytest.raises(TypeError, match="RandomState or Generator"):
+        FederatedClustering("fkm", 3, random_state=np.random.RandomState(0)).fit(parts)
+    with pytest.raises(ValueError, match="min_nodes must be between 1 and the number of"):
+        FederatedClustering("fkm", 3, min_nodes=5).fit(parts)
+
+
+def test_random_state_changes_the_result_and_none_draws_a_seed():
+    X, _ = make_blobs(200, centers=3, random_state=1)
+    parts = np.array_split(X, 4)
+    fit = {s: FederatedClustering("fkm", 8, random_state=s, max_rounds=3).fit(parts)
+           for s in (0, 1)}
+    again = FederatedClustering("fkm", 8, random_state=0, max_rounds=3).fit(parts)
+    np.testing.assert_array_equal(fit[0].cluster_centers_, again.cluster_centers_)
+    assert not np.array_equal(fit[0].cluster_centers_, fit[1].cluster_centers_)
+    # NumPy scalars (a parameter grid's values) are fine
+    same = FederatedClustering("fkm", np.int64(8), random_state=np.int64(0),
+                               max_rounds=np.int64(3), early_stop=np.bool_(True)).fit(parts)
+    np.testing.assert_array_equal(same.cluster_centers_, again.cluster_centers_)
+    est = FederatedClustering("fkm", 8, random_state=None, max_rounds=3).fit(parts)
+    redo = FederatedClustering("fkm", 8, random_state=est.seed_, max_rounds=3).fit(parts)
+    np.testing.assert_array_equal(est.cluster_centers_, redo.cluster_centers_)
+
+
+def test_evaluate_false_gives_the_same_model_without_metrics():
+    parts, ys = _blobs("fkm")
+    a = FederatedClustering("fkm", 3).fit(parts, ys)
+    b = FederatedClustering("fkm", 3, evaluate=False).fit(parts, ys)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    for la, lb in zip(a.labels_, b.labels_, strict=True):
+        np.testing.assert_array_equal(la, lb)
+    assert "ari" in a.metrics_ and b.metrics_ == {}
+
+
+def test_predict_before_fit_and_bad_input():
+    est = FederatedClustering("fkm", 3)
+    with pytest.raises(NotFittedError):
+        est.predict(np.zeros((2, 4)))
+    parts, _ = _blobs("fkm")
+    with pytest.raises(ValueError, match="list of 2-D arrays, one per client; got one array"):
+        est.fit(np.vstack(parts))
+    with pytest.raises(ValueError, match="partitions is empty"):
+        est.fit([])
+    with pytest.raises(ValueError, match=r"partitions\[1\] must be a 2-D array"):
+        est.fit([parts[0], parts[1][0]])
+    with pytest.raises(ValueError, match=r"partitions\[1\] has 3 features, partitions\[0\] has 4"):
+        est.fit([parts[0], parts[1][:, :3]])
+    with pytest.raises(ValueError, match=r"partitions\[1\] is empty"):
+        est.fit([parts[0], parts[1][:0]])
+    bad = [P.copy() for P in parts]
+    bad[2][0, 1] = np.nan
+    with pytest.raises(ValueError, match="client 2 data contains NaN"):
+        est.fit(bad)
+    with pytest.raises(ValueError, match=r"labels\[0\] has shape"):
+        est.fit(parts, [np.zeros(3, int)] * 4)
+    est.fit(parts)
+    assert not hasattr(FederatedClustering("fkm", 3), "labels_")
+    with pytest.raises(ValueError, match="X has 2 features, but FederatedClustering is "
+                                         "fitted with 4"):
+        est.predict(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        est.predict(np.full((1, 4), np.nan))
+    with pytest.raises(ValueError, match=r"client must be a client index in \[0, 4\)"):
+        est.predict(parts[0], client=4)
+    assert "labels_" not in clone(est).__dict__  # clone gives an unfitted estimator
+
+
+def test_importing_the_package_stays_cheap_and_the_name_resolves():
+    code = ("import sys, flwr_clustering as fc; "
+            "print(' '.join(m for m in ('sklearn', 'flwr', 'scipy') if m in sys.modules)); "
+            "assert 'FederatedClustering' in dir(fc); "
+            "from flwr_clustering import FederatedClustering; "
+            "print(FederatedClustering.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["", "flwr_clustering.estimator"]
+
+
+def _snippets(path, tag):
+    pattern = r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)```"
+    return [code for t, code in re.findall(pattern, path.read_text(), re.S) if t == tag]
+
+
+def test_docs_snippet_runs(capsys):
+    (code,) = _snippets(ROOT / "docs" / "estimator.md", "estimator")
+    exec(compile(code, "docs/estimator.md:estimator", "exec"), {})
+    out = capsys.readouterr().out
+    assert float(re.search(r"ARI ([0-9.]+)", out).group(1)) > 0.8
+
+
+def test_readme_snippet_runs_where_the_readme_has_it(capsys):
+    found = _snippets(ROOT / "README.md", "estimator")
+    if not found:
+        pytest.skip("README has no snippet tagged 'estimator'")
+    exec(compile(found[0], "README.md:estimator", "exec"), {})
+    assert "ARI" in capsys.readouterr().out
