@@ -382,9 +382,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         cfg = merged_config(run_config)
         for i, (X, y) in enumerate(zip(parts, ys, strict=True)):
             build_client(cfg, X, y, i)  # the client's own checks (NaN, labels), up front
-        strategy = build_strategy(cfg)
-        if not self.evaluate:
-            strategy.evaluate = False  # the strategy's own switch (the App has no key for it)
+        strategy = build_strategy(cfg, evaluate=bool(self.evaluate))
 
         def client_fn(context):
             # what the App's ClientApp does (flwr_clustering.app.client_app.client_fn),

@@ -102,8 +102,11 @@ def test_docs_deepfeca_snippet_runs_and_equals_the_pure_loop(capsys):
 
 def test_every_tagged_snippet_is_tested():
     # A new or moved snippet needs its test here: the tags found must be the ones tested above.
+    # (the estimator's snippets: tests/test_estimator.py; the legacy one: tests/test_legacy.py)
     tested = {(README, "server"), (README, "client"), (FECA_GUIDE, "feca"),
-              (MASKED_GUIDE, "masked"), (DEEPFECA_GUIDE, "deepfeca")}
+              (MASKED_GUIDE, "masked"), (DEEPFECA_GUIDE, "deepfeca"),
+              (README, "estimator"), (DOCS / "estimator.md", "estimator"),
+              (DOCS / "legacy.md", "legacy")}
     found = {(path, tag) for path in [README, *sorted(DOCS.rglob("*.md"))]
              for tag, _ in re.findall(_TAG, path.read_text(), re.S)}
     assert found == tested

@@ -141,13 +141,16 @@ def results_dir(cfg: dict[str, Any]) -> Path:
     return Path.home() / "flwr-clustering-results" / f"{name}-{stamp}"
 
 
-def build_strategy(cfg: dict[str, Any]):
+def build_strategy(cfg: dict[str, Any], **overrides: Any):
     """Build the strategy named by ``cfg["algorithm"]`` from a merged run config.
 
     Parameters
     ----------
     cfg : dict
         Output of :func:`merged_config`.
+    **overrides
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` arguments that have no
+        run-config key (e.g. ``evaluate=False``, ``node_wait_timeout``).
 
     Returns
     -------
@@ -157,7 +160,8 @@ def build_strategy(cfg: dict[str, Any]):
     app = AppOptions.from_config(cfg)
     return registry.get(app.algorithm).build_strategy(
         cfg, min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
-        early_stop=app.early_stop, evaluate_every_round=app.evaluate_every_round)
+        **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
+           **overrides})
 
 
 def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, client_id: int):
