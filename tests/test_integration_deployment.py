@@ -112,7 +112,13 @@ def _node_config(i: int, path: Path) -> str:
     # --node-config is parsed as TOML values: a string needs quotes; single quotes make a
     # literal string, so a path needs no escaping (as long as it has no single quote).
     assert "'" not in str(path)
-    return f"partition-id={i} num-partitions={NUM_CLIENTS} data-path='{path}'"
+    return (f"partition-id={i} num-partitions={NUM_CLIENTS} data-path='{path}' "
+            f"labels-path='{_labels_path(path, i)}'")
+
+
+def _labels_path(data_path: Path, i: int) -> Path:
+    """Where SuperNode ``i`` keeps the labels of its rows (node config ``labels-path``)."""
+    return data_path.parent.parent / "labels" / f"node{i}.npy"
 
 
 def _deploy_run(dep: Deployment, algorithm: str, overrides: str) -> tuple[dict, np.ndarray]:
@@ -242,6 +248,11 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert fed["ari"] == pytest.approx(ari, abs=1e-9)
     assert fed["ari"] > 0.8, fed
     assert {"nmi", "purity", "sse"} <= set(fed), fed
+    # Every SuperNode received the final model and wrote its own rows' labels locally
+    # (labels-path in its node config); no label travelled.
+    for i, (path, (X_i, _)) in enumerate(zip(dep.data_files, parts, strict=True)):
+        np.testing.assert_array_equal(np.load(_labels_path(path, i)),
+                                      assign_to_nearest(X_i, centroids)[0])
 
     # A one-shot FeCA run, then FFCM (a moments exchange and two rounds of fuzzy c-means),
     # then Algorithms 1 and 2 of the masked-feature paper and DGC, on the same SuperNodes:

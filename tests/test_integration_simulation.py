@@ -264,11 +264,11 @@ def test_feca_baselines_in_simulation_match_reference(fkm_run, local_superlink, 
     from flwr_clustering.app.config import dataset_kwargs, merged_config
     from flwr_clustering.data.registry import load_partition
 
-    run = local_superlink.run(algorithm, "beta=10.0 max-rounds=3 tol=-1.0")
+    run = local_superlink.run(algorithm, "partitioner='natural' beta=10.0 max-rounds=3 tol=-1.0")
     res = run.result
     assert res["algorithm"] == algorithm
     assert res["rounds"] == (1 if algorithm == "mavg" else 3)
-    cfg = merged_config({"beta": 10.0})
+    cfg = merged_config({"partitioner": "natural", "beta": 10.0})
     data = [load_partition(i, NUM_SUPERNODES, **dataset_kwargs(cfg))[0]
             for i in range(NUM_SUPERNODES)]
     if algorithm == "mavg":
@@ -296,12 +296,14 @@ def test_masked_algorithms_in_simulation_match_reference(fkm_run, local_superlin
     from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
     from flwr_clustering.data.registry import load_partition
 
-    run = local_superlink.run(algorithm, f"dataset='dim-128' k=16 tol=-1.0 {extra}")
+    run = local_superlink.run(
+        algorithm, f"dataset='dim-128' partitioner='natural' k=16 tol=-1.0 {extra}")
     res = run.result
     assert res["algorithm"] == algorithm
     assert res["rounds"] == (4 if algorithm == "masked-federated" else 1)
     mask = "chain" if "chain" in extra else "shared"
-    data = [load_partition(i, NUM_SUPERNODES, dataset="dim-128", feature_mask=mask)[0]
+    data = [load_partition(i, NUM_SUPERNODES, dataset="dim-128", partitioner="natural",
+                           feature_mask=mask)[0]
             for i in range(NUM_SUPERNODES)]
     ref = (run_masked_federated(data, 16, method="A") if algorithm == "masked-federated"
            else run_masked_oneshot(data, 16))

@@ -581,8 +581,11 @@ class ClusteringStrategy(Strategy):
         return {}
 
     def summary(self) -> None:
-        """Log the strategy's configuration."""
-        logger.info("%s: %s", type(self).__name__, self.describe())
+        """Log the strategy's configuration (the run's round count, not the option's cap)."""
+        described = self.describe()
+        if described.get("num_rounds") != described.get("max_rounds"):
+            described.pop("max_rounds", None)
+        logger.info("%s: %s", type(self).__name__, described)
 
     def describe(self) -> dict[str, Any]:
         """Return the configuration as a dict (logged and saved with the results)."""
