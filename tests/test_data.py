@@ -533,3 +533,46 @@ def test_shapes_are_the_sklearn_comparison_sets():
     assert abs(r[y == 0].mean() - 1.0) < 0.05 and abs(r[y == 1].mean() - 0.5) < 0.05
     with pytest.raises(ValueError, match="unknown shape"):
         shapes("spirals")
+
+
+# ------------------------------------------------------------- client counts (any N >= 1)
+
+
+def _partition_digest(num_partitions: int, **kwargs) -> str:
+    """A short hash of every partition's size, rows (rounded to 1e-9) and labels, in order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for i in range(num_partitions):
+        X, y = load_partition(i, num_partitions, **kwargs)
+        h.update(np.int64(len(X)).tobytes())
+        h.update(np.round(X, 9).tobytes())
+        h.update(y.astype(np.int64).tobytes())
+    return h.hexdigest()[:20]
+
+
+#: Partitions the reproductions depend on, pinned before the any-client-count change
+#: (commit 682c62d): widening the client counts must not move a single row of these.
+_PINNED_PARTITIONS = [
+    (5, {"dataset": "garst-grid", "partitioner": "natural"}, "e42fdb3856a7fe0ffa6b"),
+    (5, {"dataset": "garst-grid", "partitioner": "iid"}, "d47a7ad475bf31ad690b"),
+    (5, {"dataset": "garst-clusterwise", "partitioner": "natural"}, "478e298c4b781395670e"),
+    (5, {"dataset": "garst-grid", "partitioner": "cluster-wise"}, "478e298c4b781395670e"),
+    (5, {"dataset": "iris", "partitioner": "cluster-wise"}, "3318dee6e1e784a41c21"),
+    (3, {"dataset": "iris", "partitioner": "dirichlet"}, "ed640813b3cde19db82e"),
+    (7, {"dataset": "wine", "partitioner": "sorted"}, "30ae509eeed9046a4442"),
+    (5, {"dataset": "dim-128", "partitioner": "natural", "feature_mask": "chain"},
+     "6e3b4c588670f97b9c46"),
+    (4, {"dataset": "dim-128", "partitioner": "natural", "feature_mask": "shared"},
+     "33dae00e92a2330465b6"),
+    (3, {"dataset": "digits-46", "partitioner": "iid", "feature_mask": "shared"},
+     "69cc0ca01fce8a9beca2"),
+]
+
+
+@pytest.mark.parametrize(("num_partitions", "kwargs", "digest"), _PINNED_PARTITIONS,
+                         ids=[f"{kw['dataset']}-{kw['partitioner']}-{n}"
+                              f"-{kw.get('feature_mask', 'none')}"
+                              for n, kw, _ in _PINNED_PARTITIONS])
+def test_registry_partitions_pinned(num_partitions, kwargs, digest):
+    assert _partition_digest(num_partitions, **kwargs) == digest
