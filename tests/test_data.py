@@ -13,10 +13,12 @@ from flwr_clustering.data import (
     DATASETS,
     GARST_CENTERS,
     GARST_OBSERVERS,
+    PARTITIONERS,
     AssignmentPartitioner,
     BetaSpatialPartitioner,
     ClusterWisePartitioner,
     arrays_to_dataset,
+    check_partitioning,
     dataset_to_arrays,
     garst_beta_split,
     garst_clusterwise,
@@ -27,6 +29,8 @@ from flwr_clustering.data import (
     load_pooled,
     partition_arrays,
     save_local_file,
+    serving_partitioners,
+    split_arrays,
 )
 
 
@@ -320,14 +324,68 @@ def test_registry_errors():
         load_partition(0, 5, dataset="iris", partitioner="odd")
     with pytest.raises(ValueError, match="'iris' has no natural split"):
         load_partition(0, 5, dataset="iris")
-    with pytest.raises(ValueError, match="natural split into 5 clients, but num_partitions is 4"):
+    with pytest.raises(ValueError, match="natural split into 5 clients, but the federation has "
+                       "4; partitioners that serve 4 clients: iid, dirichlet, cluster-wise, "
+                       "sorted \\(run config: partitioner='iid'\\)"):
         load_partition(0, 4, dataset="garst-grid")
     with pytest.raises(ValueError, match=r"partition_id must be in \[0, 5\), got 5"):
         load_partition(5, 5, dataset="garst-grid")
     with pytest.raises(ValueError, match=r"partition_id must be in \[0, 5\), got -1"):
         load_partition(-1, 5, dataset="garst-grid")
-    with pytest.raises(ValueError, match="needs cluster_amounts"):
-        load_partition(0, 3, dataset="iris", partitioner="cluster-wise")
+    with pytest.raises(ValueError, match="cluster_amounts has 2 entries but num_partitions is 3"):
+        load_partition(0, 3, dataset="iris", partitioner="cluster-wise", cluster_amounts="1,2")
+    with pytest.raises(ValueError, match="num_partitions must be >= 1, got 0"):
+        check_partitioning(0, dataset="iris", partitioner="iid")
+    with pytest.raises(ValueError, match="unknown dataset 'local'"):
+        check_partitioning(2, dataset="local", partitioner="iid")
+
+
+
+def test_registry_default_cluster_amounts_repeat_the_paper_pattern():
+    from flwr_clustering.data import default_cluster_amounts
+
+    assert default_cluster_amounts(5) == (16, 1, 3, 10, 7)
+    assert default_cluster_amounts(1) == (16,)
+    assert default_cluster_amounts(7) == (16, 1, 3, 10, 7, 16, 1)
+    # one client of cluster-wise gets every class of a data set with at most 16
+    X, y = load_partition(0, 1, dataset="iris", partitioner="cluster-wise")
+    assert X.shape == (150, 4) and set(y.tolist()) == {0, 1, 2}
+
+
+def test_check_partitioning_messages():
+    check_partitioning(5, dataset="garst-grid")  # the paper's setting passes
+    check_partitioning(1, dataset="dim-128", partitioner="natural", feature_mask="chain")
+    with pytest.raises(ValueError, match=r"^dataset 'garst-grid' has a natural split into 5 "
+                       r"clients, but the federation has 2; partitioners that serve 2 clients: "
+                       r"iid, dirichlet, cluster-wise, sorted \(run config: partitioner='iid'\)$"):
+        check_partitioning(2, dataset="garst-grid", partitioner="natural")
+    with pytest.raises(ValueError, match="'sorted' cuts every class into 60 chunks, but the "
+                       "largest class of 'iris' has 50 rows; partitioners that serve 60 "
+                       "clients: iid, dirichlet"):
+        check_partitioning(60, dataset="iris", partitioner="sorted")
+    with pytest.raises(ValueError, match="has 150 rows for 200 clients; no partitioner serves "
+                       "200 clients of 'iris'"):
+        check_partitioning(200, dataset="iris", partitioner="dirichlet")
+    with pytest.raises(ValueError, match="feature_mask 'chain' needs at least one feature per "
+                       "client, but the data set has 2 features and the federation 3 clients, "
+                       "so no partitioner serves 3 clients"):
+        check_partitioning(3, dataset="moons", partitioner="iid", feature_mask="chain")
+    with pytest.raises(ValueError, match=r"cluster_amounts \(1, 0\) leaves 1 of 2 clients "
+                       r"without rows"):
+        check_partitioning(2, dataset="iris", partitioner="cluster-wise", cluster_amounts="1,0")
+    assert serving_partitioners(2, dataset="garst-grid") == (
+        "iid", "dirichlet", "cluster-wise", "sorted")
+    assert serving_partitioners(3, dataset="moons", feature_mask="chain") == ()
+    assert serving_partitioners(1, dataset="digits-46") == PARTITIONERS
+
+
+def test_split_arrays_dirichlet_failure_is_explained():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 2)), np.arange(40) % 4
+    with pytest.warns(UserWarning), pytest.raises(
+            ValueError, match="'dirichlet' \\(dirichlet_alpha=0.05, seed=0\\) could not give "
+                              "each of 15 clients at least 2 rows"):
+        split_arrays(X, y, 15, partitioner="dirichlet", dirichlet_alpha=0.05, seed=0)
 
 
 # ------------------------------------------------------------------------------- local files
@@ -576,3 +634,4 @@ _PINNED_PARTITIONS = [
                               for n, kw, _ in _PINNED_PARTITIONS])
 def test_registry_partitions_pinned(num_partitions, kwargs, digest):
     assert _partition_digest(num_partitions, **kwargs) == digest
+
