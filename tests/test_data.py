@@ -635,3 +635,85 @@ _PINNED_PARTITIONS = [
 def test_registry_partitions_pinned(num_partitions, kwargs, digest):
     assert _partition_digest(num_partitions, **kwargs) == digest
 
+
+#: The client counts of the grid below.
+_CLIENT_COUNTS = (1, 2, 3, 7)
+
+
+def _allowed_refusal(dataset: str, partitioner: str, n: int, feature_mask: str, d: int) -> bool:
+    """The only (dataset, partitioner, N) cells of the grid that may refuse, with defaults."""
+    if feature_mask == "chain" and d < n:  # a block of features per client: impossible
+        return True
+    if partitioner != "natural":
+        return False
+    if dataset in ("garst-grid", "garst-clusterwise"):  # fixed natural split of 5 clients
+        return n != 5
+    return dataset not in ("dim-128", "digits-037", "digits-46")  # no natural split at all
+
+
+def _row_counts(X: np.ndarray, y: np.ndarray):
+    """Multiset of the rows of [X | y] (as bytes), to compare row sets exactly."""
+    from collections import Counter
+
+    Z = np.ascontiguousarray(np.column_stack([X, y.astype(np.float64)]))
+    return Counter(row.tobytes() for row in Z)
+
+
+@pytest.mark.parametrize("feature_mask", ["none", "chain"])
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_registry_serves_any_client_count(dataset, feature_mask):
+    """Every data set x partitioner x N in {1, 2, 3, 7} works or refuses clearly, at the start.
+
+    Works: every client gets rows, the partitions concatenate to ``load_pooled``, and the
+    complete pooled rows are the data set's rows (a subset for cluster-wise, which discards
+    rows). Refuses: ``check_partitioning`` and ``load_partition`` raise the same ValueError,
+    which names exactly the partitioners that do serve N (or says that none does); only the
+    cells of :func:`_allowed_refusal` may refuse.
+    """
+    X_full, y_full, _ = load_dataset(dataset)
+    d = X_full.shape[1]
+    full_rows = _row_counts(X_full, y_full)
+    for n in _CLIENT_COUNTS:
+        refusals: dict[str, str] = {}
+        for partitioner in PARTITIONERS:
+            kwargs = {"dataset": dataset, "partitioner": partitioner, "feature_mask": feature_mask}
+            cell = f"{dataset} {partitioner} N={n} mask={feature_mask}"
+            try:
+                check_partitioning(n, **kwargs)
+            except ValueError as exc:
+                refusals[partitioner] = str(exc)
+                with pytest.raises(ValueError) as info:
+                    load_partition(0, n, **kwargs)
+                assert str(info.value) == str(exc), cell
+                assert _allowed_refusal(dataset, partitioner, n, feature_mask, d), (cell, exc)
+                continue
+            assert not _allowed_refusal(dataset, partitioner, n, feature_mask, d), cell
+            parts = [load_partition(i, n, **kwargs) for i in range(n)]
+            assert all(len(X_i) > 0 and X_i.shape[1] == d and len(y_i) == len(X_i)
+                       for X_i, y_i in parts), (cell, [len(X_i) for X_i, _ in parts])
+            Xp, yp = load_pooled(n, **kwargs)
+            np.testing.assert_array_equal(Xp, np.concatenate([X_i for X_i, _ in parts]))
+            np.testing.assert_array_equal(yp, np.concatenate([y_i for _, y_i in parts]))
+            Xc, yc = Xp, yp
+            if feature_mask != "none":
+                Xc, yc = load_pooled(n, complete=True, **kwargs)
+                np.testing.assert_array_equal(yc, yp)
+                observed = ~np.isnan(Xp)
+                assert not np.isnan(Xc).any() and np.array_equal(Xc[observed], Xp[observed])
+                for X_i, _ in parts:  # a client sees whole features, at least one
+                    seen = ~np.isnan(X_i)
+                    assert (seen.all(axis=0) | ~seen.any(axis=0)).all() and seen.any(), cell
+            rows = _row_counts(Xc, yc)
+            if partitioner == "cluster-wise":  # it discards the rows no client takes
+                assert not rows - full_rows, cell
+            else:
+                assert rows == full_rows, cell
+        serving = [p for p in PARTITIONERS if p not in refusals]
+        assert tuple(serving) == serving_partitioners(n, dataset=dataset,
+                                                      feature_mask=feature_mask)
+        for message in refusals.values():
+            if serving:
+                assert (f"partitioners that serve {n} clients: {', '.join(serving)} "
+                        f"(run config: partitioner={serving[0]!r})") in message, message
+            else:
+                assert f"no partitioner serves {n} clients" in message, message
