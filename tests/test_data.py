@@ -13,10 +13,12 @@ from flwr_clustering.data import (
     DATASETS,
     GARST_CENTERS,
     GARST_OBSERVERS,
+    PARTITIONERS,
     AssignmentPartitioner,
     BetaSpatialPartitioner,
     ClusterWisePartitioner,
     arrays_to_dataset,
+    check_partitioning,
     dataset_to_arrays,
     garst_beta_split,
     garst_clusterwise,
@@ -27,6 +29,8 @@ from flwr_clustering.data import (
     load_pooled,
     partition_arrays,
     save_local_file,
+    serving_partitioners,
+    split_arrays,
 )
 
 
@@ -320,14 +324,68 @@ def test_registry_errors():
         load_partition(0, 5, dataset="iris", partitioner="odd")
     with pytest.raises(ValueError, match="'iris' has no natural split"):
         load_partition(0, 5, dataset="iris")
-    with pytest.raises(ValueError, match="natural split into 5 clients, but num_partitions is 4"):
+    with pytest.raises(ValueError, match="natural split into 5 clients, but the federation has "
+                       "4; partitioners that serve 4 clients: iid, dirichlet, cluster-wise, "
+                       "sorted \\(run config: partitioner='iid'\\)"):
         load_partition(0, 4, dataset="garst-grid")
     with pytest.raises(ValueError, match=r"partition_id must be in \[0, 5\), got 5"):
         load_partition(5, 5, dataset="garst-grid")
     with pytest.raises(ValueError, match=r"partition_id must be in \[0, 5\), got -1"):
         load_partition(-1, 5, dataset="garst-grid")
-    with pytest.raises(ValueError, match="needs cluster_amounts"):
-        load_partition(0, 3, dataset="iris", partitioner="cluster-wise")
+    with pytest.raises(ValueError, match="cluster_amounts has 2 entries but num_partitions is 3"):
+        load_partition(0, 3, dataset="iris", partitioner="cluster-wise", cluster_amounts="1,2")
+    with pytest.raises(ValueError, match="num_partitions must be >= 1, got 0"):
+        check_partitioning(0, dataset="iris", partitioner="iid")
+    with pytest.raises(ValueError, match="unknown dataset 'local'"):
+        check_partitioning(2, dataset="local", partitioner="iid")
+
+
+
+def test_registry_default_cluster_amounts_repeat_the_paper_pattern():
+    from flwr_clustering.data import default_cluster_amounts
+
+    assert default_cluster_amounts(5) == (16, 1, 3, 10, 7)
+    assert default_cluster_amounts(1) == (16,)
+    assert default_cluster_amounts(7) == (16, 1, 3, 10, 7, 16, 1)
+    # one client of cluster-wise gets every class of a data set with at most 16
+    X, y = load_partition(0, 1, dataset="iris", partitioner="cluster-wise")
+    assert X.shape == (150, 4) and set(y.tolist()) == {0, 1, 2}
+
+
+def test_check_partitioning_messages():
+    check_partitioning(5, dataset="garst-grid")  # the paper's setting passes
+    check_partitioning(1, dataset="dim-128", partitioner="natural", feature_mask="chain")
+    with pytest.raises(ValueError, match=r"^dataset 'garst-grid' has a natural split into 5 "
+                       r"clients, but the federation has 2; partitioners that serve 2 clients: "
+                       r"iid, dirichlet, cluster-wise, sorted \(run config: partitioner='iid'\)$"):
+        check_partitioning(2, dataset="garst-grid", partitioner="natural")
+    with pytest.raises(ValueError, match="'sorted' cuts every class into 60 chunks, but the "
+                       "largest class of 'iris' has 50 rows; partitioners that serve 60 "
+                       "clients: iid, dirichlet"):
+        check_partitioning(60, dataset="iris", partitioner="sorted")
+    with pytest.raises(ValueError, match="has 150 rows for 200 clients; no partitioner serves "
+                       "200 clients of 'iris'"):
+        check_partitioning(200, dataset="iris", partitioner="dirichlet")
+    with pytest.raises(ValueError, match="feature_mask 'chain' needs at least one feature per "
+                       "client, but the data set has 2 features and the federation 3 clients, "
+                       "so no partitioner serves 3 clients"):
+        check_partitioning(3, dataset="moons", partitioner="iid", feature_mask="chain")
+    with pytest.raises(ValueError, match=r"cluster_amounts \(1, 0\) leaves 1 of 2 clients "
+                       r"without rows"):
+        check_partitioning(2, dataset="iris", partitioner="cluster-wise", cluster_amounts="1,0")
+    assert serving_partitioners(2, dataset="garst-grid") == (
+        "iid", "dirichlet", "cluster-wise", "sorted")
+    assert serving_partitioners(3, dataset="moons", feature_mask="chain") == ()
+    assert serving_partitioners(1, dataset="digits-46") == PARTITIONERS
+
+
+def test_split_arrays_dirichlet_failure_is_explained():
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((40, 2)), np.arange(40) % 4
+    with pytest.warns(UserWarning), pytest.raises(
+            ValueError, match="'dirichlet' \\(dirichlet_alpha=0.05, seed=0\\) could not give "
+                              "each of 15 clients at least 2 rows"):
+        split_arrays(X, y, 15, partitioner="dirichlet", dirichlet_alpha=0.05, seed=0)
 
 
 # ------------------------------------------------------------------------------- local files
@@ -533,3 +591,129 @@ def test_shapes_are_the_sklearn_comparison_sets():
     assert abs(r[y == 0].mean() - 1.0) < 0.05 and abs(r[y == 1].mean() - 0.5) < 0.05
     with pytest.raises(ValueError, match="unknown shape"):
         shapes("spirals")
+
+
+# ------------------------------------------------------------- client counts (any N >= 1)
+
+
+def _partition_digest(num_partitions: int, **kwargs) -> str:
+    """A short hash of every partition's size, rows (rounded to 1e-9) and labels, in order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for i in range(num_partitions):
+        X, y = load_partition(i, num_partitions, **kwargs)
+        h.update(np.int64(len(X)).tobytes())
+        h.update(np.round(X, 9).tobytes())
+        h.update(y.astype(np.int64).tobytes())
+    return h.hexdigest()[:20]
+
+
+#: Partitions the reproductions depend on, pinned before the any-client-count change
+#: (commit 682c62d): widening the client counts must not move a single row of these.
+_PINNED_PARTITIONS = [
+    (5, {"dataset": "garst-grid", "partitioner": "natural"}, "e42fdb3856a7fe0ffa6b"),
+    (5, {"dataset": "garst-grid", "partitioner": "iid"}, "d47a7ad475bf31ad690b"),
+    (5, {"dataset": "garst-clusterwise", "partitioner": "natural"}, "478e298c4b781395670e"),
+    (5, {"dataset": "garst-grid", "partitioner": "cluster-wise"}, "478e298c4b781395670e"),
+    (5, {"dataset": "iris", "partitioner": "cluster-wise"}, "3318dee6e1e784a41c21"),
+    (3, {"dataset": "iris", "partitioner": "dirichlet"}, "ed640813b3cde19db82e"),
+    (7, {"dataset": "wine", "partitioner": "sorted"}, "30ae509eeed9046a4442"),
+    (5, {"dataset": "dim-128", "partitioner": "natural", "feature_mask": "chain"},
+     "6e3b4c588670f97b9c46"),
+    (4, {"dataset": "dim-128", "partitioner": "natural", "feature_mask": "shared"},
+     "33dae00e92a2330465b6"),
+    (3, {"dataset": "digits-46", "partitioner": "iid", "feature_mask": "shared"},
+     "69cc0ca01fce8a9beca2"),
+]
+
+
+@pytest.mark.parametrize(("num_partitions", "kwargs", "digest"), _PINNED_PARTITIONS,
+                         ids=[f"{kw['dataset']}-{kw['partitioner']}-{n}"
+                              f"-{kw.get('feature_mask', 'none')}"
+                              for n, kw, _ in _PINNED_PARTITIONS])
+def test_registry_partitions_pinned(num_partitions, kwargs, digest):
+    assert _partition_digest(num_partitions, **kwargs) == digest
+
+
+#: The client counts of the grid below.
+_CLIENT_COUNTS = (1, 2, 3, 7)
+
+
+def _allowed_refusal(dataset: str, partitioner: str, n: int, feature_mask: str, d: int) -> bool:
+    """The only (dataset, partitioner, N) cells of the grid that may refuse, with defaults."""
+    if feature_mask == "chain" and d < n:  # a block of features per client: impossible
+        return True
+    if partitioner != "natural":
+        return False
+    if dataset in ("garst-grid", "garst-clusterwise"):  # fixed natural split of 5 clients
+        return n != 5
+    return dataset not in ("dim-128", "digits-037", "digits-46")  # no natural split at all
+
+
+def _row_counts(X: np.ndarray, y: np.ndarray):
+    """Multiset of the rows of [X | y] (as bytes), to compare row sets exactly."""
+    from collections import Counter
+
+    Z = np.ascontiguousarray(np.column_stack([X, y.astype(np.float64)]))
+    return Counter(row.tobytes() for row in Z)
+
+
+@pytest.mark.parametrize("feature_mask", ["none", "chain"])
+@pytest.mark.parametrize("dataset", DATASETS)
+def test_registry_serves_any_client_count(dataset, feature_mask):
+    """Every data set x partitioner x N in {1, 2, 3, 7} works or refuses clearly, at the start.
+
+    Works: every client gets rows, the partitions concatenate to ``load_pooled``, and the
+    complete pooled rows are the data set's rows (a subset for cluster-wise, which discards
+    rows). Refuses: ``check_partitioning`` and ``load_partition`` raise the same ValueError,
+    which names exactly the partitioners that do serve N (or says that none does); only the
+    cells of :func:`_allowed_refusal` may refuse.
+    """
+    X_full, y_full, _ = load_dataset(dataset)
+    d = X_full.shape[1]
+    full_rows = _row_counts(X_full, y_full)
+    for n in _CLIENT_COUNTS:
+        refusals: dict[str, str] = {}
+        for partitioner in PARTITIONERS:
+            kwargs = {"dataset": dataset, "partitioner": partitioner, "feature_mask": feature_mask}
+            cell = f"{dataset} {partitioner} N={n} mask={feature_mask}"
+            try:
+                check_partitioning(n, **kwargs)
+            except ValueError as exc:
+                refusals[partitioner] = str(exc)
+                with pytest.raises(ValueError) as info:
+                    load_partition(0, n, **kwargs)
+                assert str(info.value) == str(exc), cell
+                assert _allowed_refusal(dataset, partitioner, n, feature_mask, d), (cell, exc)
+                continue
+            assert not _allowed_refusal(dataset, partitioner, n, feature_mask, d), cell
+            parts = [load_partition(i, n, **kwargs) for i in range(n)]
+            assert all(len(X_i) > 0 and X_i.shape[1] == d and len(y_i) == len(X_i)
+                       for X_i, y_i in parts), (cell, [len(X_i) for X_i, _ in parts])
+            Xp, yp = load_pooled(n, **kwargs)
+            np.testing.assert_array_equal(Xp, np.concatenate([X_i for X_i, _ in parts]))
+            np.testing.assert_array_equal(yp, np.concatenate([y_i for _, y_i in parts]))
+            Xc, yc = Xp, yp
+            if feature_mask != "none":
+                Xc, yc = load_pooled(n, complete=True, **kwargs)
+                np.testing.assert_array_equal(yc, yp)
+                observed = ~np.isnan(Xp)
+                assert not np.isnan(Xc).any() and np.array_equal(Xc[observed], Xp[observed])
+                for X_i, _ in parts:  # a client sees whole features, at least one
+                    seen = ~np.isnan(X_i)
+                    assert (seen.all(axis=0) | ~seen.any(axis=0)).all() and seen.any(), cell
+            rows = _row_counts(Xc, yc)
+            if partitioner == "cluster-wise":  # it discards the rows no client takes
+                assert not rows - full_rows, cell
+            else:
+                assert rows == full_rows, cell
+        serving = [p for p in PARTITIONERS if p not in refusals]
+        assert tuple(serving) == serving_partitioners(n, dataset=dataset,
+                                                      feature_mask=feature_mask)
+        for message in refusals.values():
+            if serving:
+                assert (f"partitioners that serve {n} clients: {', '.join(serving)} "
+                        f"(run config: partitioner={serving[0]!r})") in message, message
+            else:
+                assert f"no partitioner serves {n} clients" in message, message

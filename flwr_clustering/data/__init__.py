@@ -37,9 +37,12 @@ from flwr_clustering.data.masks import (
 from flwr_clustering.data.registry import (
     DATASETS,
     PARTITIONERS,
+    check_partitioning,
+    default_cluster_amounts,
     load_dataset,
     load_partition,
     load_pooled,
+    serving_partitioners,
     split_arrays,
 )
 from flwr_clustering.data.ssets import (
@@ -126,8 +129,10 @@ __all__ = [
     "SSET_CENTERS",
     "SSET_SPREADS",
     "arrays_to_dataset",
+    "check_partitioning",
     "cluster_overlap",
     "dataset_to_arrays",
+    "default_cluster_amounts",
     "garst_beta_split",
     "garst_clusterwise",
     "garst_grid",
@@ -139,6 +144,7 @@ __all__ = [
     "load_sset_files",
     "partition_arrays",
     "save_local_file",
+    "serving_partitioners",
     "sset_lookalike",
     "sset_true_centers",
     "sset_true_covariances",

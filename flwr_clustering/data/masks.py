@@ -200,12 +200,15 @@ def dim_assignment(
 
     A draw that leaves a client without rows is redrawn with the same generator (the
     paper's participants all hold data), so seeds whose first draw covers every client
-    are unaffected.
+    are unaffected. With fewer than ``holders[0]`` clients every cluster goes to all of
+    them (the same draws as for ``holders=(n, ...)``); ``n >= holders[0]`` is the paper's
+    dealing, unchanged.
     """
     if scheme not in ("chain", "shared") or split not in ("iid", "sorted"):
         raise ValueError(f"scheme must be chain|shared and split iid|sorted, got {scheme}, {split}")
-    if n < holders[0]:
-        raise ValueError(f"need at least {holders[0]} clients, got {n}")
+    if n < 1:
+        raise ValueError(f"need at least 1 client, got {n}")
+    holders = (min(holders[0], n), holders[1])
     rng = np.random.default_rng(seed)
     for _ in range(100):  # redraw until every client holds some rows (same generator)
         client = _deal(X, y, n, scheme, split, holders, rng)
@@ -260,7 +263,8 @@ def dim_federation(
         Within a cluster: a random even split, or contiguous chunks of the points sorted by
         the first coordinate (biased local clusters).
     holders : (int, int), default (3, 6)
-        Range of the number of clients holding a cluster (inclusive).
+        Range of the number of clients holding a cluster (inclusive; with fewer clients
+        than ``holders[0]``, every cluster goes to all of them).
     seed : int, default 0
         Seed of the dealing.
 

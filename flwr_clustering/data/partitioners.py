@@ -73,17 +73,23 @@ def arrays_to_dataset(
     ValueError
         If ``X`` is not 2-D, or a column's length differs from ``len(X)``, or a name is reused.
     """
+    # Numeric columns go to ``from_dict`` as Arrow arrays: given NumPy arrays, it encodes
+    # them row by row (the features as Python lists), which dominates partitioning time.
+    import pyarrow as pa  # a dependency of ``datasets``
+
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
     n, d = X.shape
     columns: dict[str, object] = {FEATURES_COLUMN: X}
+    if d > 0:
+        columns[FEATURES_COLUMN] = _feature_array(X)
     feats: dict[str, object] = {FEATURES_COLUMN: datasets.List(datasets.Value("float64"), length=d)}
     if y is not None:
         y = np.asarray(y)
         if y.shape != (n,):
             raise ValueError(f"y must have shape ({n},) to match X, got {y.shape}")
-        columns[LABEL_COLUMN] = y.astype(np.int64)
+        columns[LABEL_COLUMN] = pa.array(y.astype(np.int64), type=pa.int64())
         feats[LABEL_COLUMN] = datasets.Value("int64")
     for name, values in (extra or {}).items():
         if name in columns:
@@ -91,7 +97,7 @@ def arrays_to_dataset(
         values = np.asarray(values)
         if values.shape != (n,):
             raise ValueError(f"extra column {name!r} must have shape ({n},), got {values.shape}")
-        columns[name] = values
+        columns[name] = pa.array(values) if values.dtype.kind in "biuf" else values
         feats[name] = datasets.Value(str(values.dtype) if values.dtype.kind != "U" else "string")
     return datasets.Dataset.from_dict(columns, features=datasets.Features(feats))
 
@@ -136,6 +142,20 @@ def dataset_to_arrays(
     if label_column in table.column_names:
         y = table.column(label_column).to_numpy(zero_copy_only=False).astype(np.int64)
     return X, y
+
+
+def _feature_array(X: np.ndarray) -> object:
+    """``(n, d)`` float64 rows as an Arrow fixed-size-list array (``d >= 1``)."""
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(X, dtype=np.float64).reshape(-1), type=pa.float64())
+    return pa.FixedSizeListArray.from_arrays(flat, X.shape[1])
+
+
+def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
+    """One column of a data set as a NumPy array (through Arrow, not a Python list)."""
+    table = ds.select_columns([name]).with_format("arrow")[:]
+    return np.asarray(table.column(name).to_numpy())
 
 
 def _check_partition_id(partition_id: int, num_partitions: int) -> None:
@@ -295,7 +315,7 @@ class ClusterWisePartitioner(Partitioner):
         """Split the whole data set once."""
         if self._indices is not None:
             return
-        labels = np.asarray(self.dataset[self._label_column])
+        labels = _column(self.dataset, self._label_column)
         remaining = np.array(self._amounts, dtype=np.int64)
         parts: list[list[np.ndarray]] = [[] for _ in self._amounts]
         for cls in np.unique(labels):
@@ -361,7 +381,7 @@ class AssignmentPartitioner(Partitioner):
         """Group the row indices by client once."""
         if self._indices is not None:
             return
-        values = np.asarray(self.dataset[self._assignment_column])
+        values = _column(self.dataset, self._assignment_column)
         if values.size and (
             values.dtype.kind not in "iu"
             or values.min() < 0
@@ -484,22 +504,16 @@ class FeatureMaskPartitioner(Partitioner):
         """Client ``partition_id``'s rows with NaN outside its mask."""
         _check_partition_id(partition_id, len(self._masks))
         part = self._inner.load_partition(partition_id)
-        d = len(self._masks[partition_id])
         hidden = ~self._masks[partition_id]
         column = self._features_column
-
-        def hide(batch: dict) -> dict:
-            X = np.asarray(batch[column], dtype=np.float64).reshape(-1, d)
-            X[:, hidden] = np.nan
-            return {column: X.tolist()}
-
-        shown = datasets.is_progress_bar_enabled()
-        datasets.disable_progress_bars()
-        try:
-            return part.map(hide, batched=True, features=part.features)
-        finally:
-            if shown:
-                datasets.enable_progress_bars()
+        # Rebuilt through Arrow (not ``Dataset.map``, which re-encodes every row as lists);
+        # whole arrays, not chunked columns, which the data set's fingerprint pickles slowly.
+        X = dataset_to_arrays(part, column, label_column="")[0].copy()
+        X[:, hidden] = np.nan
+        table = part.with_format("arrow")[:]
+        mapping = {name: _feature_array(X) if name == column and X.shape[1] else
+                   table.column(name).combine_chunks() for name in table.column_names}
+        return datasets.Dataset.from_dict(mapping, features=part.features)
 
 
 def partition_arrays(

@@ -21,7 +21,7 @@ Data sets (:data:`DATASETS`; nothing is downloaded):
   split is the paper's dealing (:func:`~flwr_clustering.data.masks.dim_assignment`): with
   ``feature_mask="chain"`` every cluster goes to a run of 3-6 consecutive clients, split at
   random (Assumption 1); otherwise to 3-6 random clients, sorted by the first coordinate
-  (Assumption 2).
+  (Assumption 2). With 1 or 2 clients every cluster goes to all of them.
 - ``"moons"``, ``"circles"``, ``"aniso"``, ``"varied"`` -- the non-convex and uneven 2-D sets
   of scikit-learn's clustering comparison (:func:`~flwr_clustering.data.shapes.shapes`,
   ``n_samples`` points drawn with ``seed``).
@@ -35,9 +35,17 @@ Data sets (:data:`DATASETS`; nothing is downloaded):
 
 Partitioners (:data:`PARTITIONERS`): ``"natural"`` (the data set's own split), ``"iid"``
 (Flower Datasets' ``IidPartitioner`` on a seeded shuffle), ``"dirichlet"`` (Flower Datasets'
-``DirichletPartitioner`` over the labels), ``"cluster-wise"`` (:class:`ClusterWisePartitioner`)
-and ``"sorted"`` (:class:`SortedChunkPartitioner`: every class sorted by the first feature and
-dealt in contiguous chunks).
+``DirichletPartitioner`` over the labels), ``"cluster-wise"`` (:class:`ClusterWisePartitioner`;
+default amounts :func:`default_cluster_amounts`) and ``"sorted"``
+(:class:`SortedChunkPartitioner`: every class sorted by the first feature and dealt in
+contiguous chunks).
+
+Client counts: every data set serves any number of clients >= 1 with ``iid``,
+``dirichlet``, ``cluster-wise`` and ``sorted`` (up to what its rows can hold), and with
+``natural`` where it has a natural split: ``dim-128`` and the digits sets for any count,
+``garst-grid`` and ``garst-clusterwise`` for exactly 5. :func:`check_partitioning` says,
+before any data is split, when a combination cannot serve a count, and names the
+partitioners that can (:func:`serving_partitioners`); the loaders raise the same message.
 
 Feature masks (``feature_mask``): ``"none"`` (every client sees every feature), ``"chain"``
 (consecutive clients share ``mask_overlap`` of their block) or ``"shared"`` (a block of
@@ -55,6 +63,7 @@ import numpy as np
 
 from flwr_clustering.data.masks import (
     MASK_SCHEMES,
+    apply_mask,
     dim_assignment,
     dim_lookalike,
     feature_masks,
@@ -73,9 +82,12 @@ __all__ = [
     "DATASETS",
     "PARTITIONERS",
     "DIRICHLET_MIN_PARTITION_SIZE",
+    "check_partitioning",
+    "default_cluster_amounts",
     "load_dataset",
     "load_partition",
     "load_pooled",
+    "serving_partitioners",
     "split_arrays",
 ]
 
@@ -236,6 +248,36 @@ def load_dataset(
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
 
 
+@functools.lru_cache(maxsize=8)
+def _arrays(dataset: str, seed: int, dataset_items: tuple[tuple[str, Any], ...],
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`load_dataset` once per process and arguments; the arrays are read-only."""
+    out = load_dataset(dataset, seed=seed, **dict(dataset_items))
+    for a in out:
+        if a is not None:
+            a.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _natural_assignment(dataset: str, num_partitions: int, feature_mask: str, seed: int,
+                        dataset_items: tuple[tuple[str, Any], ...]) -> np.ndarray | None:
+    """:func:`_natural_split` of the cached arrays, once (the digits' k-means is not free).
+
+    Only ``dim-128``'s split depends on ``feature_mask``; call through :func:`_natural`.
+    """
+    X, y, _ = _arrays(dataset, seed, dataset_items)
+    return _natural_split(dataset, X, y, num_partitions, feature_mask, seed)
+
+
+def _natural(dataset: str, num_partitions: int, feature_mask: str, seed: int,
+             dataset_items: tuple[tuple[str, Any], ...]) -> np.ndarray | None:
+    """:func:`_natural_assignment`, with the cache key free of an unused ``feature_mask``."""
+    if dataset != "dim-128":
+        feature_mask = "none"
+    return _natural_assignment(dataset, num_partitions, feature_mask, seed, dataset_items)
+
+
 def _natural_split(dataset: str, X: np.ndarray, y: np.ndarray, num_partitions: int,
                    feature_mask: str, seed: int) -> np.ndarray | None:
     """The natural split of the masked-feature data sets, which depends on the clients."""
@@ -248,16 +290,36 @@ def _natural_split(dataset: str, X: np.ndarray, y: np.ndarray, num_partitions: i
     return None
 
 
+def default_cluster_amounts(num_partitions: int) -> tuple[int, ...]:
+    """Classes per client of the cluster-wise split when ``cluster_amounts`` is not given.
+
+    The paper's pattern (Garst & Reinders, Fig. 4) repeated over the clients:
+    ``GARST_CLUSTERWISE_AMOUNTS[i % 5]`` for client ``i``, so 5 clients get exactly
+    ``(16, 1, 3, 10, 7)``, 1 client ``(16,)`` (every class of a data set with at most 16) and
+    7 clients ``(16, 1, 3, 10, 7, 16, 1)``. An amount above the number of classes means
+    "every class".
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of clients (``>= 1``).
+
+    Returns
+    -------
+    tuple of int
+        One amount per client.
+    """
+    pattern = GARST_CLUSTERWISE_AMOUNTS
+    return tuple(pattern[i % len(pattern)] for i in range(num_partitions))
+
+
 def _parse_amounts(value: Sequence[int] | str | None, num_partitions: int) -> tuple[int, ...]:
-    """Turn ``cluster_amounts`` (sequence, ``"16,1,3,10,7"`` or None) into a tuple of ints."""
+    """Turn ``cluster_amounts`` (sequence, ``"16,1,3,10,7"`` or None) into a tuple of ints.
+
+    ``None`` gives :func:`default_cluster_amounts`.
+    """
     if value is None:
-        if num_partitions != len(GARST_CLUSTERWISE_AMOUNTS):
-            raise ValueError(
-                f"partitioner 'cluster-wise' needs cluster_amounts (classes per client) for "
-                f"{num_partitions} partitions; the default {GARST_CLUSTERWISE_AMOUNTS} is for "
-                f"{len(GARST_CLUSTERWISE_AMOUNTS)}"
-            )
-        return GARST_CLUSTERWISE_AMOUNTS
+        return default_cluster_amounts(num_partitions)
     if isinstance(value, str):
         try:
             amounts = tuple(int(v) for v in value.replace(" ", "").split(",") if v)
@@ -274,6 +336,283 @@ def _parse_amounts(value: Sequence[int] | str | None, num_partitions: int) -> tu
     return amounts
 
 
+def _cluster_wise_sizes(class_counts: np.ndarray, amounts: Sequence[int]) -> np.ndarray:
+    """Client sizes of :class:`ClusterWisePartitioner` computed from the class sizes alone."""
+    remaining = np.array(amounts, dtype=np.int64)
+    sizes = np.zeros(len(remaining), dtype=np.int64)
+    for count in class_counts:  # classes in sorted order, as the partitioner takes them
+        takers = np.flatnonzero(remaining != 0)
+        if takers.size == 0:
+            break
+        sizes[takers] += int(count) // takers.size
+        remaining[takers] -= 1
+    return sizes
+
+
+def _mask_refusal(feature_mask: str, d: int, num_partitions: int, shared: float) -> str | None:
+    """Why ``feature_mask`` cannot give ``num_partitions`` clients their features, or None.
+
+    Mirrors the conditions of :func:`~flwr_clustering.data.masks.chain_masks` and
+    :func:`~flwr_clustering.data.masks.shared_block_masks`.
+    """
+    if feature_mask == "chain" and d < num_partitions:
+        return (f"feature_mask 'chain' needs at least one feature per client, but the data "
+                f"set has {d} features and the federation {num_partitions} clients")
+    if feature_mask == "shared":
+        n_shared = max(1, round(shared * d))
+        if d - n_shared < num_partitions:
+            return (f"feature_mask 'shared' needs a private feature per client besides the "
+                    f"{n_shared} shared one(s), but the data set has {d} features and the "
+                    f"federation {num_partitions} clients")
+    return None
+
+
+def _partitioner_refusal(partitioner: str, num_partitions: int, dataset: str, seed: int,
+                         dataset_items: tuple[tuple[str, Any], ...], *,
+                         cluster_amounts: Sequence[int] | str | None,
+                         feature_mask: str) -> str | None:
+    """Why ``partitioner`` cannot give each of ``num_partitions`` clients rows, or None.
+
+    Computed from the data set's size and class sizes, without partitioning, except for the
+    natural split of ``dim-128``, whose dealing is drawn (milliseconds). A Dirichlet draw
+    that misses :data:`DIRICHLET_MIN_PARTITION_SIZE` eleven times is not foreseen here;
+    :func:`split_arrays` reports it.
+    """
+    y = _arrays(dataset, seed, dataset_items)[1]
+    n = len(y)
+    _, counts = np.unique(y, return_counts=True)
+    if partitioner == "natural":
+        if dataset in _NATURAL_CLIENTS:
+            fixed = _NATURAL_CLIENTS[dataset]
+            if num_partitions != fixed:
+                return (f"dataset {dataset!r} has a natural split into {fixed} clients, but "
+                        f"the federation has {num_partitions}")
+            return None
+        if dataset in _DIGIT_SUBSETS:
+            if counts.min() < num_partitions:
+                return (f"the natural split of {dataset!r} gives every client a pseudo-writer "
+                        f"of every class, but its smallest class has {counts.min()} rows for "
+                        f"{num_partitions} clients")
+            return None
+        if dataset == "dim-128":
+            try:
+                _natural(dataset, num_partitions, feature_mask, seed, dataset_items)
+            except ValueError as exc:
+                return (f"the natural split of 'dim-128' (every cluster dealt to 3-6 clients) "
+                        f"cannot serve {num_partitions} clients: {exc}")
+            return None
+        return (f"dataset {dataset!r} has no natural split (data sets with one: "
+                f"{', '.join([*_NATURAL_CLIENTS, 'dim-128', *_DIGIT_SUBSETS])}), so "
+                f"partitioner 'natural' cannot serve {num_partitions} clients")
+    if partitioner == "iid":
+        if n < num_partitions:
+            return (f"partitioner 'iid' needs a row per client, but dataset {dataset!r} has "
+                    f"{n} rows for {num_partitions} clients")
+        return None
+    if partitioner == "dirichlet":
+        if n < DIRICHLET_MIN_PARTITION_SIZE * num_partitions:
+            return (f"partitioner 'dirichlet' gives every client at least "
+                    f"{DIRICHLET_MIN_PARTITION_SIZE} rows, but dataset {dataset!r} has {n} "
+                    f"rows for {num_partitions} clients")
+        return None
+    if partitioner == "cluster-wise":
+        try:
+            amounts = _parse_amounts(cluster_amounts, num_partitions)
+        except ValueError as exc:
+            return f"partitioner 'cluster-wise' cannot serve {num_partitions} clients: {exc}"
+        empty = np.flatnonzero(_cluster_wise_sizes(counts, amounts) == 0)
+        if empty.size:
+            return (f"partitioner 'cluster-wise' with cluster_amounts {amounts} leaves "
+                    f"{empty.size} of {num_partitions} clients without rows on dataset "
+                    f"{dataset!r} (the clients that take a class share its rows equally; "
+                    f"its classes have {counts.min()}-{counts.max()} rows)")
+        return None
+    if partitioner == "sorted":
+        if counts.max() < num_partitions:
+            return (f"partitioner 'sorted' cuts every class into {num_partitions} chunks, but "
+                    f"the largest class of {dataset!r} has {counts.max()} rows")
+        return None
+    raise ValueError(f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}")
+
+
+def _unserved_message(num_partitions: int, dataset: str, partitioner: str | None, seed: int,
+                      dataset_items: tuple[tuple[str, Any], ...], *,
+                      cluster_amounts: Sequence[int] | str | None,
+                      mask_items: tuple[str, float, float, bool],
+                      ) -> tuple[str | None, tuple[str, ...]]:
+    """The refusal message for ``partitioner`` (None if it serves) and the serving partitioners.
+
+    With ``partitioner=None`` only the serving partitioners are computed.
+    """
+    feature_mask, _, shared, _ = mask_items
+    d = _arrays(dataset, seed, dataset_items)[0].shape[1]
+    mask_reason = _mask_refusal(feature_mask, d, num_partitions, shared)
+    if mask_reason is not None:
+        return (f"{mask_reason}, so no partitioner serves {num_partitions} clients of dataset "
+                f"{dataset!r} with this mask (run config: feature-mask='none', or a data set "
+                f"with more features)"), ()
+
+    def refusal(name: str) -> str | None:
+        return _partitioner_refusal(name, num_partitions, dataset, seed, dataset_items,
+                                    cluster_amounts=cluster_amounts,
+                                    feature_mask=feature_mask)
+
+    reason = None if partitioner is None else refusal(partitioner)
+    serving = tuple(p for p in PARTITIONERS
+                    if (p == partitioner and reason is None)
+                    or (p != partitioner and refusal(p) is None))
+    if reason is None:
+        return None, serving
+    others = [p for p in serving if p != partitioner]
+    if others:
+        return (f"{reason}; partitioners that serve {num_partitions} clients: "
+                f"{', '.join(others)} (run config: partitioner={others[0]!r})"), serving
+    return f"{reason}; no partitioner serves {num_partitions} clients of {dataset!r}", serving
+
+
+def _normalised_kwargs(
+    dataset_kwargs: dict[str, Any], apply_masks: bool = True,
+) -> tuple[tuple[str, float, float, bool], tuple[int, ...] | str | None,
+           tuple[tuple[str, Any], ...]]:
+    """Split ``**dataset_kwargs`` into hashable ``(mask_items, cluster_amounts, dataset_items)``."""
+    kwargs = dict(dataset_kwargs)
+    feature_mask = str(kwargs.pop("feature_mask", "none"))
+    if feature_mask not in MASK_SCHEMES:
+        raise ValueError(f"unknown feature mask {feature_mask!r}; valid names: "
+                         f"{', '.join(MASK_SCHEMES)}")
+    mask_items = (feature_mask, float(kwargs.pop("mask_overlap", 0.3)),
+                  float(kwargs.pop("mask_shared", 0.1)), bool(apply_masks))
+    amounts = kwargs.pop("cluster_amounts", None)
+    if amounts is not None and not isinstance(amounts, str):
+        amounts = tuple(amounts)
+    return mask_items, amounts, tuple(sorted(kwargs.items()))
+
+
+def _check_names(num_partitions: Any, dataset: str, partitioner: str | None) -> int:
+    """Validate the client count and the names; return the count as an int."""
+    num_partitions = _as_int("num_partitions", num_partitions)
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    if partitioner is not None and partitioner not in PARTITIONERS:
+        raise ValueError(
+            f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
+        )
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; valid names: {', '.join(DATASETS)}")
+    return num_partitions
+
+
+def serving_partitioners(
+    num_partitions: int,
+    *,
+    dataset: str,
+    seed: int = 0,
+    **dataset_kwargs: Any,
+) -> tuple[str, ...]:
+    """The partitioners of :data:`PARTITIONERS` that give each of ``num_partitions`` clients rows.
+
+    Cheap: loads the data set's arrays (no partitioning); see :func:`check_partitioning`.
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of clients (``>= 1``).
+    dataset : str
+        One of :data:`DATASETS`.
+    seed : int, default 0
+        As for :func:`load_partition`.
+    **dataset_kwargs
+        As for :func:`load_partition` (``feature_mask``, ``cluster_amounts``, ``ppc``, ...);
+        a ``partitioner`` or ``dirichlet_alpha`` key is ignored.
+
+    Returns
+    -------
+    tuple of str
+        In the order of :data:`PARTITIONERS`; empty when the feature mask cannot serve
+        ``num_partitions`` clients.
+    """
+    kwargs = {k: v for k, v in dataset_kwargs.items()
+              if k not in ("partitioner", "dirichlet_alpha")}
+    num_partitions = _check_names(num_partitions, dataset, None)
+    mask_items, amounts, items = _normalised_kwargs(kwargs)
+    seed = _as_int("seed", seed)
+    return _unserved_message(num_partitions, dataset, None, seed, items,
+                             cluster_amounts=amounts, mask_items=mask_items)[1]
+
+
+def check_partitioning(
+    num_partitions: int,
+    *,
+    dataset: str,
+    partitioner: str = "natural",
+    dirichlet_alpha: float = 0.5,
+    seed: int = 0,
+    **dataset_kwargs: Any,
+) -> None:
+    """Raise a clear ``ValueError`` if a split cannot give each of ``num_partitions`` clients rows.
+
+    Call it once at the start of a run, with the arguments of :func:`load_partition` /
+    :func:`load_pooled` (the App's ``dataset_kwargs(cfg)``) and the federation's size; it
+    fails before any client loads data. :func:`load_partition` and :func:`load_pooled` run
+    the same check, so a run that skips this call gets the same message, only later.
+
+    Every built-in data set serves any client count with ``iid``, ``dirichlet``,
+    ``cluster-wise`` and ``sorted`` (as long as it has rows for them); the refusals are:
+
+    - ``"natural"`` on ``garst-grid`` / ``garst-clusterwise`` (5 clients, fixed) with another
+      count, and on a data set with no natural split;
+    - a count the data cannot hold: more clients than rows (``iid``), than half the rows
+      (``dirichlet``: at least :data:`DIRICHLET_MIN_PARTITION_SIZE` rows each), than rows of
+      the largest class (``sorted``), than rows of the smallest class (natural split of the
+      digits sets), a ``cluster_amounts`` that leaves a client without rows or does not have
+      one entry per client (``cluster-wise``);
+    - a feature mask with fewer features than clients need (``chain``: one per client,
+      ``shared``: one private per client besides the shared block): no partitioner serves.
+
+    The message names the problem and the partitioners that do serve, for example::
+
+        dataset 'garst-grid' has a natural split into 5 clients, but the federation has 2;
+        partitioners that serve 2 clients: iid, dirichlet, cluster-wise, sorted
+        (run config: partitioner='iid')
+
+    Cost: loads the data set's arrays (milliseconds; no partitioning, no Flower Datasets),
+    and draws the ``dim-128`` dealing for its natural split. It cannot foresee a Dirichlet
+    split whose eleven draws all leave a client with fewer than
+    :data:`DIRICHLET_MIN_PARTITION_SIZE` rows (possible with many clients and a small
+    ``dirichlet_alpha``); :func:`load_partition` then raises its own clear error.
+
+    Parameters
+    ----------
+    num_partitions : int
+        Number of clients (the federation's size).
+    dataset : str
+        One of :data:`DATASETS` (not ``"local"``: a deployment's clients read their own
+        files).
+    partitioner : str, default "natural"
+        One of :data:`PARTITIONERS`.
+    dirichlet_alpha : float, default 0.5
+        Accepted for symmetry with :func:`load_partition` (the check does not need it).
+    seed : int, default 0
+        As for :func:`load_partition`.
+    **dataset_kwargs
+        As for :func:`load_partition`.
+
+    Raises
+    ------
+    ValueError
+        If ``partitioner`` (with the feature mask) cannot give every client rows, or a name
+        or argument is invalid.
+    """
+    del dirichlet_alpha  # the size check does not depend on it
+    num_partitions = _check_names(num_partitions, dataset, partitioner)
+    mask_items, amounts, items = _normalised_kwargs(dataset_kwargs)
+    seed = _as_int("seed", seed)
+    message, _ = _unserved_message(num_partitions, dataset, partitioner, seed, items,
+                                   cluster_amounts=amounts, mask_items=mask_items)
+    if message is not None:
+        raise ValueError(message)
+
+
 @functools.lru_cache(maxsize=16)
 def _partitions(
     num_partitions: int,
@@ -288,33 +627,39 @@ def _partitions(
     """Load and partition once; the cached result is read-only and copied by the callers.
 
     ``mask_items`` is ``(feature_mask, mask_overlap, mask_shared, apply)``; with ``apply``
-    false the same rows come back complete (the centralized baseline's data).
+    false the same rows come back complete (the centralized baseline's data). The masked
+    partitions are the cached unmasked ones with NaN outside each client's mask (what
+    :class:`FeatureMaskPartitioner` gives, without splitting again); only ``dim-128``'s
+    natural dealing depends on the mask. A split that cannot give every client rows raises
+    the message of :func:`check_partitioning`.
     """
-    if num_partitions < 1:
-        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-    if partitioner not in PARTITIONERS:
-        raise ValueError(
-            f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
-        )
-    X, y, natural = load_dataset(dataset, seed=seed, **dict(dataset_items))
+    num_partitions = _check_names(num_partitions, dataset, partitioner)
+    message, _ = _unserved_message(num_partitions, dataset, partitioner, seed, dataset_items,
+                                   cluster_amounts=cluster_amounts, mask_items=mask_items)
+    if message is not None:
+        raise ValueError(message)
+    X, y, natural = _arrays(dataset, seed, dataset_items)
     feature_mask, overlap, shared, apply = mask_items
     masks = feature_masks(feature_mask, X.shape[1], num_partitions, overlap=overlap,
                           shared=shared, seed=seed)
+    # The rows do not depend on the mask, except in dim-128's natural dealing: share them.
+    own_rows = partitioner == "natural" and dataset == "dim-128"
+    if masks is not None and (apply or not own_rows):
+        rows_key = (*mask_items[:3], False) if own_rows else ("none", 0.3, 0.1, True)
+        complete = _partitions(num_partitions, dataset, partitioner, dirichlet_alpha, seed,
+                               cluster_amounts, dataset_items, rows_key)
+        if not apply:
+            return complete
+        masked = []
+        for (X_i, y_i), mask in zip(complete, masks, strict=True):
+            X_i = apply_mask(X_i, mask)
+            X_i.setflags(write=False)
+            masked.append((X_i, y_i))
+        return tuple(masked)
     if partitioner == "natural" and natural is None:
-        natural = _natural_split(dataset, X, y, num_partitions, feature_mask, seed)
-    if partitioner == "natural" and natural is None:
-        raise ValueError(
-            f"dataset {dataset!r} has no natural split; use partitioner 'iid', 'dirichlet', "
-            f"'cluster-wise' or 'sorted', or a dataset with one "
-            f"({', '.join([*_NATURAL_CLIENTS, 'dim-128', *_DIGIT_SUBSETS])})"
-        )
-    if partitioner == "natural" and dataset in _NATURAL_CLIENTS:
-        n_natural = _NATURAL_CLIENTS[dataset]
-        if num_partitions != n_natural:
-            raise ValueError(
-                f"dataset {dataset!r} has a natural split into {n_natural} clients, but "
-                f"num_partitions is {num_partitions}"
-            )
+        natural = _natural(dataset, num_partitions, feature_mask, seed, dataset_items)
+    if partitioner == "natural" and natural is None:  # pragma: no cover (refused above)
+        raise ValueError(f"dataset {dataset!r} has no natural split")
     result = []
     for X_i, y_i in split_arrays(
         X, y, num_partitions, partitioner=partitioner, dirichlet_alpha=dirichlet_alpha,
@@ -425,8 +770,19 @@ def split_arrays(
         if len(masks) != num_partitions:
             raise ValueError(f"{len(masks)} masks for {num_partitions} partitions")
         part = FeatureMaskPartitioner(part, masks)
+    try:
+        parts = partition_arrays(X, y, part, num_partitions, extra=extra)
+    except ValueError as exc:
+        if partitioner == "dirichlet" and "max number of attempts" in str(exc):
+            raise ValueError(
+                f"partitioner 'dirichlet' (dirichlet_alpha={dirichlet_alpha}, seed={seed}) "
+                f"could not give each of {num_partitions} clients at least "
+                f"{DIRICHLET_MIN_PARTITION_SIZE} rows in 11 Dirichlet draws; use a larger "
+                f"dirichlet_alpha, another seed, fewer clients or partitioner 'iid'"
+            ) from exc
+        raise
     out = []
-    for X_i, y_i in partition_arrays(X, y, part, num_partitions, extra=extra):
+    for X_i, y_i in parts:
         assert y_i is not None
         out.append((X_i, y_i))
     return out
@@ -442,16 +798,7 @@ def _cached_partitions(
     apply_masks: bool = True,
 ) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """Normalise the arguments into a hashable cache key and fetch the partitions."""
-    kwargs = dict(dataset_kwargs)
-    feature_mask = str(kwargs.pop("feature_mask", "none"))
-    if feature_mask not in MASK_SCHEMES:
-        raise ValueError(f"unknown feature mask {feature_mask!r}; valid names: "
-                         f"{', '.join(MASK_SCHEMES)}")
-    mask_items = (feature_mask, float(kwargs.pop("mask_overlap", 0.3)),
-                  float(kwargs.pop("mask_shared", 0.1)), bool(apply_masks))
-    amounts = kwargs.pop("cluster_amounts", None)
-    if amounts is not None and not isinstance(amounts, str):
-        amounts = tuple(amounts)
+    mask_items, amounts, items = _normalised_kwargs(dataset_kwargs, apply_masks)
     return _partitions(
         _as_int("num_partitions", num_partitions),
         dataset,
@@ -459,7 +806,7 @@ def _cached_partitions(
         float(dirichlet_alpha),
         _as_int("seed", seed),
         amounts,
-        tuple(sorted(kwargs.items())),
+        items,
         mask_items,
     )
 
@@ -491,14 +838,17 @@ def load_partition(
         One of :data:`PARTITIONERS`:
 
         - ``"natural"``: the data set's own split (``garst-grid``: the paper's beta split;
-          ``garst-clusterwise``: 16/1/3/10/7); ``num_partitions`` must be its number of
-          clients (5);
+          ``garst-clusterwise``: 16/1/3/10/7, both for exactly 5 clients; ``dim-128``: the
+          paper's dealing; ``digits-037``/``digits-46``: one pseudo-writer per client);
         - ``"iid"``: a seeded shuffle cut into equal contiguous shards (``IidPartitioner``);
         - ``"dirichlet"``: ``DirichletPartitioner`` over the labels with ``dirichlet_alpha``
           and ``min_partition_size`` :data:`DIRICHLET_MIN_PARTITION_SIZE`;
         - ``"cluster-wise"``: :class:`ClusterWisePartitioner` with ``cluster_amounts`` (a
-          sequence or a string like ``"16,1,3,10,7"``; default ``(16, 1, 3, 10, 7)`` when
-          ``num_partitions`` is 5).
+          sequence or a string like ``"16,1,3,10,7"``; default
+          :func:`default_cluster_amounts`: ``(16, 1, 3, 10, 7)`` for 5 clients, the same
+          pattern repeated for other counts);
+        - ``"sorted"``: :class:`SortedChunkPartitioner` (every class sorted by the first
+          feature, cut into one contiguous chunk per client).
     dirichlet_alpha : float, default 0.5
         Concentration of the Dirichlet split.
     seed : int, default 0
@@ -522,7 +872,9 @@ def load_partition(
     ------
     ValueError
         If ``partition_id`` is out of range, or the data set, partitioner or their
-        combination is invalid (the message says which).
+        combination is invalid, or the split cannot give each of ``num_partitions``
+        clients rows (the message of :func:`check_partitioning`, naming the partitioners
+        that can).
     """
     partition_id = _as_int("partition_id", partition_id)
     num_partitions = _as_int("num_partitions", num_partitions)
