@@ -305,3 +305,16 @@ def test_every_algorithm_leaves_the_final_labels_on_every_node(tmp_path, name):
         else:
             expected = _expected_labels(name, strategy, X)
         np.testing.assert_array_equal(labels, expected)
+
+
+def test_a_natural_split_that_cannot_serve_the_federation_says_so_at_the_start(tmp_path):
+    """garst-grid's paper split has 5 clients: on 2 nodes the run stops before any round."""
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    rc = {"partitioner": "natural", "out-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(app, 2, run_config=rc)
+    with pytest.raises(ValueError, match="natural split into 5 clients, but the federation has "
+                       "2; partitioners that serve 2 clients: iid, dirichlet, cluster-wise"):
+        run_server(grid, rc)
+    assert grid.sent == []  # refused before the first message

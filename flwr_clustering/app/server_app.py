@@ -19,7 +19,7 @@ from flwr.serverapp import Grid, ServerApp
 from .. import registry
 from ..algorithms.lloyd import assign_to_nearest
 from ..algorithms.masked import pooled_masked_squared_distances
-from ..data.registry import load_pooled
+from ..data.registry import check_partitioning, load_pooled
 from ..log import configure_console, logger
 from ..metrics import (
     aggregate_evaluation_stats,
@@ -61,6 +61,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     num_nodes = len(strategy.wait_for_nodes(grid, settle=1.0))
     logger.info("%d node(s) connected (min-nodes=%d)", num_nodes, strategy.min_nodes)
     if cfg["dataset"] != "local":
+        # a split that cannot serve this many clients says so now, naming the ones that can
+        check_partitioning(num_nodes, **dataset_kwargs(cfg))
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
         # so the pooled set depends on the split): num-partitions = connected nodes. With
         # feature masks the pooled rows carry NaN where their client does not look, and the
