@@ -204,6 +204,9 @@ class LegacyClient(NumPyClient):
             ``(loss, num_examples, encoded metrics)``.
         """
         try:
+            if not config.get("evaluate", True):  # the final model only, no statistics
+                n = len(getattr(self.client, "X", ()))
+                return 0.0, n, encode_metrics({}, self.client_id)
             loss, n, metrics = self.client.evaluate(parameters, config)
             return float(loss), int(n), encode_metrics(metrics, self.client_id)
         except Exception as ex:  # noqa: BLE001 - re-raised with the client id in front
@@ -610,7 +613,8 @@ class LegacyStrategy(LegacyFlowerStrategy):
         if self._last_round != server_round or self._evaluated:
             return []
         self._evaluated = True
-        messages = self.strategy.configure_evaluate(server_round, self._arrays, None, grid)
+        messages = self.strategy.configure_evaluate(
+            server_round, self._arrays, self.strategy.evaluation_config(final=True), grid)
         if not messages:
             self._finish()
             return []

@@ -301,3 +301,18 @@ def test_ffcm_legacy_in_a_ray_simulation_equals_message_api():
     np.testing.assert_array_equal(s.centroids, ref.centroids)
     assert s.final_metrics == ref.final_metrics
     np.testing.assert_array_equal(box["result"].arrays["centroids"].numpy(), ref.centroids)
+
+
+def test_legacy_with_evaluate_false_delivers_the_model_without_statistics():
+    data = _garst()
+    ref, ref_result, ref_grid, legacy, grid = run_both(
+        lambda: FedKMeans(16, min_nodes=5, seed=7, max_rounds=4, evaluate=False), data,
+        FedKMeansClient, num_rounds=4)
+    np.testing.assert_array_equal(legacy.strategy.centroids, ref.centroids)
+    assert legacy.strategy.final_metrics == ref.final_metrics == {}
+    final = [m for m in grid.sent if m.metadata.message_type == "evaluate"]
+    assert len(final) == 5  # every client still receives the final model
+    for m in grid.received:
+        if m.metadata.message_type == "evaluate":
+            metrics = dict(m.content["evaluateres.metrics"])
+            assert set(metrics) == {"client-id"}  # no statistics came back

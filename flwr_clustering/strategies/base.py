@@ -666,13 +666,24 @@ class ClusteringStrategy(Strategy):
                              f"{C.shape}")
         return C
 
+    def evaluation_config(self, config: ConfigRecord | None = None, *, final: bool
+                          ) -> ConfigRecord:
+        """The config of an ``EVALUATE`` exchange: ``config`` plus ``final`` and ``evaluate``.
+
+        A per-round evaluation always asks for statistics; the final message (the model's
+        delivery to every node) asks for them only with ``evaluate``. Sets what
+        :meth:`aggregate_evaluate` expects back.
+        """
+        self._expect_stats = self.evaluate or not final
+        return ConfigRecord({**dict(config or {}), "final": final,
+                             "evaluate": self._expect_stats})
+
     def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
                            evaluate_config: ConfigRecord | None, *, final: bool,
                            timeout: float) -> MetricRecord | None:
         """One ``EVALUATE`` exchange (per round, or the final model's delivery)."""
-        self._expect_stats = self.evaluate or not final
-        cfg = {**dict(evaluate_config or {}), "final": final, "evaluate": self._expect_stats}
-        messages = self.configure_evaluate(server_round, arrays, ConfigRecord(cfg), grid)
+        cfg = self.evaluation_config(evaluate_config, final=final)
+        messages = self.configure_evaluate(server_round, arrays, cfg, grid)
         if not messages:
             return None
         replies = list(grid.send_and_receive(messages, timeout=timeout))
