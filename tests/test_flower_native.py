@@ -318,3 +318,20 @@ def test_a_natural_split_that_cannot_serve_the_federation_says_so_at_the_start(t
                        "2; partitioners that serve 2 clients: iid, dirichlet, cluster-wise"):
         run_server(grid, rc)
     assert grid.sent == []  # refused before the first message
+
+
+def test_the_app_keys_for_per_round_evaluation_and_exact_rounds(tmp_path):
+    import json
+
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    rc = {"evaluate-every-round": True, "early-stop": False, "max-rounds": 4,
+          "out-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(app, 2, run_config=rc)
+    run_server(grid, rc)
+    kinds = [m.metadata.message_type for m in grid.sent]
+    assert kinds == (["train"] * 2 + ["evaluate"] * 2) * 4
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [h["round"] for h in history] == [1, 2, 3, 4]  # FKM converges earlier; no early stop
+    assert all(h["metrics"]["num-examples"] == 800 for h in history)

@@ -217,6 +217,20 @@ def test_fkm_simulation_matches_reference_and_centralized(fkm_run, local_superli
     assert (run.out_dir / "clusters.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("algorithm", ["fkm", "kfed", "feca"])
+def test_the_estimator_equals_flwr_run(fkm_run, local_superlink, client_data, algorithm):
+    """``FederatedClustering`` on the clients' arrays gives the Ray ``flwr run``'s model,
+    bit for bit (same default run config, same clients in partition-id order)."""
+    from flwr_clustering import FederatedClustering
+
+    run = fkm_run if algorithm == "fkm" else local_superlink.run(algorithm)
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        centroids = npz["centroids"]
+    est = FederatedClustering(algorithm, n_clusters=16, random_state=0).fit(client_data)
+    np.testing.assert_array_equal(est.cluster_centers_, centroids)
+    assert est.n_iter_ == run.result["rounds"]
+
+
 def test_kfed_simulation_matches_reference(fkm_run, local_superlink, client_data):
     superlink_before = set(pids_listening_on(local_superlink.http_port))
     run = local_superlink.run("kfed")
