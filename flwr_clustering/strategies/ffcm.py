@@ -59,9 +59,9 @@ class FFCM(ClusteringStrategy):
         Version 2: k-means restarts in round 1.
     privacy_threshold : int, default 2
         Clients with fewer points refuse to take part (their centres would be near-raw rows).
-    max_rounds : int, default 10
+    max_rounds : int, default 20
         Rounds at most.
-    tol : float, default -1.0
+    tol : float, default 1e-6
         Convergence tolerance on the matched shift (negative: run ``max_rounds``).
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options.

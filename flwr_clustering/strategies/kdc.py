@@ -48,7 +48,7 @@ class KDC(ClusteringStrategy):
         Isolation Kernel: cells per partitioning, partitionings.
     tau : float, default 0.5
         κBCC similarity threshold.
-    auto : bool, default False
+    auto : bool, default True
         Choose ``psi`` and ``tau`` on the pooled sample without labels
         (:func:`~flwr_clustering.algorithms.kdc.select_parameters`).
     step2 : {"kbcc", "kernel-kmeans"}, default "kbcc"
