@@ -2,36 +2,122 @@
 
 Each SuperNode reads its own file, named by ``data-path`` in its node-config. Supported formats:
 
-- ``.csv`` -- a header row, then numeric values; a column named ``label_column`` (default
-  ``"label"``), if present, becomes the labels and every other column is a feature;
-- ``.npy`` -- a 2-D numeric array of features (no labels);
+- ``.csv`` -- numeric values, with a header row of column names or without one (detected: a
+  first line whose every field is a number is data, and the columns are named ``0, 1, ...``);
+  a column named ``label_column`` (default ``"label"``), if present, becomes the labels and
+  every other column is a feature;
+- ``.npy`` -- a 2-D numeric array of features (no labels); columns are named ``0, 1, ...``;
 - ``.npz`` -- key ``"X"`` (2-D features) and optional key ``"y"`` (labels);
 - ``.parquet`` -- like CSV, read with pandas (needs ``pyarrow``).
 
-Missing values (empty CSV cells, NaN) are *not* rejected here: the clustering clients check for
-NaN themselves and report it with a message naming the client. Everything else that is wrong
-(unknown extension, non-numeric values, wrong shape, no rows or no feature columns, labels that
-are not integers) raises a ``ValueError`` that names the file and the problem.
+Nothing is clustered silently by mistake: a row index written with the data (a column
+``Unnamed: 0`` or ``__index_level_0__``, or a first column equal to ``0, 1, ..., n-1``) is
+refused unless declared (``index_column``, ``feature_columns``); ``feature_columns`` and
+``label_column`` select columns by name, and an unknown name is an error listing the file's
+columns. Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
+algorithms read them as unobserved); with ``allow_nan=False`` the first one is reported by
+column and row. Everything else that is wrong (unknown extension, non-numeric values, wrong
+shape, no rows or no feature columns, labels that are not integers) raises a ``ValueError``.
+Every message names the file.
 """
 
 from __future__ import annotations
 
+import csv
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
 
 # pandas (and through it pyarrow) is imported by the functions that read or write CSV and
 # Parquet, not here: importing the package must stay cheap for clients that never touch a file.
 
-__all__ = ["SUPPORTED_EXTENSIONS", "load_local_file", "save_local_file"]
+__all__ = [
+    "HEADER_MODES",
+    "INDEX_COLUMN_NAMES",
+    "SUPPORTED_EXTENSIONS",
+    "LocalFile",
+    "load_local_file",
+    "read_local_file",
+    "save_local_file",
+]
+
+logger = logging.getLogger(__name__)
 
 #: File extensions understood by :func:`load_local_file` and :func:`save_local_file`.
 SUPPORTED_EXTENSIONS: tuple[str, ...] = (".csv", ".npy", ".npz", ".parquet")
+
+#: Values of ``header``: detect, the first line is a header, the file has no header.
+HEADER_MODES: tuple[str, ...] = ("auto", "first-row", "none")
+
+#: Column names that pandas gives a row index written with the data (``to_csv()`` and
+#: pyarrow without pandas metadata); such a column is refused unless declared.
+INDEX_COLUMN_NAMES: tuple[str, ...] = ("Unnamed: 0", "__index_level_0__")
+
+#: The label column that is used when present and silently absent otherwise; any other
+#: ``label_column`` must exist in the file.
+DEFAULT_LABEL_COLUMN = "label"
+
+# Fields of a first CSV line that pandas reads as missing values (lower case).
+_NA_TOKENS = frozenset(
+    {"", "na", "n/a", "#n/a", "#na", "null", "none", "<na>", "nan", "-nan", "#n/a n/a"}
+)
+
+Column = str | int
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A loaded data file and what was read from it (see :func:`read_local_file`).
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The file.
+    X : numpy.ndarray
+        ``(n, d)`` float64 features.
+    y : numpy.ndarray or None
+        ``(n,)`` int64 labels, or ``None``.
+    features : tuple
+        The names of the feature columns, in the order of ``X``'s columns (positions
+        ``0, 1, ...`` for NPY/NPZ and CSV files without a header).
+    label_column : str or int or None
+        The column the labels came from (``"y"`` for an NPZ archive's labels), or ``None``.
+    index_column : str or int or None
+        The declared index column that was dropped, or ``None``.
+    header : bool or None
+        CSV only: whether the first line was read as a header; ``None`` for other formats.
+    """
+
+    path: Path
+    X: np.ndarray
+    y: np.ndarray | None
+    features: tuple[Column, ...]
+    label_column: Column | None
+    index_column: Column | None
+    header: bool | None
+
+    def describe(self) -> str:
+        """One line for a log: file, rows, features and the label column."""
+        names = ", ".join(map(str, self.features[:8])) + (", ..." if len(self.features) > 8 else "")
+        label = "none" if self.label_column is None else repr(self.label_column)
+        text = (
+            f"{self.path}: {self.X.shape[0]} rows, {self.X.shape[1]} features [{names}], "
+            f"label column {label}"
+        )
+        if self.index_column is not None:
+            text += f", index column {self.index_column!r} dropped"
+        if self.header is False:
+            text += ", no header row"
+        return text
 
 
 def _as_features(path: Path, values: np.ndarray, what: str = "features") -> np.ndarray:
@@ -59,87 +145,299 @@ def _as_labels(path: Path, values: np.ndarray, n: int, what: str = "labels") -> 
     if values.dtype.kind in "iub":
         return values.astype(np.int64)
     if values.dtype.kind == "f":
-        if not np.all(np.isfinite(values)) or not np.all(values == np.round(values)):
+        bad = ~np.isfinite(values)
+        bad[~bad] = values[~bad] != np.round(values[~bad])
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"{path}: {what} must be integers (missing or fractional values found)"
+                f"{path}: {what} must be integers (missing or fractional value "
+                f"{float(values[row])} at data row {row + 1}, 1-based)"
             )
         return values.astype(np.int64)
     raise ValueError(f"{path}: {what} must be integers, got dtype {values.dtype}")
 
 
-def _load_table(
-    path: Path, frame: pd.DataFrame, label_column: str | None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Split a pandas DataFrame into float64 features and optional int64 labels."""
+# ------------------------------------------------------------------------------------ options
+
+
+def _header_mode(path: Path, header: Any) -> str:
+    """Normalise ``header`` (a mode name or a bool) to one of :data:`HEADER_MODES`."""
+    if header is True:
+        return "first-row"
+    if header is False:
+        return "none"
+    mode = str(header).strip().lower()
+    if mode not in HEADER_MODES:
+        raise ValueError(
+            f"{path}: header={header!r} is not one of {', '.join(map(repr, HEADER_MODES))} "
+            "(or True/False)"
+        )
+    return mode
+
+
+def _is_none(value: Any) -> bool:
+    """``None``, or the string ``"none"`` a node config gives for it."""
+    return value is None or (isinstance(value, str) and value.strip().lower() == "none")
+
+
+def _column_list(path: Path, columns: Any) -> list[Column] | None:
+    """``feature_columns`` as a list: a sequence of names, or one comma-separated string."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        names: list[Column] = [c.strip() for c in columns.split(",") if c.strip()]
+    elif isinstance(columns, int) and not isinstance(columns, bool):
+        names = [columns]
+    else:
+        names = list(columns)
+    if not names:
+        raise ValueError(f"{path}: feature_columns={columns!r} names no column")
+    return names
+
+
+def _find(name: Column, columns: Sequence[Column]) -> Column | None:
+    """The column of ``columns`` called ``name``; positions match as int or digit string."""
+    if isinstance(name, bool):
+        return None
+    if name in columns:
+        return name
+    if isinstance(name, str) and name.strip().isdigit() and int(name) in columns:
+        return int(name)
+    if isinstance(name, (int, np.integer)) and str(int(name)) in columns:
+        return str(int(name))
+    return None
+
+
+def _listing(columns: Sequence[Column]) -> str:
+    shown = ", ".join(repr(c) for c in columns[:30])
+    return shown + (f", ... ({len(columns)} columns)" if len(columns) > 30 else "")
+
+
+def _declare_hint(name: Column) -> str:
+    return (
+        f"Declare it: index_column={name!r} drops it (node config: index-column={name!r}); "
+        "feature_columns lists the features to use (node config: feature-columns='a,b,c'); "
+        "index_column=False keeps it as a feature (node config: index-column='none')."
+    )
+
+
+def _check_no_index(path: Path, frame: pd.DataFrame, features: list[Column]) -> None:
+    """Refuse an undeclared row-index column among ``features``."""
+    for name in features:
+        if name in INDEX_COLUMN_NAMES:
+            raise ValueError(
+                f"{path}: column {name!r} looks like a row index written with the data "
+                "(pandas' to_csv() without index=False) and would be clustered as a feature. "
+                + _declare_hint(name)
+            )
+    first = frame.columns.tolist()[0]
+    n = frame.shape[0]
+    if first in features and n >= 2 and frame[first].dtype.kind in "iuf":
+        if np.array_equal(frame[first].to_numpy(), np.arange(n)):
+            raise ValueError(
+                f"{path}: the first column {first!r} holds the row numbers 0..{n - 1}, which "
+                "looks like a row index written with the data, and would be clustered as a "
+                "feature. " + _declare_hint(first)
+            )
+
+
+def _check_nan(path: Path, X: np.ndarray, features: Sequence[Column], header: bool | None) -> None:
+    """Raise on the first NaN of ``X``, naming its column and row."""
+    missing = np.isnan(X)
+    if not missing.any():
+        return
+    row, col = (int(v) for v in np.argwhere(missing)[0])
+    where = f"data row {row + 1} (1-based"
+    if header is not None:  # CSV: say how that maps to lines
+        where += ", header row not counted" if header else ", the file has no header row"
+    where += ")"
+    n_cols = int(missing.any(axis=0).sum())
+    raise ValueError(
+        f"{path}: missing value (NaN or empty cell) in column {features[col]!r} at {where}; "
+        f"{int(missing.sum())} missing value(s) in {n_cols} column(s). This algorithm needs "
+        "complete rows: fill or drop them, or use an algorithm that accepts missing values."
+    )
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def _first_line_is_data(path: Path) -> bool:
+    """Whether the first non-blank line of a CSV has only numbers (and missing values)."""
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        for line in fh:
+            if line.strip():
+                break
+        else:
+            return False
+    fields = [f.strip() for f in next(csv.reader([line]))]
+    numbers = 0
+    for field in fields:
+        if field.lower() in _NA_TOKENS:
+            continue
+        if "_" in field:  # float() accepts 1_000, pandas does not
+            return False
+        try:
+            float(field)
+        except ValueError:
+            return False
+        numbers += 1
+    return numbers > 0
+
+
+def _suspect_label(frame: pd.DataFrame) -> Column | None:
+    """The last column of a headerless table, if it looks like integer labels."""
+    if frame.shape[1] < 2:
+        return None
+    last = frame.columns.tolist()[-1]
+    values = frame[last].to_numpy()
+    if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)):
+        return None
+    if not np.all(values == np.round(values)):
+        return None
+    distinct = len(np.unique(values))
+    return last if distinct <= 20 and distinct < len(values) / 2 else None
+
+
+def _select(
+    path: Path,
+    frame: pd.DataFrame,
+    *,
+    label_column: Any,
+    feature_columns: list[Column] | None,
+    index_column: Any,
+    allow_nan: bool,
+    header: bool | None,
+    labels: np.ndarray | None = None,
+) -> LocalFile:
+    """Pick features, labels and index of a table, convert and check them."""
     import pandas as pd
 
     if frame.shape[0] == 0:
         raise ValueError(f"{path}: file is empty (no data rows)")
-    y = None
-    if label_column is not None and label_column in frame.columns:
-        labels = frame[label_column]
-        frame = frame.drop(columns=[label_column])
-        numeric = pd.to_numeric(labels, errors="coerce")
-        bad = numeric.isna() & labels.notna()
+    # Positions (NPY, headerless CSV) as plain ints, for messages and the node-config hints.
+    frame.columns = [int(c) if isinstance(c, np.integer) else c for c in frame.columns]
+    columns = list(frame.columns)
+
+    label = None
+    if not _is_none(label_column):
+        label = _find(label_column, columns)
+        if label is None and label_column != DEFAULT_LABEL_COLUMN:
+            raise ValueError(
+                f"{path}: no label column {label_column!r}; the file's columns are: "
+                f"{_listing(columns)}"
+            )
+    if label is not None and labels is not None:
+        raise ValueError(
+            f"{path}: the archive has labels 'y', so label_column={label_column!r} cannot "
+            "name a column of 'X' as well"
+        )
+
+    index = None
+    check_index = index_column is None
+    if not check_index and not (index_column is False or _is_none(index_column)):
+        index = _find(index_column, columns)
+        if index is None:
+            raise ValueError(
+                f"{path}: no index column {index_column!r}; the file's columns are: "
+                f"{_listing(columns)}"
+            )
+        if index == label:
+            raise ValueError(f"{path}: column {index!r} is declared both index and label")
+
+    if feature_columns is not None:
+        features: list[Column] = []
+        for name in feature_columns:
+            found = _find(name, columns)
+            if found is None:
+                raise ValueError(
+                    f"{path}: unknown feature column {name!r}; the file's columns are: "
+                    f"{_listing(columns)}"
+                )
+            if found in (label, index) or found in features:
+                role = "the label" if found == label else "the index" if found == index else ""
+                raise ValueError(
+                    f"{path}: feature column {found!r} is "
+                    + (f"also {role} column" if role else "listed twice")
+                )
+            features.append(found)
+    else:
+        features = [c for c in columns if c != label and c != index]
+        if check_index:
+            _check_no_index(path, frame, features)
+        if header is False and label is None and not _is_none(label_column):
+            suspect = _suspect_label(frame)
+            if suspect is not None:
+                logger.warning(
+                    "%s: the last column (%r) of this headerless file holds integers only; "
+                    "if it is a label, declare label_column=%r (node config: label-column=%r) "
+                    "-- it is clustered as a feature now",
+                    path, suspect, suspect, suspect,
+                )
+
+    y = labels
+    if label is not None:
+        raw = frame[label]
+        numeric = pd.to_numeric(raw, errors="coerce")
+        bad = numeric.isna() & raw.notna()
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise ValueError(
-                f"{path}: non-numeric value {labels.iloc[row]!r} in label column "
-                f"{label_column!r} (data row {row})"
+                f"{path}: non-numeric value {raw.iloc[row]!r} in label column "
+                f"{label!r} (data row {row + 1}, 1-based)"
             )
         y = _as_labels(
-            path,
-            numeric.to_numpy(dtype=np.float64),
-            len(frame),
-            what=f"label column {label_column!r}",
+            path, numeric.to_numpy(dtype=np.float64), len(frame), what=f"label column {label!r}"
         )
-    if frame.shape[1] == 0:
+    if not features:
         raise ValueError(f"{path}: file has no feature columns")
-    for name in frame.columns:
+
+    data = {}
+    for name in features:
         col = frame[name]
-        if col.dtype.kind in "biuf":
-            continue
-        numeric = pd.to_numeric(col, errors="coerce")
-        bad = numeric.isna() & col.notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(
-                f"{path}: non-numeric value {col.iloc[row]!r} in column {name!r} (data row {row})"
-            )
-        frame[name] = numeric
-    X = frame.to_numpy(dtype=np.float64)
-    return X, y
+        if col.dtype.kind not in "biuf":
+            numeric = pd.to_numeric(col, errors="coerce")
+            bad = numeric.isna() & col.notna()
+            if bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0])
+                raise ValueError(
+                    f"{path}: non-numeric value {col.iloc[row]!r} in column {name!r} "
+                    f"(data row {row + 1}, 1-based)"
+                )
+            col = numeric
+        data[name] = col.to_numpy(dtype=np.float64)
+    X = np.column_stack([data[name] for name in features])
+    if not allow_nan:
+        _check_nan(path, X, features, header)
+    return LocalFile(
+        path=path,
+        X=X,
+        y=y,
+        features=tuple(features),
+        label_column="y" if labels is not None else label,
+        index_column=index,
+        header=header,
+    )
 
 
-def load_local_file(
-    path: str | os.PathLike[str], label_column: str | None = "label"
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Load one client's data from a local CSV, NPY, NPZ or Parquet file.
+def read_local_file(
+    path: str | os.PathLike[str],
+    label_column: Column | None = DEFAULT_LABEL_COLUMN,
+    *,
+    feature_columns: Sequence[Column] | str | None = None,
+    header: str | bool = "auto",
+    index_column: Column | bool | None = None,
+    allow_nan: bool = True,
+) -> LocalFile:
+    """Load one client's data file and say what was read (see :func:`load_local_file`).
 
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file; its extension selects the format (``.csv``, ``.npy``, ``.npz``, ``.parquet``).
-    label_column : str or None, default "label"
-        For CSV and Parquet: the column holding the labels, if the file has it. ``None`` treats
-        every column as a feature. Ignored for NPY and NPZ.
+    Takes the parameters of :func:`load_local_file`.
 
     Returns
     -------
-    X : numpy.ndarray
-        ``(n, d)`` float64 features. NaN (e.g. an empty CSV cell) is passed through unchanged;
-        the clustering clients reject it with a client-specific message.
-    y : numpy.ndarray or None
-        ``(n,)`` int64 labels, or ``None`` if the file has none.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        If the extension is not supported, the file cannot be parsed, a value is non-numeric,
-        the features are not 2-D, there are no rows or no feature columns, or labels are not
-        integers. The message names the file.
+    LocalFile
+        The features and labels, with the feature names, the label column used, the dropped
+        index column and (CSV) whether the file had a header row.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -150,51 +448,144 @@ def load_local_file(
         )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
-
-    if suffix == ".npy":
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(f"{path}: cannot read as a NumPy .npy array ({exc})") from exc
-        return _as_features(path, arr), None
-
-    if suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                keys = set(archive.files)
-                if "X" not in keys:
-                    raise ValueError(
-                        f"{path}: .npz file must contain an array named 'X' "
-                        f"(found keys: {sorted(keys)})"
-                    )
-                X = _as_features(path, archive["X"], what="array 'X'")
-                y = None
-                if "y" in keys:
-                    y = _as_labels(path, archive["y"], len(X), what="array 'y'")
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
-        except ValueError as exc:
-            if str(exc).startswith(str(path)):
-                raise
-            raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
-        return X, y
+    mode = _header_mode(path, header)
+    features = _column_list(path, feature_columns)
+    options = dict(
+        label_column=label_column,
+        feature_columns=features,
+        index_column=index_column,
+        allow_nan=allow_nan,
+    )
 
     import pandas as pd
 
+    if suffix in (".npy", ".npz"):
+        labels = None
+        if suffix == ".npy":
+            try:
+                arr = np.load(path, allow_pickle=False)
+            except ValueError as exc:
+                raise ValueError(f"{path}: cannot read as a NumPy .npy array ({exc})") from exc
+            X = _as_features(path, arr)
+        else:
+            X, labels = _read_npz(path)
+        return _select(path, pd.DataFrame(X), header=None, labels=labels, **options)
+
     try:
         if suffix == ".csv":
+            has_header = mode == "first-row" or (mode == "auto" and not _first_line_is_data(path))
             # pandas >= 3 parses floats exactly by default and deprecates the option.
             exact = {}
             if int(pd.__version__.split(".")[0]) < 3:
                 exact["float_precision"] = "round_trip"
-            frame = pd.read_csv(path, **exact)
+            frame = pd.read_csv(path, header=0 if has_header else None, **exact)
         else:
+            has_header = None
             frame = pd.read_parquet(path)
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: file is empty (no header row and no data)") from exc
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot parse {suffix[1:]} file ({exc})") from exc
-    return _load_table(path, frame, label_column)
+    if has_header is False and mode == "auto":
+        logger.info(
+            "%s: the first line holds numbers only, so the file has no header row: read it "
+            "as data (%d rows), columns named 0..%d; pass header='first-row' (node config: "
+            "header='first-row') if that line is a header",
+            path, frame.shape[0], frame.shape[1] - 1,
+        )
+    return _select(path, frame, header=has_header, **options)
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """Features ``X`` and optional labels ``y`` of an NPZ archive."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            keys = set(archive.files)
+            if "X" not in keys:
+                raise ValueError(
+                    f"{path}: .npz file must contain an array named 'X' "
+                    f"(found keys: {sorted(keys)})"
+                )
+            X = _as_features(path, archive["X"], what="array 'X'")
+            y = None
+            if "y" in keys:
+                y = _as_labels(path, archive["y"], len(X), what="array 'y'")
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
+    except ValueError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
+    return X, y
+
+
+def load_local_file(
+    path: str | os.PathLike[str],
+    label_column: Column | None = DEFAULT_LABEL_COLUMN,
+    *,
+    feature_columns: Sequence[Column] | str | None = None,
+    header: str | bool = "auto",
+    index_column: Column | bool | None = None,
+    allow_nan: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Load one client's data from a local CSV, NPY, NPZ or Parquet file.
+
+    Columns are named by the file's header (CSV, Parquet) or by position ``0, 1, ...``
+    (NPY, NPZ's ``X``, a CSV without a header); a position may also be given as a digit
+    string (``"3"``), as a node config gives it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; its extension selects the format (``.csv``, ``.npy``, ``.npz``, ``.parquet``).
+    label_column : str or int or None, default "label"
+        The column holding the labels. ``"label"`` is used if the file has it; any other name
+        must exist. ``None`` (or ``"none"``) treats every column as a feature. An NPZ
+        archive's ``y`` holds its labels.
+    feature_columns : sequence of str or int, or str, optional
+        The feature columns, in this order (a comma-separated string is split); the other
+        columns, except the label, are ignored. Default: every column but the label (and the
+        index column). An unknown name is an error listing the file's columns.
+    header : {"auto", "first-row", "none"} or bool, default "auto"
+        CSV only. ``"auto"``: the first line is data if every field is a number (or empty),
+        else a header -- a file without a header is logged at INFO and its columns are named
+        ``0, 1, ...``. ``"first-row"`` (``True``) and ``"none"`` (``False``) force it.
+    index_column : str or int or False, optional
+        A row-index column to drop. By default (``None``) a column named ``"Unnamed: 0"`` or
+        ``"__index_level_0__"``, or a first column equal to ``0, 1, ..., n-1``, is refused
+        unless ``feature_columns`` is given; ``False`` (or ``"none"``) keeps such a column as
+        a feature.
+    allow_nan : bool, default True
+        Keep missing values (empty CSV cells, NaN) as NaN, for the algorithms that read them
+        as unobserved features. ``False`` raises on the first one, naming its column and its
+        1-based data row (the header row is not counted).
+
+    Returns
+    -------
+    X : numpy.ndarray
+        ``(n, d)`` float64 features.
+    y : numpy.ndarray or None
+        ``(n,)`` int64 labels, or ``None`` if the file has none.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If the extension is not supported, the file cannot be parsed, a value is non-numeric,
+        a column name is unknown, an undeclared index column is found, a value is missing
+        while ``allow_nan`` is false, the features are not 2-D, there are no rows or no
+        feature columns, or labels are not integers. The message names the file.
+    """
+    loaded = read_local_file(
+        path,
+        label_column,
+        feature_columns=feature_columns,
+        header=header,
+        index_column=index_column,
+        allow_nan=allow_nan,
+    )
+    return loaded.X, loaded.y
 
 
 def save_local_file(
