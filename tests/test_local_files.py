@@ -261,3 +261,60 @@ def test_nan_named_by_file_column_and_row(tmp_path):
     with pytest.raises(ValueError, match=r"nolabel.csv: label column 'label' must be integers "
                                          r"\(missing or fractional value nan at data row 2"):
         load_local_file(bad)
+
+
+# ------------------------------------------------------------------------------------- App
+
+
+def _context(node_config):
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(),
+                   run_config={"dataset": "local"})
+
+
+def test_client_app_reads_the_node_config_file_keys(tmp_path, garst, caplog):
+    from flwr_clustering.app.client_app import client_fn
+
+    X, y = garst
+    path = tmp_path / "site.csv"
+    frame = _frame(X, y).rename(columns={"label": "cls"})
+    frame.insert(2, "note", "text")  # an unselected non-numeric column
+    frame.to_csv(path)  # with its index
+    node_config = {"partition-id": 3, "data-path": str(path), "index-column": "Unnamed: 0",
+                   "feature-columns": "a,b", "label-column": "cls", "header": "auto"}
+    with caplog.at_level(logging.INFO, logger="flwr_clustering"):
+        client = client_fn(_context(node_config))
+    np.testing.assert_array_equal(client.X, X)
+    np.testing.assert_array_equal(client.y, y)
+    assert client.client_id == 3
+    logged = [r.getMessage() for r in caplog.records if r.name.endswith("client_app")]
+    assert any("site.csv: 800 rows, 2 features [a, b], label column 'cls', index column "
+               "'Unnamed: 0' dropped" in m for m in logged)
+
+    # Without the declaration the index is refused, with the client's id in the message.
+    with pytest.raises(ValueError, match=r"client 3: .*site.csv: column 'Unnamed: 0' looks "
+                                         r"like a row index"):
+        client_fn(_context({"partition-id": 3, "data-path": str(path)}))
+    # A headerless file with its label column by position (a node config's int).
+    bare = tmp_path / "bare.csv"
+    _frame(X, y).to_csv(bare, header=False, index=False)
+    client = client_fn(_context({"data-path": str(bare), "label-column": 2}))
+    np.testing.assert_array_equal(client.X, X)
+    np.testing.assert_array_equal(client.y, y)
+
+
+def test_client_app_missing_file_names_client_and_path(tmp_path):
+    from flwr_clustering.app.client_app import client_fn, load_node_file
+
+    missing = tmp_path / "nowhere.csv"
+    with pytest.raises(FileNotFoundError, match=f"client 5: data-path '{missing}' of the node "
+                                                 "config: no such file"):
+        client_fn(_context({"partition-id": 5, "data-path": str(missing)}))
+    # allow_nan=False (for the algorithms that need complete rows) names file, column, row.
+    holes = tmp_path / "holes.csv"
+    holes.write_text("a,b\n1,2\n3,\n")
+    with pytest.raises(ValueError, match=r"client 2: .*holes.csv: missing value .* column 'b' "
+                                         r"at data row 2"):
+        load_node_file({"data-path": str(holes)}, 2, allow_nan=False)
+    assert np.isnan(load_node_file({"data-path": str(holes)}, 2).X[1, 1])

@@ -1,27 +1,69 @@
 """The ClientApp of the flwr-clustering Flower App.
 
 Data: in deployment a SuperNode reads its own file from ``data-path`` in its node config
-(CSV / NPY / NPZ / Parquet, optional ``label`` column); in simulation the client loads
+(CSV / NPY / NPZ / Parquet, optional ``label`` column; the node-config keys ``feature-columns``,
+``label-column``, ``index-column`` and ``header`` declare its columns, see
+:func:`~flwr_clustering.data.load_local_file`); in simulation the client loads
 partition ``partition-id`` of ``num-partitions`` of the run config's dataset. Loading
 and partitioning are cached per process.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
+from typing import Any
 
 from flwr.app import Context
 
 from ..clients import client_app
 from ..clients.base import ClusteringClient, client_id_of
-from ..data.local_file import load_local_file
+from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import load_partition
 from ..log import configure_console
 from .config import build_client, dataset_kwargs, merged_config
 
-__all__ = ["app", "client_fn"]
+__all__ = ["FILE_KEYS", "app", "client_fn", "load_node_file"]
 
-_load_file = lru_cache(maxsize=4)(load_local_file)
+logger = logging.getLogger(__name__)
+
+#: Node-config keys that describe the data file, and the loader's keyword for each.
+FILE_KEYS: dict[str, str] = {
+    "feature-columns": "feature_columns",
+    "label-column": "label_column",
+    "index-column": "index_column",
+    "header": "header",
+}
+
+
+@lru_cache(maxsize=4)
+def _load_file(path: str, options: tuple[tuple[str, Any], ...]) -> LocalFile:
+    """Read a data file once per process (the cache key holds the file options) and log it."""
+    loaded = read_local_file(path, **dict(options))
+    logger.info("data file %s", loaded.describe())
+    return loaded
+
+
+def load_node_file(
+    node_config: dict[str, Any], client_id: int, *, allow_nan: bool = True
+) -> LocalFile:
+    """Load the file named by ``data-path`` with the node config's file keys (cached).
+
+    Errors name the client: ``FileNotFoundError`` for a missing file, ``ValueError`` for a
+    file that cannot be used (the loader's message, which names the file).
+    """
+    path = str(node_config["data-path"])
+    options = tuple(
+        (kw, node_config[key]) for key, kw in FILE_KEYS.items() if key in node_config
+    ) + (("allow_nan", bool(allow_nan)),)
+    try:
+        return _load_file(path, options)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"client {client_id}: data-path {path!r} of the node config: no such file"
+        ) from exc
+    except ValueError as exc:
+        raise ValueError(f"client {client_id}: {exc}") from exc
 
 
 def client_fn(context: Context) -> ClusteringClient:
@@ -40,7 +82,8 @@ def client_fn(context: Context) -> ClusteringClient:
     cfg = merged_config(context.run_config)
     cid = client_id_of(context)
     if "data-path" in context.node_config:
-        X, y = _load_file(str(context.node_config["data-path"]))
+        loaded = load_node_file(context.node_config, cid)
+        X, y = loaded.X, loaded.y
     elif cfg["dataset"] == "local":
         raise ValueError(
             f"client {cid}: the run config says dataset='local' but this node has no "
