@@ -318,3 +318,21 @@ def test_client_app_missing_file_names_client_and_path(tmp_path):
                                          r"at data row 2"):
         load_node_file({"data-path": str(holes)}, 2, allow_nan=False)
     assert np.isnan(load_node_file({"data-path": str(holes)}, 2).X[1, 1])
+
+
+@pytest.mark.parametrize("algorithm,refused", [("fkm", True), ("masked-federated", False)])
+def test_the_app_refuses_missing_values_only_where_the_algorithm_needs_complete_rows(
+        tmp_path, algorithm, refused):
+    from flwr_clustering.app.client_app import client_fn
+
+    holes = tmp_path / "holes.csv"
+    holes.write_text("a,b,c\n1,2,\n3,4,\n4,7,\n")  # this site does not measure c
+    context = _context({"partition-id": 1, "data-path": str(holes)})
+    context.run_config.update({"algorithm": algorithm})
+    if refused:
+        with pytest.raises(ValueError, match=r"client 1: .*holes.csv: missing value .* column "
+                                             r"'c' at data row 1"):
+            client_fn(context)
+    else:  # the masked algorithms read NaN as an unobserved feature
+        client = client_fn(context)
+        assert np.isnan(client.X).sum() == 3 and client.mask.tolist() == [True, True, False]

@@ -16,6 +16,7 @@ from typing import Any
 
 from flwr.app import Context
 
+from .. import registry
 from ..clients import client_app
 from ..clients.base import ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
@@ -82,7 +83,10 @@ def client_fn(context: Context) -> ClusteringClient:
     cfg = merged_config(context.run_config)
     cid = client_id_of(context)
     if "data-path" in context.node_config:
-        loaded = load_node_file(context.node_config, cid)
+        # algorithms that read NaN as an unobserved feature (masked) keep it; for the
+        # others a missing value is an error naming the file, the column and the row
+        accepts = getattr(registry.get(str(cfg["algorithm"])).client, "accepts_missing", False)
+        loaded = load_node_file(context.node_config, cid, allow_nan=bool(accepts))
         X, y = loaded.X, loaded.y
     elif cfg["dataset"] == "local":
         raise ValueError(

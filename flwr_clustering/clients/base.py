@@ -95,6 +95,10 @@ class ClusteringClient(NumPyClient):
         If ``X`` is not a finite 2-D array, is empty, or ``y`` does not match it.
     """
 
+    #: Whether the local data may hold NaN (read as unobserved features; masked algorithms).
+    #: A local file with a missing value is refused for clients that do not accept it.
+    accepts_missing = False
+
     def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0):
         self.client_id = int(client_id)
         self.X = self.validated(X)

@@ -39,6 +39,8 @@ class MaskedClient(ClusteringClient):
         empty, or ``y`` does not match.
     """
 
+    accepts_missing = True
+
     def validated(self, X: np.ndarray) -> np.ndarray:
         """Accept NaN outside the mask only; remember the mask (``self.mask``)."""
         X = np.asarray(X, dtype=np.float64)
