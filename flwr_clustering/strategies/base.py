@@ -132,6 +132,9 @@ class ClusteringStrategy(Strategy):
     Options: type[Options] = ClusteringOptions
     #: Per-round history series the App plots in ``training.png`` (none by default).
     curves: tuple[str, ...] = ()
+    #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
+    #: iterative algorithms whose whole between-round state the state dict holds.
+    resumable: bool = False
 
     def __init__(
         self,
@@ -209,6 +212,51 @@ class ClusteringStrategy(Strategy):
         self.n_features: int | None = None
         self.last_shift = float("inf")
         self._expect_stats = True
+        self.stopped = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run state after a round: what :meth:`load_state_dict` needs to continue.
+
+        Arrays stay arrays; everything else is JSON-able (the generators' states are
+        ``Generator.bit_generator.state`` dicts). Subclasses with more between-round
+        state extend it (and :meth:`load_state_dict`). The values are the strategy's own
+        objects, not copies: serialise the dict before the next round.
+
+        Returns
+        -------
+        dict
+            ``round`` (the last completed round, 0 before round 1), ``num_rounds``,
+            ``stopped`` (the run ended at that round), the model and its history, the
+            per-round history, the final metrics so far, ``n_features``, ``last_shift``
+            and the states of the server generator (``rng``) and the sampling one.
+        """
+        return {
+            "round": int(self.history[-1]["round"]) if self.history else 0,
+            "num_rounds": int(getattr(self, "num_rounds", self.max_rounds)),
+            "stopped": bool(self.stopped),
+            "centroids": self.centroids,
+            "centroid_history": list(self.centroid_history),
+            "history": self.history,
+            "final_metrics": self.final_metrics,
+            "n_features": self.n_features,
+            "last_shift": float(self.last_shift),
+            "rng": self.rng.bit_generator.state,
+            "sample_rng": self._sample_rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the run state of :meth:`state_dict` (after :meth:`reset`)."""
+        C = state["centroids"]
+        self.centroids = None if C is None else np.asarray(C)
+        self.centroid_history = [np.asarray(c) for c in state["centroid_history"]]
+        self.history = [dict(record) for record in state["history"]]
+        self.final_metrics = dict(state["final_metrics"])
+        self.n_features = None if state["n_features"] is None else int(state["n_features"])
+        self.last_shift = float(state["last_shift"])
+        self.rng.bit_generator.state = state["rng"]
+        self._sample_rng.bit_generator.state = state["sample_rng"]
+        self.num_rounds = int(state["num_rounds"])
+        self.stopped = bool(state["stopped"])
 
     # ----------------------------------------------------- algorithm hooks
     def train_config(self, server_round: int) -> dict[str, Any]:
@@ -698,6 +746,8 @@ class ClusteringStrategy(Strategy):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn=None,
+        on_round=None,
+        resume: dict[str, Any] | None = None,
     ) -> Result:
         """Run the protocol, with the contract of Flower's ``Strategy.start``.
 
@@ -727,6 +777,16 @@ class ClusteringStrategy(Strategy):
         evaluate_fn : callable, optional
             ``evaluate_fn(round, arrays) -> MetricRecord | None``, a server-side
             evaluation before round 1 (round 0) and after every round.
+        on_round : callable, optional
+            ``on_round(strategy, round)``, called after every completed round (its
+            aggregation, its evaluations and ``evaluate_fn``), with ``strategy.stopped``
+            true after the last one: the App writes the round's files and checkpoint
+            (:meth:`state_dict`) here. An exception in it ends the run.
+        resume : dict, optional
+            A :meth:`state_dict` of an interrupted run of the same configuration: the run
+            continues with the next round, skipping :meth:`initialize` and the round-0
+            ``evaluate_fn`` (their results are in the state); ``num_rounds`` defaults to
+            the state's. Only for a :attr:`resumable` strategy.
 
         Returns
         -------
@@ -737,8 +797,9 @@ class ClusteringStrategy(Strategy):
         Raises
         ------
         ValueError
-            If ``num_rounds < 1``, does not fit a fixed protocol, or ``initial_arrays``
-            holds several arrays without ``"centroids"``.
+            If ``num_rounds < 1``, does not fit a fixed protocol, ``initial_arrays``
+            holds several arrays without ``"centroids"``, or ``resume`` is given to a
+            strategy that cannot resume or holds a finished run.
         """
         fixed = self.protocol_rounds()
         if num_rounds is not None:
@@ -751,10 +812,22 @@ class ClusteringStrategy(Strategy):
                     f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
                     f"num_rounds={num_rounds} does not fit (leave it out)")
         self.reset()
+        first_round = 1
+        if resume is not None:
+            if not self.resumable:
+                raise ValueError(f"{type(self).__name__} cannot resume a run: only iterative "
+                                 "algorithms keep their whole state in a checkpoint")
+            self.load_state_dict(resume)
+            first_round = int(resume["round"]) + 1
+            if num_rounds is None:
+                num_rounds = self.num_rounds
+            if self.stopped or first_round > int(num_rounds):
+                raise ValueError(f"nothing to resume: the run ended at round "
+                                 f"{first_round - 1} of {num_rounds}")
         num_rounds = self.max_rounds if num_rounds is None else int(num_rounds)
         self.num_rounds = num_rounds
         timeout = self.round_timeout if timeout is None else float(timeout)
-        initial = self.initial_centroids(initial_arrays)
+        initial = None if resume is not None else self.initial_centroids(initial_arrays)
         if initial is not None:
             self.centroids = initial
         self.summary()
@@ -765,14 +838,19 @@ class ClusteringStrategy(Strategy):
         t0 = time.monotonic()
         result = Result()
         arrays = initial_arrays if initial_arrays is not None else ArrayRecord()
-        if evaluate_fn is not None:
+        if resume is not None:  # initialize and round 0 ran before the interruption
+            arrays = self.model_record()
+            logger.info("%s: resuming after round %d of %d", self.name, first_round - 1,
+                        num_rounds)
+        elif evaluate_fn is not None:
             server_metrics = evaluate_fn(0, arrays)
             if server_metrics is not None:
                 result.evaluate_metrics_serverapp[0] = server_metrics
                 logger.info("[ROUND 0/%d] server evaluation: %s", num_rounds,
                             _fmt(dict(server_metrics)))
-        self.initialize(grid, timeout)
-        for rnd in range(1, num_rounds + 1):
+        if resume is None:
+            self.initialize(grid, timeout)
+        for rnd in range(first_round, num_rounds + 1):
             logger.info("[ROUND %d/%d]", rnd, num_rounds)
             t_round = time.monotonic()
             self.prepare_round(rnd, grid, timeout)
@@ -798,6 +876,9 @@ class ClusteringStrategy(Strategy):
                     self.history[-1]["server-metrics"] = dict(server_metrics)
                     logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds,
                                 _fmt(dict(server_metrics)))
+            self.stopped = stop
+            if on_round is not None:
+                on_round(self, rnd)
             if stop:
                 break
         last = self.history[-1]["round"]

@@ -90,6 +90,7 @@ class DeepFeCA(ClusteringStrategy):
     name = "deepfeca"
     Options = DeepFeCAOptions
     curves = ("loss", "k-out")
+    resumable = True
 
     def __init__(self, k: int | None = None, *,
                  options: DeepFeCAOptions | TrainOptions | None = None, **kwargs: Any) -> None:
@@ -112,6 +113,29 @@ class DeepFeCA(ClusteringStrategy):
         self.initial_model: list[np.ndarray] | None = None
         self.sizes: dict[int, int] = {}
         self._round_info: dict[str, Any] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state, the describe exchange's result and the weights.
+
+        Network spec and client sizes (the describe exchange), global and initial weights.
+        """
+        spec = None if self.spec is None else {
+            "name": self.spec.name, "input_shape": list(self.spec.input_shape),
+            "proj_dim": int(self.spec.proj_dim)}
+        return {**super().state_dict(), "spec": spec, "model": self.model,
+                "initial_model": self.initial_model,
+                "sizes": {int(c): int(n) for c, n in self.sizes.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the describe exchange is not repeated)."""
+        super().load_state_dict(state)
+        spec = state["spec"]
+        self.spec = None if spec is None else NetworkSpec(
+            spec["name"], tuple(spec["input_shape"]), spec["proj_dim"])
+        self.model = None if state["model"] is None else [np.asarray(w) for w in state["model"]]
+        self.initial_model = (None if state["initial_model"] is None
+                              else [np.asarray(w) for w in state["initial_model"]])
+        self.sizes = {int(c): int(n) for c, n in state["sizes"].items()}
 
     # ------------------------------------------------------------ describe exchange
     def initialize(self, grid: Grid, timeout: float) -> None:

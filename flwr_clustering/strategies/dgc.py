@@ -77,6 +77,7 @@ class DGC(ClusteringStrategy):
 
     name = "dgc"
     Options = DGCOptions
+    resumable = True
 
     def __init__(self, k: int | None = None, *, graph: Any = None, **kwargs: Any) -> None:
         # ``graph`` may also be an adjacency array (not a run-config value).
@@ -115,6 +116,29 @@ class DGC(ClusteringStrategy):
         self.step: float | None = None
         self.node_history: list[np.ndarray] = []
         self._cost: float | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state plus the relay's.
+
+        Every node's centres and their history, the anchor, the graph, the step, the
+        client-to-node map and the last ``J_rho``.
+        """
+        return {**super().state_dict(), "node_centres": self.node_centres,
+                "anchor": self.anchor, "adjacency": self.adjacency,
+                "node_of": {int(c): int(n) for c, n in self.node_of.items()},
+                "step": self.step, "node_history": list(self.node_history),
+                "cost": self._cost}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the nodes must keep their Flower node ids."""
+        super().load_state_dict(state)
+        for name in ("node_centres", "anchor", "adjacency"):
+            value = state[name]
+            setattr(self, name, None if value is None else np.asarray(value))
+        self.node_of = {int(c): int(n) for c, n in state["node_of"].items()}
+        self.step = None if state["step"] is None else float(state["step"])
+        self.node_history = [np.asarray(h) for h in state["node_history"]]
+        self._cost = None if state["cost"] is None else float(state["cost"])
 
     # ------------------------------------------------------------------ messages
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:

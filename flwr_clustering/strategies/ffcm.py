@@ -69,6 +69,17 @@ class FFCM(ClusteringStrategy):
 
     name = "ffcm"
     Options = FFCMOptions
+    resumable = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state plus the initial centres (drawn from the moments exchange)."""
+        return {**super().state_dict(), "initial": getattr(self, "initial", None)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the moments exchange is not repeated)."""
+        super().load_state_dict(state)
+        if state.get("initial") is not None:
+            self.initial = np.asarray(state["initial"])
 
     def initialize(self, grid: Grid, timeout: float) -> None:
         """Draw the random initial centres from the clients' pooled feature moments."""

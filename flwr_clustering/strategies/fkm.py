@@ -64,6 +64,7 @@ class FedKMeans(ClusteringStrategy):
 
     name = "fkm"
     Options = FKMOptions
+    resumable = True  # the base state (centroids, generators) is all it carries
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options; ``phase`` is ``init`` until centroids exist."""

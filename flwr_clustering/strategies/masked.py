@@ -81,6 +81,19 @@ class MaskedFederated(ClusteringStrategy):
 
     name = "masked-federated"
     Options = MaskedFederatedOptions
+    resumable = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state plus the initial grouping of the local clusters (round 1)."""
+        groups = getattr(self, "groups", None)
+        return {**super().state_dict(),
+                "groups": None if groups is None else [[int(i) for i in g] for g in groups]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        if state.get("groups") is not None:
+            self.groups = [list(g) for g in state["groups"]]
 
     def configure(self) -> None:
         """``k_local`` 0: clients choose by silhouette (``None``)."""
