@@ -12,7 +12,40 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_curves", "plot_run", "save_run", "to_jsonable"]
+__all__ = [
+    "atomic_savez",
+    "atomic_write_text",
+    "plot_curves",
+    "plot_run",
+    "save_run",
+    "to_jsonable",
+]
+
+
+def _atomic(path: str | os.PathLike, write) -> None:
+    """Write ``path`` through a temporary file in the same directory, then rename it.
+
+    A reader (or a crash) sees the old file or the new one, never half of one.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (temporary file + ``os.replace``)."""
+    _atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def atomic_savez(path: str | os.PathLike, **arrays: Any) -> None:
+    """``numpy.savez`` to ``path`` atomically (temporary file + ``os.replace``)."""
+    _atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -161,9 +194,10 @@ def save_run(
         "plot": str(out / "clusters.png"),
     }
     rounds = {f"round_{i + 1}": np.asarray(c) for i, c in enumerate(centroid_history)}
-    np.savez(paths["centroids"], centroids=np.asarray(centroids), **rounds)
-    Path(paths["history"]).write_text(json.dumps(to_jsonable(history), indent=2))
-    Path(paths["result"]).write_text(json.dumps(to_jsonable({**summary, "files": paths}), indent=2))
+    atomic_savez(paths["centroids"], centroids=np.asarray(centroids), **rounds)
+    atomic_write_text(paths["history"], json.dumps(to_jsonable(history), indent=2))
+    atomic_write_text(paths["result"],
+                      json.dumps(to_jsonable({**summary, "files": paths}), indent=2))
     plot_run(paths["plot"], centroids, history, X, labels, title=str(summary.get("algorithm", "")))
     return paths
 

@@ -50,6 +50,8 @@ class AppOptions(Options):
                               "converges (its tol); false: run every round")
     evaluate_every_round: bool = option(False, help="a federated evaluation after every "
                                         "round (the final model is always evaluated)")
+    resume_from: str = option("", help="continue the interrupted iterative run whose "
+                              "out-dir (absolute) holds checkpoint.npz; empty: a new run")
 
 
 @dataclass(frozen=True)

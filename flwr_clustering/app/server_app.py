@@ -8,6 +8,11 @@ by side, the same metrics for scikit-learn ``KMeans`` on the pooled data with th
 DGC also every user's own centres: ``user-accuracy-mean`` and the like). With
 feature masks (``feature-mask``) the federated centroids are measured on each row's observed
 features, and the centralized ``KMeans`` runs on the same rows complete (unmasked).
+
+Nothing is lost (:mod:`flwr_clustering.app.checkpoint`): ``out-dir`` is checked before the
+first message; every round writes the model, the history and a checkpoint; a failed run
+writes ``result.json`` with ``"status": "failed"``; ``resume-from`` continues an
+interrupted iterative run from its checkpoint.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..metrics import (
     model_contingencies,
     per_model_metrics,
 )
+from .checkpoint import RoundWriter, check_out_dir, check_resume, load_checkpoint, write_failure
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
 from .results import save_results
 
@@ -50,16 +56,48 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     -------
     dict
         ``{"centroids", "federated", "centralized", "out_dir", "strategy"}``.
+
+    Raises
+    ------
+    PermissionError
+        If ``out-dir`` cannot be created or written (before any message is sent).
+    ValueError
+        If ``resume-from`` names a checkpoint of another algorithm or run config, or the
+        algorithm cannot resume (before any message is sent).
+    Exception
+        Whatever ended the run, after ``result.json`` recorded it as failed.
     """
     cfg = merged_config(run_config)
     out_dir = results_dir(cfg)
     spec = registry.get(str(cfg["algorithm"]))
+    checkpoint = None
+    if cfg["resume-from"]:
+        checkpoint = load_checkpoint(cfg["resume-from"])
+        check_resume(checkpoint, cfg)
+    check_out_dir(out_dir)
     strategy = build_strategy(cfg)
+    writer = RoundWriter(out_dir, cfg, last_round=checkpoint["round"] if checkpoint else 0)
+    try:
+        return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
+    except Exception as ex:
+        write_failure(out_dir, strategy, cfg, ex, writer.last_round)
+        raise
+
+
+def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
+    """The run of :func:`run_server` after its checks (a failure is recorded there)."""
     pooled = complete = None
     # Wait for min-nodes, then until the count settles: a simulation registers its
     # virtual SuperNodes while the ServerApp starts (flower-notes G1).
     num_nodes = len(strategy.wait_for_nodes(grid, settle=1.0))
     logger.info("%d node(s) connected (min-nodes=%d)", num_nodes, strategy.min_nodes)
+    writer.num_nodes = num_nodes
+    if (checkpoint is not None and cfg["dataset"] != "local"
+            and checkpoint.get("num-nodes") not in (None, num_nodes)):
+        raise ValueError(
+            f"resume-from {cfg['resume-from']!r}: the interrupted run had "
+            f"{checkpoint['num-nodes']} nodes, {num_nodes} are connected (the simulated "
+            "data is split by the node count)")
     if cfg["dataset"] != "local":
         # a split that cannot serve this many clients says so now, naming the ones that can
         check_partitioning(num_nodes, **dataset_kwargs(cfg))
@@ -90,9 +128,15 @@ def run_server(grid: Grid, run_config: dict) -> dict:
                 metrics.update(per_model_metrics(model_contingencies(X, models, y)))
             return MetricRecord(metrics)
 
-    result = strategy.start(grid=grid, evaluate_fn=evaluate_fn)
+    result = strategy.start(grid=grid, evaluate_fn=evaluate_fn, on_round=writer,
+                            resume=None if checkpoint is None else checkpoint["state"])
+    if writer.write_seconds:
+        logger.info("per-round files: %.1f ms per round (mean of %d)",
+                    1e3 * float(np.mean(writer.write_seconds)), len(writer.write_seconds))
     centroids = result.arrays["centroids"].numpy()
-    extra: dict = {"run-config": cfg}
+    extra: dict = {"status": "completed", "run-config": cfg}
+    if checkpoint is not None:
+        extra["resumed-after-round"] = int(checkpoint["round"])
     if pooled is not None and complete is not None:
         X, y = pooled
         X_complete = complete[0]

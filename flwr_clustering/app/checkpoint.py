@@ -1,0 +1,253 @@
+"""Per-round files, checkpoints and failure reports of the App (nothing lost).
+
+Before round 1 :func:`check_out_dir` makes sure ``out-dir`` exists and is writable. After
+every round :class:`RoundWriter` (the strategy's ``on_round`` hook) writes, each file
+atomically (temporary file in the same directory, then ``os.replace``):
+
+- ``centroids.npz``: the current model (``centroids``) and every round's (``round_<r>``);
+- ``history.json``: the per-round history;
+- ``checkpoint.npz``: everything a resumed run needs (the strategy's
+  :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.state_dict`, the round, the
+  algorithm, the run config), in one file: its arrays, plus its JSON part under ``__meta__``;
+- ``checkpoint.json``: a readable summary of the checkpoint (round, algorithm, run config).
+
+A run that fails writes ``result.json`` with ``"status": "failed"`` (:func:`write_failure`);
+``resume-from='<dir>'`` continues an interrupted iterative run from ``<dir>/checkpoint.npz``
+(:func:`load_checkpoint`, :func:`check_resume`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import registry
+from ..log import logger
+from ..reporting import atomic_savez, atomic_write_text, to_jsonable
+
+__all__ = [
+    "CHECKPOINT",
+    "RESUME_FREE_KEYS",
+    "RoundWriter",
+    "check_out_dir",
+    "check_resume",
+    "load_checkpoint",
+    "pack",
+    "unpack",
+    "write_failure",
+]
+
+#: The checkpoint file in ``out-dir``.
+CHECKPOINT = "checkpoint.npz"
+#: Run-config keys that may differ between an interrupted run and its resumption.
+RESUME_FREE_KEYS = ("out-dir", "round-timeout", "resume-from")
+_FORMAT = 1
+
+
+def check_out_dir(out_dir: str | os.PathLike) -> Path:
+    """Create ``out_dir`` and check that a file can be written there (and removed).
+
+    Raises
+    ------
+    PermissionError
+        Naming the directory, when it cannot be created or written.
+    """
+    out = Path(out_dir)
+    probe = out / f".write-probe-{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as ex:
+        raise PermissionError(
+            f"out-dir {str(out)!r} cannot be written ({ex.strerror or ex}): choose another "
+            "directory (run config 'out-dir') before the run starts") from ex
+    return out
+
+
+# ----------------------------------------------------------------- (de)serialising
+def pack(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Turn a state (nested dicts, lists, arrays, scalars) into JSON plus named arrays.
+
+    Every array goes to ``arrays`` and is replaced by ``{"__array__": name}``; dicts with
+    keys that are not strings become ``{"__items__": [[key, value], ...]}``; NumPy
+    scalars become Python scalars. Floats are kept exactly (non-finite ones too).
+    """
+    if isinstance(obj, np.ndarray):
+        name = f"a{len(arrays)}"
+        arrays[name] = obj
+        return {"__array__": name}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: pack(v, arrays) for k, v in obj.items()}
+        return {"__items__": [[pack(k, arrays), pack(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, list | tuple):
+        return [pack(v, arrays) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def unpack(obj: Any, arrays) -> Any:
+    """The inverse of :func:`pack` (``arrays``: a mapping such as an open ``.npz``)."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__array__"}:
+            return np.asarray(arrays[obj["__array__"]])
+        if set(obj) == {"__items__"}:
+            return {unpack(k, arrays): unpack(v, arrays) for k, v in obj["__items__"]}
+        return {k: unpack(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unpack(v, arrays) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------- writing
+class RoundWriter:
+    """The App's ``on_round`` hook: the round's model, history and checkpoint, atomically.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        The run's directory (checked by :func:`check_out_dir`).
+    run_config : dict
+        The merged run config, saved in the checkpoint.
+    last_round : int, default 0
+        The last completed round so far (a resumed run's checkpoint round).
+
+    Attributes
+    ----------
+    last_round : int
+        The last round written.
+    num_nodes : int or None
+        Connected nodes (set by the App; checked on resume).
+    write_seconds : list of float
+        Seconds spent writing, per round.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, run_config: dict[str, Any],
+                 last_round: int = 0) -> None:
+        self.out = Path(out_dir)
+        self.run_config = dict(run_config)
+        self.last_round = int(last_round)
+        self.num_nodes: int | None = None
+        self.write_seconds: list[float] = []
+
+    def __call__(self, strategy, server_round: int) -> None:
+        """Write ``centroids.npz``, ``history.json``, ``checkpoint.npz`` and ``.json``."""
+        t0 = time.perf_counter()
+        rounds = {f"round_{i + 1}": np.asarray(c)
+                  for i, c in enumerate(strategy.centroid_history)}
+        model = {} if strategy.centroids is None else {
+            "centroids": np.asarray(strategy.centroids)}
+        atomic_savez(self.out / "centroids.npz", **model, **rounds)
+        # compact JSON (the C encoder); the final save_results writes it indented
+        atomic_write_text(self.out / "history.json",
+                          json.dumps(to_jsonable(strategy.history), separators=(",", ":")))
+        arrays: dict[str, np.ndarray] = {}
+        meta = {
+            "format": _FORMAT, "algorithm": strategy.name, "round": int(server_round),
+            "stopped": bool(strategy.stopped), "num-nodes": self.num_nodes,
+            "run-config": self.run_config,
+            "state": pack(strategy.state_dict(), arrays),
+        }
+        text = json.dumps(meta)
+        atomic_savez(self.out / CHECKPOINT, **arrays,
+                     __meta__=np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+        atomic_write_text(self.out / "checkpoint.json", json.dumps({
+            "algorithm": strategy.name, "round": int(server_round),
+            "stopped": bool(strategy.stopped), "num-nodes": self.num_nodes,
+            "file": CHECKPOINT, "run-config": self.run_config}))
+        self.last_round = int(server_round)
+        self.write_seconds.append(time.perf_counter() - t0)
+        logger.debug("round %d written to %s in %.1f ms", server_round, self.out,
+                     1e3 * self.write_seconds[-1])
+
+
+def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, Any],
+                  error: BaseException, last_round: int) -> Path:
+    """Write ``result.json`` of a failed run (``status``, ``reason``, ``last-round``, ...).
+
+    The per-round files of the completed rounds stay as they are.
+    """
+    summary: dict[str, Any] = {
+        "status": "failed", "reason": str(error) or repr(error),
+        "error-type": type(error).__name__, "last-round": int(last_round),
+        "algorithm": getattr(strategy, "name", run_config.get("algorithm")),
+    }
+    if strategy is not None:
+        summary.update({
+            "config": strategy.describe(), "rounds": len(strategy.history),
+            "federated": strategy.final_metrics,
+        })
+    summary["run-config"] = run_config
+    path = Path(out_dir) / "result.json"
+    atomic_write_text(path, json.dumps(to_jsonable(summary), indent=2))
+    logger.error("run failed after round %d: %s (written to %s)", last_round,
+                 summary["reason"], path)
+    return path
+
+
+# ------------------------------------------------------------------- resuming
+def load_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
+    """Read ``<directory>/checkpoint.npz``.
+
+    Returns ``algorithm``, ``round``, ``run-config``, ``num-nodes``, ``stopped`` and the
+    strategy's ``state``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the directory, when it holds no checkpoint.
+    """
+    path = Path(str(directory)).expanduser() / CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"resume-from: no checkpoint {path} (a run writes it after "
+                                "every round into its out-dir)")
+    with np.load(path, allow_pickle=False) as npz:
+        meta = json.loads(npz["__meta__"].tobytes().decode("utf-8"))
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"resume-from: {path} has checkpoint format "
+                             f"{meta.get('format')!r}, expected {_FORMAT}")
+        meta["state"] = unpack(meta["state"], npz)
+    return meta
+
+
+def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """Refuse to resume a run of another algorithm or another result-relevant config.
+
+    Every run-config key but :data:`RESUME_FREE_KEYS` must equal the checkpoint's; the
+    algorithm must be resumable (iterative) and the checkpointed run unfinished.
+
+    Raises
+    ------
+    ValueError
+        Naming the algorithm, or every differing key with both values.
+    """
+    where = cfg.get("resume-from")
+    spec = registry.get(str(cfg["algorithm"]))
+    if not getattr(spec.strategy, "resumable", False):
+        names = sorted(name for name in registry.names()
+                       if getattr(registry.get(name).strategy, "resumable", False))
+        raise ValueError(f"resume-from: algorithm {cfg['algorithm']!r} cannot resume (a "
+                         f"one-shot protocol has no rounds to continue); resumable: {names}")
+    if checkpoint["algorithm"] != spec.strategy.name:
+        raise ValueError(f"resume-from {where!r}: the checkpoint is of algorithm "
+                         f"{checkpoint['algorithm']!r}, the run config says "
+                         f"{cfg['algorithm']!r}")
+    saved = checkpoint["run-config"]
+    keys = sorted((set(saved) | set(cfg)) - set(RESUME_FREE_KEYS))
+    differ = [k for k in keys if saved.get(k) != cfg.get(k)]
+    if differ:
+        pairs = ", ".join(f"{k} ({saved.get(k)!r} in the checkpoint, {cfg.get(k)!r} now)"
+                          for k in differ)
+        raise ValueError(f"resume-from {where!r}: the run config differs from the "
+                         f"interrupted run's in {pairs}; only {list(RESUME_FREE_KEYS)} "
+                         "may change")
+    if checkpoint.get("stopped"):
+        raise ValueError(f"resume-from {where!r}: that run completed at round "
+                         f"{checkpoint['round']}; nothing to resume")
