@@ -1,0 +1,225 @@
+"""Nothing lost: out-dir checked before round 1, per-round files and checkpoints, failed
+runs recorded, interrupted iterative runs resumed bit for bit (in-process App)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+from flwr.app import MessageType
+
+from flwr_clustering.app.checkpoint import load_checkpoint
+from flwr_clustering.app.client_app import app as client_app
+from flwr_clustering.app.server_app import run_server
+from flwr_clustering.testing import InProcessGrid
+
+
+class CrashingGrid(InProcessGrid):
+    """An in-process grid whose SuperLink goes away at the ``crash_at``-th train exchange."""
+
+    def __init__(self, *args, crash_at: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.crash_at = crash_at
+        self.train_exchanges = 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+            self.train_exchanges += 1
+            if self.train_exchanges == self.crash_at:
+                raise RuntimeError("SuperLink gone")
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def _run(rc: dict, nodes: int, crash_at: int | None = None):
+    return run_server(CrashingGrid(client_app, nodes, run_config=rc, crash_at=crash_at), rc)
+
+
+def _read(out_dir) -> dict:
+    return json.loads((out_dir / "result.json").read_text())
+
+
+def _without_timings(value):
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if "seconds" not in k}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def _assert_same_run(a, b, dir_a, dir_b) -> None:
+    """Model, history (but timings), metrics and result files equal, bit for bit."""
+    sa, sb = a["strategy"], b["strategy"]
+    np.testing.assert_array_equal(a["centroids"], b["centroids"])
+    assert len(sa.centroid_history) == len(sb.centroid_history)
+    for ca, cb in zip(sa.centroid_history, sb.centroid_history, strict=True):
+        np.testing.assert_array_equal(ca, cb)
+    assert _without_timings(sa.history) == _without_timings(sb.history)
+    assert sa.final_metrics == sb.final_metrics
+    assert sa.rng.bit_generator.state == sb.rng.bit_generator.state
+    for key, value in sa.model_record().items():
+        np.testing.assert_array_equal(value.numpy(), sb.model_record()[key].numpy())
+    ra, rb = _read(dir_a), _read(dir_b)
+    assert ra["status"] == rb["status"] == "completed"
+    for key in ("federated", "federated-on-pooled", "centralized", "rounds", "linear-probe"):
+        assert _without_timings(ra.get(key)) == _without_timings(rb.get(key)), key
+    assert (_without_timings(json.loads((dir_a / "history.json").read_text()))
+            == _without_timings(json.loads((dir_b / "history.json").read_text())))
+    with np.load(dir_a / "centroids.npz") as za, np.load(dir_b / "centroids.npz") as zb:
+        assert sorted(za.files) == sorted(zb.files)
+        for name in za.files:
+            np.testing.assert_array_equal(za[name], zb[name])
+
+
+CASES = {
+    "fkm": ({"algorithm": "fkm", "k": 16, "max-rounds": 5, "early-stop": False,
+             "min-nodes": 3}, 3),
+    "ffcm-v2": ({"algorithm": "ffcm", "ffcm-version": 2, "dataset": "iris", "k": 3,
+                 "max-rounds": 5, "early-stop": False, "min-nodes": 3}, 3),
+    "masked-federated": ({"algorithm": "masked-federated", "dataset": "blobs",
+                          "n-samples": 300, "n-features": 6, "centers": 4, "k": 4,
+                          "feature-mask": "chain", "federated-rounds": 4, "tol": -1.0,
+                          "min-nodes": 3}, 3),
+    "dgc": ({"algorithm": "dgc", "dataset": "iris", "k": 3, "iterations": 4,
+             "graph": "ring", "rho": 100.0, "min-nodes": 4}, 4),
+    "deepfeca": ({"algorithm": "deepfeca", "dataset": "iris", "network": "mlp",
+                  "proj-dim": 8, "k": 3, "max-rounds": 4, "local-epochs": 1,
+                  "deepfeca-centralized": False, "min-nodes": 3}, 3),
+}
+
+
+def _case(name):
+    if name == "deepfeca" and importlib.util.find_spec("torch") is None:
+        pytest.skip("DeepFeCA needs torch")
+    return CASES[name]
+
+
+def test_unwritable_out_dir_fails_before_any_message(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rc = {"algorithm": "fkm", "out-dir": str(blocker / "run")}
+    grid = InProcessGrid(client_app, 2, run_config=rc)
+    with pytest.raises(PermissionError, match="out-dir .*file/run"):
+        run_server(grid, rc)
+    assert grid.sent == []
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        rc = {"algorithm": "fkm", "out-dir": str(locked)}
+        grid = InProcessGrid(client_app, 2, run_config=rc)
+        with pytest.raises(PermissionError, match="locked"):
+            run_server(grid, rc)
+        assert grid.sent == []
+
+
+def test_crash_at_round_3_leaves_rounds_1_2_and_a_failed_result(tmp_path):
+    rc, nodes = _case("fkm")
+    rc = {**rc, "out-dir": str(tmp_path / "run")}
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        _run(rc, nodes, crash_at=3)
+    out = tmp_path / "run"
+    res = _read(out)
+    assert res["status"] == "failed" and res["last-round"] == 2
+    assert "SuperLink gone" in res["reason"] and res["rounds"] == 2
+    with np.load(out / "centroids.npz") as z:
+        assert sorted(z.files) == ["centroids", "round_1", "round_2"]
+        np.testing.assert_array_equal(z["centroids"], z["round_2"])
+    assert [r["round"] for r in json.loads((out / "history.json").read_text())] == [1, 2]
+    ckpt = load_checkpoint(out)
+    assert ckpt["round"] == 2 and ckpt["algorithm"] == "fkm" and not ckpt["stopped"]
+    assert json.loads((out / "checkpoint.json").read_text())["round"] == 2
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_completed_run_says_so_and_writes_every_round(tmp_path):
+    rc, nodes = _case("fkm")
+    rc = {**rc, "out-dir": str(tmp_path)}
+    out = _run(rc, nodes)
+    assert _read(tmp_path)["status"] == "completed"
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt["round"] == 5 and ckpt["stopped"]
+    # a completed run has nothing to resume
+    with pytest.raises(ValueError, match="completed at round 5"):
+        _run({**rc, "resume-from": str(tmp_path)}, nodes)
+    assert out["strategy"].history[-1]["round"] == 5
+
+
+def test_failure_before_round_1_records_last_round_0(tmp_path):
+    rc, nodes = _case("fkm")
+    rc = {**rc, "out-dir": str(tmp_path)}
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        _run(rc, nodes, crash_at=1)
+    res = _read(tmp_path)
+    assert res["status"] == "failed" and res["last-round"] == 0 and res["rounds"] == 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, name):
+    rc, nodes = _case(name)
+    full = _run({**rc, "out-dir": str(tmp_path / "full")}, nodes)
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        _run({**rc, "out-dir": str(crashed)}, nodes, crash_at=3)
+    assert _read(crashed)["last-round"] == 2
+    # resume in place (the out-dir of the interrupted run)
+    resumed = _run({**rc, "out-dir": str(crashed), "resume-from": str(crashed)}, nodes)
+    assert _read(crashed)["resumed-after-round"] == 2
+    _assert_same_run(full, resumed, tmp_path / "full", crashed)
+
+
+def test_resume_refuses_a_different_run_config_naming_the_key(tmp_path):
+    rc, nodes = _case("fkm")
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError):
+        _run({**rc, "out-dir": str(crashed)}, nodes, crash_at=3)
+    rc2 = {**rc, "k": 8, "seed": 1, "resume-from": str(crashed),
+           "out-dir": str(tmp_path / "other"), "round-timeout": 5.0}
+    grid = InProcessGrid(client_app, nodes, run_config=rc2)
+    with pytest.raises(ValueError, match=r"in k \(16 in the checkpoint, 8 now\), seed"):
+        run_server(grid, rc2)
+    assert grid.sent == []
+    rc3 = {**rc, "algorithm": "ffcm", "resume-from": str(crashed)}
+    with pytest.raises(ValueError, match="checkpoint is of algorithm 'fkm'"):
+        run_server(InProcessGrid(client_app, nodes, run_config=rc3), rc3)
+    # out-dir, round-timeout and resume-from may change
+    out = _run({**rc, "resume-from": str(crashed), "out-dir": str(tmp_path / "new"),
+                "round-timeout": 5.0}, nodes)
+    assert out["strategy"].history[-1]["round"] == 5
+    with np.load(tmp_path / "new" / "centroids.npz") as z:
+        assert len([f for f in z.files if f.startswith("round_")]) == 5
+
+
+def test_one_shot_algorithm_refuses_resume(tmp_path):
+    rc, nodes = _case("fkm")
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError):
+        _run({**rc, "out-dir": str(crashed)}, nodes, crash_at=2)
+    rc = {"algorithm": "kfed", "k": 4, "resume-from": str(crashed),
+          "out-dir": str(tmp_path / "kfed")}
+    grid = InProcessGrid(client_app, 2, run_config=rc)
+    with pytest.raises(ValueError, match="algorithm 'kfed' cannot resume.*'fkm'"):
+        run_server(grid, rc)
+    assert grid.sent == []
+    rc["resume-from"] = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no checkpoint .*missing"):
+        run_server(grid, rc)
+
+
+def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
+    from flwr_clustering.app.checkpoint import pack, unpack
+
+    state = {"a": np.arange(3.0), "inf": float("inf"), "ints": {1: 101, 2: 102},
+             "list": [np.ones((2, 2), np.float32), None], "rng":
+             np.random.default_rng(5).bit_generator.state}
+    arrays: dict = {}
+    meta = json.loads(json.dumps(pack(state, arrays)))
+    back = unpack(meta, arrays)
+    assert back["inf"] == float("inf") and back["ints"] == {1: 101, 2: 102}
+    np.testing.assert_array_equal(back["a"], state["a"])
+    assert back["list"][0].dtype == np.float32 and back["list"][1] is None
+    rng = np.random.default_rng(0)
+    rng.bit_generator.state = back["rng"]
+    assert rng.random() == np.random.default_rng(5).random()
