@@ -20,15 +20,25 @@ from flwr_clustering.testing import InProcessGrid
 class CrashingGrid(InProcessGrid):
     """An in-process grid whose SuperLink goes away at the ``crash_at``-th train exchange."""
 
-    def __init__(self, *args, crash_at: int | None = None, **kwargs) -> None:
+    def __init__(self, *args, crash_at: int | None = None, watch=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.crash_at = crash_at
         self.train_exchanges = 0
+        self.watch = watch  # an out-dir: note what is on disk at every train exchange
+        self.on_disk: list[tuple[int, list[str]]] = []
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
         if messages and messages[0].metadata.message_type == MessageType.TRAIN:
             self.train_exchanges += 1
+            if self.watch is not None:
+                ckpt = self.watch / "checkpoint.json"
+                saved = json.loads(ckpt.read_text())["round"] if ckpt.exists() else 0
+                rounds = []
+                if (self.watch / "centroids.npz").exists():
+                    with np.load(self.watch / "centroids.npz") as z:
+                        rounds = sorted(f for f in z.files if f.startswith("round_"))
+                self.on_disk.append((saved, rounds))
             if self.train_exchanges == self.crash_at:
                 raise RuntimeError("SuperLink gone")
         return super().send_and_receive(messages, timeout=timeout)
@@ -137,7 +147,10 @@ def test_crash_at_round_3_leaves_rounds_1_2_and_a_failed_result(tmp_path):
 def test_completed_run_says_so_and_writes_every_round(tmp_path):
     rc, nodes = _case("fkm")
     rc = {**rc, "out-dir": str(tmp_path)}
-    out = _run(rc, nodes)
+    grid = CrashingGrid(client_app, nodes, run_config=rc, watch=tmp_path)
+    out = run_server(grid, rc)
+    # before the train exchange of round r the files of rounds 1 .. r-1 are on disk
+    assert grid.on_disk == [(r - 1, [f"round_{i}" for i in range(1, r)]) for r in range(1, 6)]
     assert _read(tmp_path)["status"] == "completed"
     ckpt = load_checkpoint(tmp_path)
     assert ckpt["round"] == 5 and ckpt["stopped"]

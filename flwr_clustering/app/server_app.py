@@ -79,8 +79,12 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     writer = RoundWriter(out_dir, cfg, last_round=checkpoint["round"] if checkpoint else 0)
     try:
         return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
-    except Exception as ex:
-        write_failure(out_dir, strategy, cfg, ex, writer.last_round)
+    except BaseException as ex:  # also an interrupt: record it, then let it end the run
+        try:
+            write_failure(out_dir, strategy, cfg, ex, writer.last_round)
+        except Exception as write_error:  # noqa: BLE001 - the run's own error matters more
+            logger.error("could not write result.json of the failed run to %s: %s",
+                         out_dir, write_error)
         raise
 
 
