@@ -100,3 +100,35 @@ def test_a_failing_client_is_named_with_its_reason(log):
     assert str(info.value) == (
         "round 2 train: only 2 valid replies, fewer than min_nodes=3; dropped: client 1 "
         "(node 101) failed: client 1: disk on fire")
+
+
+def _dgc_app(data):
+    from flwr_clustering.clients.dgc import DGCClient
+
+    return _app(data, DGCClient)
+
+
+def test_dgc_refuses_a_graph_whose_high_numbered_node_did_not_answer_at_init():
+    from flwr_clustering.strategies.dgc import DGC
+
+    grid = DroppingGrid(_dgc_app(_data(4)), 4, drop={103})
+    with pytest.raises(RuntimeError) as info:
+        DGC(2, iterations=2, min_nodes=2, round_timeout=5).start(grid=grid)
+    assert str(info.value) == (
+        "round 1 DGC init: 4 node(s) were asked, so the graph's client ids must be 0..3; "
+        "missing: client 3; without a valid reply: node 103 did not reply within "
+        "round-timeout=5 s; DGC needs every node of the graph in every round")
+
+
+def test_dgc_stops_naming_a_node_lost_mid_run():
+    from flwr_clustering.strategies.dgc import DGC
+
+    grid = DroppingGrid(_dgc_app(_data(4)), 4, drop={102}, after=2)
+    strategy = DGC(2, iterations=4, min_nodes=2, round_timeout=5)
+    with pytest.raises(RuntimeError) as info:
+        strategy.start(grid=grid)
+    assert str(info.value) == (
+        "round 3: DGC lost client 2 (node 102) did not reply within round-timeout=5 s; every "
+        "node of the graph must answer every round (the relay cannot route a lost node's "
+        "centres to its neighbours)")
+    assert len(strategy.history) == 2
