@@ -132,3 +132,81 @@ def test_dgc_stops_naming_a_node_lost_mid_run():
         "node of the graph must answer every round (the relay cannot route a lost node's "
         "centres to its neighbours)")
     assert len(strategy.history) == 2
+
+
+def _run_app(algorithm, k, rows, **run_config):
+    from flwr_clustering.app.config import build_client, build_strategy, merged_config
+
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(n, 3)) + i for i, n in enumerate(rows)]
+    cfg = merged_config({"algorithm": algorithm, "k": k, "min-nodes": len(rows), **run_config})
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return build_client(cfg, data[i], None, i)
+
+    build_strategy(cfg).start(grid=InProcessGrid(client_app(client_fn), len(rows)))
+
+
+@pytest.mark.parametrize("algorithm", ["fkm", "feca", "ffcm", "masked-federated",
+                                       "masked-oneshot", "dgc", "kdc"])
+def test_k_above_the_federation_rows_is_said_in_those_words(algorithm):
+    with pytest.raises(ValueError, match=r"the federation holds 30 rows \(sum of num-examples "
+                                         r"of its 3 clients\), fewer than k=40"):
+        _run_app(algorithm, 40, [10, 10, 10])
+
+
+@pytest.mark.parametrize("algorithm, says", [
+    ("kfed", "client {i} has 10 rows, not more than k'=40"),
+    ("mavg", "client {i} has 10 rows, fewer than k=40"),
+])
+def test_k_above_every_clients_rows_names_each_client(algorithm, says):
+    """Clients that need k rows fail before the server learns any size: each one says it."""
+    with pytest.raises(RuntimeError) as info:
+        _run_app(algorithm, 40, [10, 10, 10])
+    for i in range(3):
+        assert f"client {i} (node {100 + i}) failed: " + says.format(i=i) in str(info.value)
+
+
+@pytest.mark.parametrize("algorithm, says", [
+    ("fkm", "client 0 has 10 rows, fewer than k=16: it seeds 10 local clusters"),
+    ("feca", "client 0 has 10 rows, fewer than k'=16: it runs 10 clusters"),
+    ("kfed", "client 0 (node 100) failed: client 0 has 10 rows, not more than k'=16"),
+    ("mavg", "client 0 (node 100) failed: client 0 has 10 rows, fewer than k=16"),
+])
+def test_k_above_one_clients_rows_is_said_in_those_words(algorithm, says, log):
+    try:
+        _run_app(algorithm, 16, [10, 40, 40], **{"min-nodes": 1})
+    except RuntimeError:
+        pass  # M-Avg: the other clients may withhold too (privacy threshold)
+    assert says in log.text
+
+
+def test_masked_federated_with_fewer_local_centroids_than_k_says_so():
+    with pytest.raises(ValueError, match=r"the clients sent \d+ local centroids in all "
+                                         r"\(client 0: \d+, client 1: \d+, client 2: \d+\), "
+                                         r"fewer than k=16"):
+        _run_app("masked-federated", 16, [10, 40, 40])
+
+
+def test_a_missing_data_path_is_logged_on_the_node_and_named_by_the_server(tmp_path, log):
+    from flwr_clustering.app.client_app import app as client
+    from flwr_clustering.data.local_file import save_local_file
+
+    configs = []
+    for i, x in enumerate(_data(3)):
+        path = tmp_path / f"site{i}.npy"
+        if i != 2:
+            save_local_file(path, x)
+        configs.append({"data-path": str(path)})
+    grid = InProcessGrid(client, 3, run_config={"dataset": "local"}, node_configs=configs)
+    with pytest.raises(RuntimeError) as info:
+        FedKMeans(4, min_nodes=3).start(grid=grid)
+    said = f"client 2: data-path '{tmp_path / 'site2.npy'}' of the node config: no such file"
+    # the SuperNode logs it (its ClientApp's warning) ...
+    node_side = [r.getMessage() for r in log.records
+                 if r.name == "flwr_clustering.clients.base"]
+    assert f"{said} (FileNotFoundError)" in node_side
+    # ... and the server names the client and its node
+    assert f"round 1 train: client 2 (node 102) failed: {said}" in log.text
+    assert f"dropped: client 2 (node 102) failed: {said}" in str(info.value)
