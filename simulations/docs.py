@@ -97,16 +97,24 @@ privacy refusal) replies with `Message(Error(code=1, reason="client <id>: ..."),
 reply_to=msg)`; the library's handlers turn every client exception into such a reply. The
 server logs the reason and drops the reply. It also drops, with a logged reason, a reply
 without `"metrics"`, a payload its parser rejects (wrong number of arrays, shapes, non-finite
-values, counts below the privacy threshold), a duplicate client id, and a payload whose
-feature count differs from the federation's (the majority). If fewer valid replies than
-`min_nodes` (or the phase's own minimum) remain, the run stops with a `RuntimeError`.
+values, counts below the privacy threshold), and a payload whose feature count differs from
+the federation's (the majority). Logs name a node by client id once a reply has told it
+(`client 3 (node 123…) failed: …`, `… did not reply within round-timeout=5 s`). If fewer
+valid replies than `min_nodes` (or the phase's own minimum) remain, the run stops with a
+`RuntimeError` that names the round timeout, the missing clients and the dropped ones. When
+the clients that replied hold fewer rows than `k` (sum of `num-examples`), the run stops
+with a `ValueError` that says so.
 
 ### Client ids and order
 
 The `client-id` metric is the client's stable id: its `partition-id` in a simulation, else
 its node id (`flwr_clustering.clients.base.client_id_of`). The server sorts the valid replies
 by client id before it aggregates, so a run's result does not depend on the order in which
-replies arrive; client ids must be unique (DGC: exactly 0..m-1, the graph's node index).
+replies arrive. Client ids must be unique: two replies with the same client id end the run
+at that exchange, whatever their order, with an error that names the client id and the nodes
+that claim it (give every SuperNode its own `partition-id` in its node config). DGC needs
+exactly 0..m-1 (the graph's node index) from the m nodes asked, and every one of them in
+every round: a missing or lost node stops the run, naming the client.
 """
 
 _HANDLERS = """\

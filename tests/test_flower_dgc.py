@@ -75,7 +75,8 @@ def test_a_missing_node_stops_the_run_with_a_clear_error():
         return DGCClient(*parts[i], client_id=i)
 
     strategy = DGC(3, iterations=2, min_nodes=9)
-    with pytest.raises(RuntimeError, match="client ids 0..m-1"):
+    with pytest.raises(RuntimeError, match=r"client ids must be 0\.\.9; missing: client 3; "
+                                            r"without a valid reply: client 3 \(node 103\) failed"):
         strategy.start(grid=InProcessGrid(client_app(client_fn), 10))
 
 

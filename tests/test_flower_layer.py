@@ -206,7 +206,7 @@ def test_kfed_client_with_too_few_points_is_refused_and_dropped(caplog):
         strategy.start(grid=InProcessGrid(_app(data, KFedClient), 5))
     finally:
         logger.removeHandler(caplog.handler)
-    assert "client 1 has 10 points, not more than k'=16" in caplog.text
+    assert "client 1 has 10 rows, not more than k'=16" in caplog.text
     assert strategy.history[0]["clients"] == 4
 
 

@@ -48,7 +48,7 @@ class FeCAClient(ClusteringClient):
         options = FeCAOptions.from_config(config)
         k_local = options.k_local
         if len(self.X) < k_local:
-            logger.warning("client %d has %d points, fewer than k'=%d: it runs %d clusters",
+            logger.warning("client %d has %d rows, fewer than k'=%d: it runs %d clusters",
                            self.client_id, len(self.X), k_local, len(self.X))
         res = feca_client(
             self.X, k_local, client_rng(int(config.get("seed", 0)), self.client_id),
@@ -92,6 +92,11 @@ class MAvgClient(ClusteringClient):
             ``([centroids], n, {})``.
         """
         options = MAvgOptions.from_config(config)
+        if len(self.X) < options.k:
+            raise ValueError(
+                f"client {self.client_id} has {len(self.X)} rows, fewer than k={options.k}: "
+                "M-Avg uploads exactly k local centroids per client (lower k, or leave this "
+                "client out)")
         rng = client_rng(int(config.get("seed", 0)), self.client_id)
         C = mavg_client(self.X, options.k, rng, init=options.init, n_init=options.n_init,
                         privacy_threshold=options.privacy_threshold)

@@ -63,7 +63,7 @@ class FedKMeansClient(ClusteringClient):
             k = options.k
             if len(self.X) < k:
                 logger.warning(
-                    "client %d has %d points, fewer than k=%d: it seeds %d local clusters",
+                    "client %d has %d rows, fewer than k=%d: it seeds %d local clusters",
                     self.client_id, len(self.X), k, len(self.X),
                 )
             rng = client_rng(int(config.get("seed", 0)), self.client_id)

@@ -45,7 +45,7 @@ class KFedClient(ClusteringClient):
         k_local = options.k_local
         if len(self.X) <= k_local:
             raise ValueError(
-                f"client {self.client_id} has {len(self.X)} points, not more than "
+                f"client {self.client_id} has {len(self.X)} rows, not more than "
                 f"k'={k_local}: k-FED would upload raw rows, so this client withholds its reply"
             )
         rng = client_rng(int(config.get("seed", 0)), self.client_id)

@@ -22,6 +22,7 @@ caller) writes what :meth:`ClusteringStrategy.artifacts` and the history hand ba
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
 from ..options import Options, option
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
+
+#: How our clients' error replies start (:func:`flwr_clustering.clients.base._handle`).
+_CLIENT_PREFIX = re.compile(r"client (\d+)\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,8 +374,32 @@ class ClusteringStrategy(Strategy):
 
     def _messages(self, server_round, arrays_list, config, grid, message_type) -> list[Message]:
         content = self.records(arrays_list, config)
-        return [self.message(server_round, node, content, message_type)
-                for node in self.sample_nodes(grid)]
+        return self.sent([self.message(server_round, node, content, message_type)
+                          for node in self.sample_nodes(grid)])
+
+    def sent(self, messages: list[Message], timeout: float | None = None) -> list[Message]:
+        """Note where ``messages`` go (and the wait); return ``messages``.
+
+        :meth:`collect` then names the nodes that do not answer. :meth:`_messages` and
+        :meth:`exchange` call it; a strategy that builds its own messages (one per node,
+        as the DGC relay) passes them through it. ``timeout``
+        defaults to ``round_timeout`` (what :meth:`start` waits unless given another).
+        """
+        self._sent_nodes = sorted({int(m.metadata.dst_node_id) for m in messages})
+        self._sent_timeout = self.round_timeout if timeout is None else float(timeout)
+        return messages
+
+    @property
+    def client_of(self) -> dict[int, int]:
+        """``{node id: client id}``, learned from the replies of the run so far."""
+        if not hasattr(self, "_client_of"):
+            self._client_of: dict[int, int] = {}
+        return self._client_of
+
+    def who(self, node: int) -> str:
+        """``"client 3 (node 123)"``, or ``"node 123"`` while its client id is unknown."""
+        cid = self.client_of.get(int(node))
+        return f"node {node}" if cid is None else f"client {cid} (node {node})"
 
     def exchange(
         self,
@@ -426,8 +454,9 @@ class ClusteringStrategy(Strategy):
                                      self.records(node_arrays, {**cfg, **node_cfg}),
                                      message_type)
                         for node, (node_arrays, node_cfg) in per_node.items()]
-        replies = list(grid.send_and_receive(
-            messages, timeout=self.round_timeout if timeout is None else timeout))
+        timeout = self.round_timeout if timeout is None else timeout
+        self.sent(messages, timeout)
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
         self.last_exchange_replies = len(replies)
         return self.collect(server_round, list(replies), parse, kind=phase,
                             min_replies=min_replies)
@@ -474,47 +503,130 @@ class ClusteringStrategy(Strategy):
         Raises
         ------
         RuntimeError
-            If fewer than ``min_nodes`` valid replies remain.
+            If two replies carry the same client id (whatever their order: the error names
+            the client id and the nodes), or if fewer than ``min_nodes`` valid replies
+            remain (the error names the nodes that did not reply within the round timeout
+            and the ones dropped, by client id where a reply of the run told it).
+        ValueError
+            If the clients that replied hold fewer rows than ``k`` (sum of num-examples;
+            not checked for ``"evaluate"``).
+
+        Notes
+        -----
+        A node sent a message (:meth:`sent`) without a reply is logged as "did not reply
+        within round-timeout"; the nodes without a valid reply, with the reason, are left
+        in ``last_absent`` (``{node id: reason}``) for the strategy to read.
         """
-        valid: list[Reply] = []
-        seen: set[int] = set()
+        sent, self._sent_nodes = getattr(self, "_sent_nodes", None), None
+        timeout = getattr(self, "_sent_timeout", self.round_timeout)
+        replies = list(replies)
+        problems: dict[int, str] = {}  # node -> why it sent no valid reply
+        decoded = []
         for msg in replies:
             node = int(msg.metadata.src_node_id)
             if msg.has_error():
-                logger.warning(
-                    "round %d %s: dropping reply of node %d: %s",
-                    server_round, kind, node, msg.error.reason,
-                )
+                reason = str(msg.error.reason)
+                named = _CLIENT_PREFIX.match(reason)  # our clients' errors start "client 3"
+                if named is not None:
+                    self.client_of.setdefault(node, int(named.group(1)))
+                problems[node] = f"failed: {reason}"
+                logger.warning("round %d %s: %s failed: %s", server_round, kind,
+                               self.who(node), reason)
                 continue
             try:
                 metrics = dict(msg.content["metrics"])
                 cid = int(metrics.get("client-id", node))
+            except (KeyError, ValueError, TypeError) as ex:
+                problems[node] = f"malformed reply: {ex}"
+                logger.warning("round %d %s: dropping reply of %s: malformed payload: %s",
+                               server_round, kind, self.who(node), ex)
+                continue
+            decoded.append((cid, node, msg, metrics))
+        self._refuse_duplicates(server_round, kind, decoded)
+        valid: list[Reply] = []
+        for cid, node, msg, metrics in sorted(decoded, key=lambda t: t[0]):
+            self.client_of[node] = cid
+            try:
                 stats = dict(metrics)
                 if "stats" in msg.content:
                     stats.update({k: v.numpy() for k, v in msg.content["stats"].items()})
                 payload = None
                 if parse is not None:
                     payload = parse(msg.content["arrays"].to_numpy_ndarrays())
-                if cid in seen:
-                    raise ValueError(f"duplicate client id {cid}")
             except (KeyError, ValueError, TypeError) as ex:
+                problems[node] = f"malformed payload: {ex}"
                 logger.warning(
-                    "round %d %s: dropping reply of node %d: malformed payload: %s",
-                    server_round, kind, node, ex,
+                    "round %d %s: dropping reply of %s: malformed payload: %s",
+                    server_round, kind, self.who(node), ex,
                 )
                 continue
-            seen.add(cid)
             valid.append(Reply(cid, node, payload, metrics, stats))
-        valid.sort(key=lambda r: r.client_id)
         if parse is not None:
-            valid = self._drop_dimension_mismatch(server_round, valid)
+            kept = self._drop_dimension_mismatch(server_round, valid)
+            kept_nodes = {r.node_id for r in kept}
+            for r in valid:
+                if r.node_id not in kept_nodes:
+                    problems[r.node_id] = (f"sent {self.payload_features(r.payload)} features, "
+                                           f"the federation has {self.n_features}")
+            valid = kept
+        replied = {int(msg.metadata.src_node_id) for msg in replies}
+        missing: list[int] = []
+        if sent is not None and replied <= set(sent):
+            missing = [node for node in sent if node not in replied]
+            for node in missing:
+                logger.warning("round %d %s: %s did not reply within round-timeout=%g s",
+                               server_round, kind, self.who(node), timeout)
+        self.last_absent = {**{n: problems[n] for n in sorted(problems)},
+                            **{n: f"did not reply within round-timeout={timeout:g} s"
+                               for n in missing}}
         floor = self.min_nodes if min_replies is None else int(min_replies)
         if len(valid) < floor:
-            raise RuntimeError(
-                f"round {server_round} {kind}: only {len(valid)} valid replies, "
-                f"fewer than {'min_nodes=' if min_replies is None else ''}{floor}"
-            )
+            parts = []
+            if missing:
+                parts.append(f"{len(sent) - len(missing)} of {len(sent)} nodes replied within "
+                             f"round-timeout={timeout:g} s; missing: "
+                             + ", ".join(self.who(n) for n in missing))
+            parts.append(f"only {len(valid)} valid replies, fewer than "
+                         f"{'min_nodes=' if min_replies is None else ''}{floor}")
+            if problems:
+                parts.append("dropped: " + "; ".join(f"{self.who(n)} {why}"
+                                                      for n, why in sorted(problems.items())))
+            raise RuntimeError(f"round {server_round} {kind}: " + "; ".join(parts))
+        if kind != "evaluate":
+            self._check_rows_for_k(server_round, kind, valid, complete=not self.last_absent
+                                   and sent is not None and self.fraction >= 1.0)
         return valid
+
+    def _refuse_duplicates(self, server_round: int, kind: str, decoded) -> None:
+        """Two nodes with one client id end the run, whatever the order of their replies."""
+        claims: dict[int, list[int]] = {}
+        for cid, node, _, _ in decoded:
+            claims.setdefault(cid, []).append(node)
+        duplicates = {cid: sorted(nodes) for cid, nodes in sorted(claims.items())
+                      if len(nodes) > 1}
+        if duplicates:
+            which = "; ".join(f"client id {cid} is claimed by nodes "
+                              + ", ".join(map(str, nodes)) for cid, nodes in duplicates.items())
+            raise RuntimeError(
+                f"round {server_round} {kind}: duplicate client ids: {which}. Every SuperNode "
+                "needs its own client id: give each a unique 'partition-id' in its node "
+                "config (flower-supernode --node-config \"partition-id=N ...\")")
+
+    def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply],
+                          *, complete: bool) -> None:
+        """Refuse ``k`` above the rows the replying clients hold (sum of num-examples)."""
+        k = getattr(self, "k", None)
+        sizes = [r.metrics.get("num-examples") for r in valid]
+        if k is None or not valid or any(n is None for n in sizes):
+            return
+        total = int(sum(int(n) for n in sizes))
+        if total >= int(k):
+            return
+        who = (f"the federation holds {total} rows (sum of num-examples of its {len(valid)} "
+               "clients)" if complete else
+               f"the {len(valid)} clients that replied hold {total} rows (sum of num-examples)")
+        raise ValueError(f"round {server_round} {kind}: {who}, fewer than k={k}: there are "
+                         "not k clusters to find; lower k (run config 'k') or add data")
 
     def _drop_dimension_mismatch(self, server_round: int, replies: list[Reply]) -> list[Reply]:
         dims = {r.client_id: self.payload_features(r.payload) for r in replies}

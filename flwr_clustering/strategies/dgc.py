@@ -148,10 +148,13 @@ class DGC(ClusteringStrategy):
                    "seed": self.seed}
             return self._messages(server_round, [], cfg, grid, MessageType.TRAIN)
         connected = set(self.wait_for_nodes(grid))
-        missing = [c for c, node in self.node_of.items() if node not in connected]
-        if missing:
-            raise RuntimeError(f"round {server_round}: DGC nodes {missing} are gone; every "
-                               "node must take part in every round")
+        lost = [f"client {c} (node {node})" for c, node in sorted(self.node_of.items())
+                if node not in connected]
+        if lost:
+            raise RuntimeError(
+                f"round {server_round}: DGC lost {', '.join(lost)}: no longer connected, so "
+                "the relay cannot route its centres to its neighbours; every node of the "
+                "graph must take part in every round")
         first = (server_round - 2) % self.inner_steps == 0
         if first:  # a new iteration: fix the clusters
             self.anchor = self.node_centres.copy()
@@ -168,7 +171,50 @@ class DGC(ClusteringStrategy):
             content = self.records(arrays, cfg)
             messages.append(self.message(server_round, self.node_of[i], content,
                                          MessageType.TRAIN))
-        return messages
+        return self.sent(messages)
+
+    def collect(self, server_round, replies, parse=None, kind="train", min_replies=None):
+        """The base's :meth:`collect`; in train rounds every node of the graph must answer.
+
+        At init the graph has one node per node asked, client ids ``0..m-1``; afterwards
+        every one of them must send a valid reply. Otherwise the run stops, naming the
+        missing clients (and the nodes without a valid reply, with the reason).
+        """
+        if kind != "train":
+            return super().collect(server_round, replies, parse, kind, min_replies)
+        valid = super().collect(server_round, replies, parse, kind, min_replies=0)
+        ids = [r.client_id for r in valid]
+        absent = "; ".join(f"{self.who(node)} {why}" for node, why in self.last_absent.items())
+        if self.node_centres is None:
+            m = len(valid) + len(self.last_absent)
+            missing = sorted(set(range(m)) - set(ids))
+            outside = sorted(set(ids) - set(range(m)))
+            if missing or outside:
+                parts = [f"round {server_round} DGC init: {m} node(s) were asked, so the "
+                         f"graph's client ids must be 0..{m - 1}"]
+                if missing:
+                    parts.append("missing: " + ", ".join(f"client {c}" for c in missing))
+                if outside:
+                    parts.append("client ids outside 0..m-1: "
+                                 + ", ".join(map(str, outside))
+                                 + " (give the SuperNodes partition-ids 0..m-1)")
+                if absent:
+                    parts.append(f"without a valid reply: {absent}")
+                parts.append("DGC needs every node of the graph in every round")
+                raise RuntimeError("; ".join(parts))
+        else:
+            m = len(self.node_centres)
+            missing = sorted(set(range(m)) - set(ids))
+            if missing:
+                lost = "; ".join(
+                    f"client {c} (node {self.node_of[c]}) "
+                    + self.last_absent.get(self.node_of[c], "sent no valid reply")
+                    for c in missing)
+                raise RuntimeError(
+                    f"round {server_round}: DGC lost {lost}; every node of the graph must "
+                    "answer every round (the relay cannot route a lost node's centres to "
+                    "its neighbours)")
+        return valid
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
         """One ``(k, d)`` finite centre matrix."""

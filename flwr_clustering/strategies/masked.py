@@ -30,7 +30,7 @@ from ..algorithms.masked_oneshot import (
 )
 from ..clients.masked import MaskedFederatedClient, MaskedOneShotClient
 from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
-from .base import ClusteringStrategy, Reply
+from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["MaskedFederated", "MaskedOneShot"]
 
@@ -128,6 +128,13 @@ class MaskedFederated(ClusteringStrategy):
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Method A/B at initialisation, the alpha update afterwards."""
         if self.centroids is None:
+            total = sum(len(r.payload) for r in replies)
+            if total < self.k:
+                sent = ", ".join(f"client {r.client_id}: {len(r.payload)}" for r in replies)
+                raise ValueError(
+                    f"round {server_round}: the clients sent {total} local centroids in all "
+                    f"({sent}), fewer than k={self.k}: there are not k to merge; lower k, or "
+                    "raise k-local (a client with fewer rows than k-local sends fewer)")
             stats = MaskedStats.concatenate([r.payload for r in replies])
             owners = np.concatenate([[r.client_id] * len(r.payload) for r in replies])
             grouped, self.groups = (method_a(stats, owners, self.k) if self.method == "A"
@@ -225,6 +232,12 @@ class MaskedOneShot(ClusteringStrategy):
                                      np.bincount(owner), self.k,
                                      overlap=cluster_overlap(uploads, self.normalize))
         self.groups = groups
+        if len(groups) < self.k:
+            logger.warning(
+                "round %d: only %d global clusters for k=%d: the clients sent %d clusters in "
+                "all (%s); lower k, or raise k-local / k-max", server_round, len(groups),
+                self.k, sum(len(u.means) for u in uploads),
+                ", ".join(f"client {r.client_id}: {len(r.payload.means)}" for r in replies))
         return merge_groups(uploads, groups)
 
 

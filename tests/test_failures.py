@@ -1,0 +1,212 @@
+"""No silent wrong result: duplicate client ids, lost nodes, timeouts and k above the data
+end the run (or drop the node) with a message that names the client, in-process."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.strategies import FedKMeans
+from flwr_clustering.testing import InProcessGrid
+
+
+def _data(m=3, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(n, 2)) + 3 * i for i in range(m)]
+
+
+def _app(data, client_cls=FedKMeansClient):
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return client_cls(data[i], client_id=i)
+
+    return client_app(client_fn)
+
+
+class DroppingGrid(InProcessGrid):
+    """Drops the replies of some nodes from ``after`` send on (a timeout, or a lost node)."""
+
+    def __init__(self, *args, drop=(), after=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.drop, self.after, self.sends = set(drop), after, 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        self.sends += 1
+        if self.sends > self.after:
+            replies = [r for r in replies if r.metadata.src_node_id not in self.drop]
+        return replies
+
+
+@pytest.fixture
+def log(caplog):
+    logger = logging.getLogger("flwr_clustering")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+@pytest.mark.parametrize("shuffle", [0, 1, 2, 3])
+def test_duplicate_partition_ids_end_the_run_whatever_the_reply_order(shuffle):
+    data = _data(3)
+    configs = [{"partition-id": 0}, {"partition-id": 1}, {"partition-id": 1}]
+    grid = InProcessGrid(_app(data), 3, node_configs=configs, shuffle_seed=shuffle)
+    with pytest.raises(RuntimeError) as info:
+        FedKMeans(4, min_nodes=2, max_rounds=3).start(grid=grid)
+    assert str(info.value) == (
+        "round 1 train: duplicate client ids: client id 1 is claimed by nodes 101, 102. "
+        "Every SuperNode needs its own client id: give each a unique 'partition-id' in its "
+        "node config (flower-supernode --node-config \"partition-id=N ...\")")
+    assert len({m.metadata.group_id for m in grid.sent}) == 1  # at the first exchange
+
+
+def test_a_dropped_reply_names_client_node_and_timeout(log):
+    grid = DroppingGrid(_app(_data(3)), 3, drop={102}, after=1)
+    strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5)
+    strategy.start(grid=grid)
+    assert "round 2 train: client 2 (node 102) did not reply within round-timeout=5 s" in log.text
+    assert [h["clients"] for h in strategy.history] == [3, 2, 2]
+
+
+def test_a_node_that_never_replied_is_named_by_node_id(log):
+    grid = DroppingGrid(_app(_data(3)), 3, drop={101})
+    FedKMeans(4, min_nodes=2, max_rounds=1, round_timeout=5).start(grid=grid)
+    assert "round 1 train: node 101 did not reply within round-timeout=5 s" in log.text
+
+
+def test_too_few_replies_after_a_timeout_name_the_timeout_and_the_missing_clients():
+    grid = DroppingGrid(_app(_data(3)), 3, drop={101, 102}, after=1)
+    with pytest.raises(RuntimeError) as info:
+        FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5).start(grid=grid)
+    assert str(info.value) == (
+        "round 2 train: 1 of 3 nodes replied within round-timeout=5 s; missing: client 1 "
+        "(node 101), client 2 (node 102); only 1 valid replies, fewer than min_nodes=2")
+
+
+class _FailingSecondRound(FedKMeansClient):
+    def fit(self, parameters, config):
+        if parameters and self.client_id == 1:
+            raise RuntimeError("disk on fire")
+        return super().fit(parameters, config)
+
+
+def test_a_failing_client_is_named_with_its_reason(log):
+    grid = InProcessGrid(_app(_data(3), _FailingSecondRound), 3)
+    with pytest.raises(RuntimeError) as info:
+        FedKMeans(4, min_nodes=3, max_rounds=3, tol=-1.0).start(grid=grid)
+    assert "round 2 train: client 1 (node 101) failed: client 1: disk on fire" in log.text
+    assert str(info.value) == (
+        "round 2 train: only 2 valid replies, fewer than min_nodes=3; dropped: client 1 "
+        "(node 101) failed: client 1: disk on fire")
+
+
+def _dgc_app(data):
+    from flwr_clustering.clients.dgc import DGCClient
+
+    return _app(data, DGCClient)
+
+
+def test_dgc_refuses_a_graph_whose_high_numbered_node_did_not_answer_at_init():
+    from flwr_clustering.strategies.dgc import DGC
+
+    grid = DroppingGrid(_dgc_app(_data(4)), 4, drop={103})
+    with pytest.raises(RuntimeError) as info:
+        DGC(2, iterations=2, min_nodes=2, round_timeout=5).start(grid=grid)
+    assert str(info.value) == (
+        "round 1 DGC init: 4 node(s) were asked, so the graph's client ids must be 0..3; "
+        "missing: client 3; without a valid reply: node 103 did not reply within "
+        "round-timeout=5 s; DGC needs every node of the graph in every round")
+
+
+def test_dgc_stops_naming_a_node_lost_mid_run():
+    from flwr_clustering.strategies.dgc import DGC
+
+    grid = DroppingGrid(_dgc_app(_data(4)), 4, drop={102}, after=2)
+    strategy = DGC(2, iterations=4, min_nodes=2, round_timeout=5)
+    with pytest.raises(RuntimeError) as info:
+        strategy.start(grid=grid)
+    assert str(info.value) == (
+        "round 3: DGC lost client 2 (node 102) did not reply within round-timeout=5 s; every "
+        "node of the graph must answer every round (the relay cannot route a lost node's "
+        "centres to its neighbours)")
+    assert len(strategy.history) == 2
+
+
+def _run_app(algorithm, k, rows, **run_config):
+    from flwr_clustering.app.config import build_client, build_strategy, merged_config
+
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(n, 3)) + i for i, n in enumerate(rows)]
+    cfg = merged_config({"algorithm": algorithm, "k": k, "min-nodes": len(rows), **run_config})
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return build_client(cfg, data[i], None, i)
+
+    build_strategy(cfg).start(grid=InProcessGrid(client_app(client_fn), len(rows)))
+
+
+@pytest.mark.parametrize("algorithm", ["fkm", "feca", "ffcm", "masked-federated",
+                                       "masked-oneshot", "dgc", "kdc"])
+def test_k_above_the_federation_rows_is_said_in_those_words(algorithm):
+    with pytest.raises(ValueError, match=r"the federation holds 30 rows \(sum of num-examples "
+                                         r"of its 3 clients\), fewer than k=40"):
+        _run_app(algorithm, 40, [10, 10, 10])
+
+
+@pytest.mark.parametrize("algorithm, says", [
+    ("kfed", "client {i} has 10 rows, not more than k'=40"),
+    ("mavg", "client {i} has 10 rows, fewer than k=40"),
+])
+def test_k_above_every_clients_rows_names_each_client(algorithm, says):
+    """Clients that need k rows fail before the server learns any size: each one says it."""
+    with pytest.raises(RuntimeError) as info:
+        _run_app(algorithm, 40, [10, 10, 10])
+    for i in range(3):
+        assert f"client {i} (node {100 + i}) failed: " + says.format(i=i) in str(info.value)
+
+
+@pytest.mark.parametrize("algorithm, says", [
+    ("fkm", "client 0 has 10 rows, fewer than k=16: it seeds 10 local clusters"),
+    ("feca", "client 0 has 10 rows, fewer than k'=16: it runs 10 clusters"),
+    ("kfed", "client 0 (node 100) failed: client 0 has 10 rows, not more than k'=16"),
+    ("mavg", "client 0 (node 100) failed: client 0 has 10 rows, fewer than k=16"),
+])
+def test_k_above_one_clients_rows_is_said_in_those_words(algorithm, says, log):
+    try:
+        _run_app(algorithm, 16, [10, 40, 40], **{"min-nodes": 1})
+    except RuntimeError:
+        pass  # M-Avg: the other clients may withhold too (privacy threshold)
+    assert says in log.text
+
+
+def test_masked_federated_with_fewer_local_centroids_than_k_says_so():
+    with pytest.raises(ValueError, match=r"the clients sent \d+ local centroids in all "
+                                         r"\(client 0: \d+, client 1: \d+, client 2: \d+\), "
+                                         r"fewer than k=16"):
+        _run_app("masked-federated", 16, [10, 40, 40])
+
+
+def test_a_missing_data_path_is_logged_on_the_node_and_named_by_the_server(tmp_path, log):
+    from flwr_clustering.app.client_app import app as client
+    from flwr_clustering.data.local_file import save_local_file
+
+    configs = []
+    for i, x in enumerate(_data(3)):
+        path = tmp_path / f"site{i}.npy"
+        if i != 2:
+            save_local_file(path, x)
+        configs.append({"data-path": str(path)})
+    grid = InProcessGrid(client, 3, run_config={"dataset": "local"}, node_configs=configs)
+    with pytest.raises(RuntimeError) as info:
+        FedKMeans(4, min_nodes=3).start(grid=grid)
+    said = f"client 2: data-path '{tmp_path / 'site2.npy'}' of the node config: no such file"
+    # the SuperNode logs it (its ClientApp's warning) ...
+    node_side = [r.getMessage() for r in log.records
+                 if r.name == "flwr_clustering.clients.base"]
+    assert f"{said} (FileNotFoundError)" in node_side
+    # ... and the server names the client and its node
+    assert f"round 1 train: client 2 (node 102) failed: {said}" in log.text
+    assert f"dropped: client 2 (node 102) failed: {said}" in str(info.value)
