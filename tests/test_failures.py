@@ -70,6 +70,17 @@ def test_a_dropped_reply_names_client_node_and_timeout(log):
     assert [h["clients"] for h in strategy.history] == [3, 2, 2]
 
 
+def test_the_timeout_named_is_the_one_start_waits(log):
+    grid = DroppingGrid(_app(_data(3)), 3, drop={102}, after=1)
+    strategy = FedKMeans(4, min_nodes=2, max_rounds=2, tol=-1.0, round_timeout=5)
+    strategy.start(grid=grid, timeout=7)
+    assert "round 2 train: client 2 (node 102) did not reply within round-timeout=7 s" in log.text
+    # a new run forgets the clients of the last one
+    log.clear()
+    strategy.start(grid=DroppingGrid(_app(_data(3)), 3, drop={102}))
+    assert "round 1 train: node 102 did not reply within round-timeout=5 s" in log.text
+
+
 def test_a_node_that_never_replied_is_named_by_node_id(log):
     grid = DroppingGrid(_app(_data(3)), 3, drop={101})
     FedKMeans(4, min_nodes=2, max_rounds=1, round_timeout=5).start(grid=grid)

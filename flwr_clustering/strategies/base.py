@@ -216,6 +216,7 @@ class ClusteringStrategy(Strategy):
         self.n_features: int | None = None
         self.last_shift = float("inf")
         self._expect_stats = True
+        self._client_of: dict[int, int] = {}
         self.stopped = False
 
     def state_dict(self) -> dict[str, Any]:
@@ -386,7 +387,9 @@ class ClusteringStrategy(Strategy):
         defaults to ``round_timeout`` (what :meth:`start` waits unless given another).
         """
         self._sent_nodes = sorted({int(m.metadata.dst_node_id) for m in messages})
-        self._sent_timeout = self.round_timeout if timeout is None else float(timeout)
+        if timeout is None:  # what start() waits (its ``timeout``, else round_timeout)
+            timeout = getattr(self, "_run_timeout", self.round_timeout)
+        self._sent_timeout = float(timeout)
         return messages
 
     @property
@@ -939,6 +942,7 @@ class ClusteringStrategy(Strategy):
         num_rounds = self.max_rounds if num_rounds is None else int(num_rounds)
         self.num_rounds = num_rounds
         timeout = self.round_timeout if timeout is None else float(timeout)
+        self._run_timeout = timeout
         initial = None if resume is not None else self.initial_centroids(initial_arrays)
         if initial is not None:
             self.centroids = initial
