@@ -106,6 +106,25 @@ EVALUATION_STATS = (
 #: The messages every algorithm shares (unless its own protocol lists a variant).
 COMMON_PROTOCOL: tuple[Phase, ...] = (
     Phase(
+        "data-source", "query", "round 0, once, before round 1 (the App's ServerApp)",
+        sends=("none",),
+        reply_arrays=("none (the reply has no `arrays` record)",),
+        reply_metrics=(
+            "`data-local` int: 1 rows read from a local file (`data-path`), 0 a partition "
+            "of a built-in dataset, -1 not said (a client without `data_source`)",
+            "`partition-id`, `num-partitions` int: the built-in partition (only then)",
+            "`num-features` int: features per row",
+            "`data-hash` int: first 8 bytes of sha256 over the float64 rows, "
+            "non-negative (below 2**63)",
+        ),
+        notes="Answered by the library (`clients.base`) for every client, without the "
+              "algorithm's code; `num-examples` is the row count. The server refuses a run "
+              "config that names a built-in dataset while nodes read local files (and "
+              "`dataset='local'` while nodes do not), and computes the pooled and "
+              "centralized side results only when every client's rows are the server's "
+              "partition. A fingerprint, not the rows: it only lets the server check data "
+              "it already holds."),
+    Phase(
         "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
         sends=("`centroids` (k, d) float64: the final global model",),
         config=("no `phase` and no `seed`: only what the caller passed as `evaluate_config`",

@@ -3,7 +3,7 @@
 The page is made from the registry (:mod:`flwr_clustering.registry`): every algorithm's
 options dataclass gives its config keys, its :class:`~flwr_clustering.registry.Phase`
 entries give its messages, and :data:`~flwr_clustering.registry.COMMON_PROTOCOL` the
-evaluation and final messages. Regenerate it with ``python -m simulations docs``;
+data-source, evaluation and final messages. Regenerate it with ``python -m simulations docs``;
 ``tests/test_docs.py`` checks that the committed page equals the generated one.
 """
 
@@ -45,7 +45,7 @@ a client of your own. The page is generated from the registry
 
 - [The wire form](#the-wire-form): message and reply records, errors, client ids
 - [Your own handlers](#your-own-handlers)
-- [The evaluation and final messages](#the-evaluation-and-final-messages)
+- [The messages every algorithm shares](#the-messages-every-algorithm-shares)
 - Algorithms: {algorithms}
 
 ## The wire form
@@ -176,10 +176,12 @@ can log why it dropped the client.
 """
 
 _COMMON = """\
-## The evaluation and final messages
+## The messages every algorithm shares
 
-Unless an algorithm's table lists its own `evaluate` entry, its evaluation message is the
-common one below (`flwr_clustering.metrics.local_evaluation_stats` computes the statistics).
+The App's ServerApp first asks every node where its data came from (`data-source`, answered
+by the library for every client). Unless an algorithm's table lists its own `evaluate`
+entry, its evaluation message is the common one below
+(`flwr_clustering.metrics.local_evaluation_stats` computes the statistics).
 
 """
 
@@ -276,7 +278,7 @@ def _algorithm_section(spec: AlgorithmSpec) -> str:
               options_table(spec.options).rstrip("\n"), "", "Messages:", "",
               phases_table(spec.protocol).rstrip("\n")]
     if not any(p.name == "evaluate" for p in spec.protocol):
-        lines += ["", "Evaluation: the common [`evaluate`](#the-evaluation-and-final-messages) "
+        lines += ["", "Evaluation: the common [`evaluate`](#the-messages-every-algorithm-shares) "
                   "message."]
     return "\n".join(lines) + "\n"
 

@@ -331,7 +331,9 @@ def test_the_app_keys_for_per_round_evaluation_and_exact_rounds(tmp_path):
     grid = InProcessGrid(app, 2, run_config=rc)
     run_server(grid, rc)
     kinds = [m.metadata.message_type for m in grid.sent]
-    assert kinds == (["train"] * 2 + ["evaluate"] * 2) * 4
+    # round 0: the library's data-source query (one per node), then the rounds
+    assert kinds == ["query"] * 2 + (["train"] * 2 + ["evaluate"] * 2) * 4
+    assert all(m.content["config"]["phase"] == "data-source" for m in grid.sent[:2])
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert [h["round"] for h in history] == [1, 2, 3, 4]  # FKM converges earlier; no early stop
     assert all(h["metrics"]["num-examples"] == 800 for h in history)

@@ -23,6 +23,7 @@ from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import load_partition
 from ..log import configure_console
 from .config import build_client, dataset_kwargs, merged_config
+from .data_source import NO_DATA_PATH
 
 __all__ = ["FILE_KEYS", "app", "client_fn", "load_node_file"]
 
@@ -88,18 +89,18 @@ def client_fn(context: Context) -> ClusteringClient:
         accepts = getattr(registry.get(str(cfg["algorithm"])).client, "accepts_missing", False)
         loaded = load_node_file(context.node_config, cid, allow_nan=bool(accepts))
         X, y = loaded.X, loaded.y
+        source = {"local": True, "path": str(loaded.path)}
     elif cfg["dataset"] == "local":
-        raise ValueError(
-            f"client {cid}: the run config says dataset='local' but this node has no "
-            "data-path in its node config"
-        )
+        raise ValueError(f"client {cid}: the run config says dataset='local' but {NO_DATA_PATH}")
     else:
-        X, y = load_partition(
-            int(context.node_config["partition-id"]),
-            int(context.node_config["num-partitions"]),
-            **dataset_kwargs(cfg),
-        )
-    return build_client(cfg, X, y, cid)
+        pid = int(context.node_config["partition-id"])
+        num = int(context.node_config["num-partitions"])
+        X, y = load_partition(pid, num, **dataset_kwargs(cfg))
+        source = {"local": False, "partition-id": pid, "num-partitions": num}
+    client = build_client(cfg, X, y, cid)
+    # told to the server in the library's data-source phase (clients.base.DATA_SOURCE_PHASE)
+    client.data_source = source
+    return client
 
 
 app = client_app(client_fn)

@@ -35,6 +35,7 @@ from ..metrics import (
 )
 from .checkpoint import RoundWriter, check_out_dir, check_resume, load_checkpoint, write_failure
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
+from .data_source import check_data_sources, describe, query_data_sources
 from .results import save_results
 
 __all__ = ["app", "run_server"]
@@ -93,7 +94,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     pooled = complete = None
     # Wait for min-nodes, then until the count settles: a simulation registers its
     # virtual SuperNodes while the ServerApp starts (flower-notes G1).
-    num_nodes = len(strategy.wait_for_nodes(grid, settle=1.0))
+    nodes = strategy.wait_for_nodes(grid, settle=1.0)
+    num_nodes = len(nodes)
     logger.info("%d node(s) connected (min-nodes=%d)", num_nodes, strategy.min_nodes)
     writer.num_nodes = num_nodes
     if (checkpoint is not None and cfg["dataset"] != "local"
@@ -105,6 +107,15 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     if cfg["dataset"] != "local":
         # a split that cannot serve this many clients says so now, naming the ones that can
         check_partitioning(num_nodes, **dataset_kwargs(cfg))
+    # Round 0: where every client's data came from (one QUERY message per node). A run
+    # config that names another source than the nodes read is refused; pooled side results
+    # only where the pooled data is the clients' data.
+    sources, absent = query_data_sources(grid, strategy, nodes)
+    describe(sources)
+    not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
+    if not_pooled is not None:
+        logger.warning("no pooled or centralized results: %s", not_pooled)
+    if cfg["dataset"] != "local" and not_pooled is None:
         # The pooled data of the simulated federation (the cluster-wise split drops rows,
         # so the pooled set depends on the split): num-partitions = connected nodes. With
         # feature masks the pooled rows carry NaN where their client does not look, and the
@@ -138,7 +149,9 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         logger.info("per-round files: %.1f ms per round (mean of %d)",
                     1e3 * float(np.mean(writer.write_seconds)), len(writer.write_seconds))
     centroids = result.arrays["centroids"].numpy()
-    extra: dict = {"status": "completed", "run-config": cfg}
+    extra: dict = {"status": "completed", "run-config": cfg, "data-sources": sources}
+    if not_pooled is not None:
+        extra["pooled-skipped"] = not_pooled
     if checkpoint is not None:
         extra["resumed-after-round"] = int(checkpoint["round"])
     if pooled is not None and complete is not None:

@@ -21,6 +21,7 @@ in that file (``.npy``, else one integer per line). The labels never leave the n
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -35,10 +36,13 @@ from ..algorithms.lloyd import assign_to_nearest, check_data
 from ..metrics import local_evaluation_stats
 
 __all__ = [
+    "DATA_SOURCE_PHASE",
     "LABELS_PATH_KEY",
     "ClusteringClient",
     "client_app",
     "client_id_of",
+    "data_hash",
+    "data_source_metrics",
     "handle_evaluate",
     "handle_query",
     "handle_train",
@@ -56,6 +60,51 @@ LABELS_PATH_KEY = "labels-path"
 
 #: Name of the ``context.state`` record that keeps a node's labels.
 _STATE_KEY = "flwr-clustering.labels"
+
+#: The library's ``QUERY`` phase (round 0) where every client tells where its data came
+#: from; :func:`handle_query` answers it for any client, without the algorithm's code.
+DATA_SOURCE_PHASE = "data-source"
+
+
+def data_hash(X: np.ndarray) -> int:
+    """A fingerprint of a data matrix: the first 8 bytes of sha256 over its float64 rows.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, ...)
+        The rows (flattened to ``(n, d)`` float64, C order; NaN hash as their bytes).
+
+    Returns
+    -------
+    int
+        A non-negative integer below ``2**63`` (it travels in a ``MetricRecord``).
+    """
+    a = np.asarray(X, dtype=np.float64)
+    a = np.ascontiguousarray(a.reshape(len(a), -1))
+    return int.from_bytes(hashlib.sha256(a.tobytes()).digest()[:8], "big") >> 1
+
+
+def data_source_metrics(client: Any) -> tuple[int, dict[str, int]]:
+    """The reply to the ``data-source`` phase: ``(num-examples, metrics)``.
+
+    ``data-local`` is 1 for rows read from a local file, 0 for a partition of a built-in
+    dataset (then ``partition-id`` and ``num-partitions``), -1 when the client does not say
+    (its ``data_source`` attribute, set by the App's ``client_fn``, is missing);
+    ``num-features`` and ``data-hash`` (:func:`data_hash`) describe the client's rows.
+    """
+    source = getattr(client, "data_source", None)
+    metrics: dict[str, int] = {"data-local": -1 if source is None
+                               else int(bool(source.get("local")))}
+    for key in ("partition-id", "num-partitions"):
+        if source is not None and source.get(key) is not None:
+            metrics[key] = int(source[key])
+    X = getattr(client, "X", None)
+    if X is None:
+        return 0, {**metrics, "num-features": -1, "data-hash": -1}
+    X = np.asarray(X)
+    metrics["num-features"] = int(np.prod(X.shape[1:], dtype=np.int64))
+    metrics["data-hash"] = data_hash(X)
+    return len(X), metrics
 
 
 def client_id_of(context: Context) -> int:
@@ -98,6 +147,12 @@ class ClusteringClient(NumPyClient):
     #: Whether the local data may hold NaN (read as unobserved features; masked algorithms).
     #: A local file with a missing value is refused for clients that do not accept it.
     accepts_missing = False
+
+    #: Where the rows came from, told to the server in the ``data-source`` phase:
+    #: ``{"local": True}`` (a local file) or ``{"local": False, "partition-id": i,
+    #: "num-partitions": n}`` (a built-in partition); set by the App's ``client_fn``.
+    #: ``None``: not said (the reply's ``data-local`` is -1).
+    data_source: dict[str, Any] | None = None
 
     def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0):
         self.client_id = int(client_id)
@@ -321,6 +376,9 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if not isinstance(client, NumPyClient):
             client = client(context)
         params, config = _unpack(msg)
+        if kind == "query" and config.get("phase") == DATA_SOURCE_PHASE:
+            n, metrics = data_source_metrics(client)  # the library's phase, for any client
+            return pack_reply(msg, None, n, metrics, cid)
         if kind == "evaluate":
             if config.get("final") and hasattr(client, "local_labels"):
                 _keep_labels(context, client.local_labels(params, config), cid)

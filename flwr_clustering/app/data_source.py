@@ -1,0 +1,157 @@
+"""Where the clients' data came from: the App's check before round 1.
+
+The ServerApp sends one ``QUERY`` message per node in round 0, phase ``data-source``
+(:data:`~flwr_clustering.clients.base.DATA_SOURCE_PHASE`), answered by the library for every
+client without the algorithm's code. Each client replies ``data-local`` (1 local file, 0
+partition of a built-in dataset, -1 not said), its rows, features and a hash of its rows.
+
+* A run config that names a built-in dataset while nodes read local files (``data-path``),
+  or ``dataset='local'`` while nodes load a built-in partition (or do not say), is refused,
+  naming the clients and the fix.
+* On a built-in dataset, every client's (rows, features, hash) is compared with the
+  partition the server builds for the pooled data. On a mismatch the run goes on (its
+  federated result is the clients' own), but the pooled and centralized side results are
+  not computed: they would describe other data.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..clients.base import DATA_SOURCE_PHASE, data_hash
+from ..data.registry import load_partition
+from ..log import logger
+from .config import dataset_kwargs
+
+__all__ = ["NO_DATA_PATH", "check_data_sources", "query_data_sources"]
+
+#: Part of a client's error when the run config says ``dataset='local'`` and its node has
+#: no ``data-path`` (the server refuses the run on it).
+NO_DATA_PATH = "this node has no data-path in its node config"
+
+
+def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], dict[int, str]]:
+    """Ask every node where its data came from (one ``QUERY`` message each, round 0).
+
+    Returns
+    -------
+    (list of dict, dict)
+        One record per valid reply (client-id order): ``client-id``, ``source``
+        (``"local file"``, ``"built-in"`` or ``"unknown"``), ``rows``, ``features``,
+        ``hash`` and, for a built-in partition, ``partition-id`` and ``num-partitions``;
+        and ``{node id: reason}`` of the nodes without a valid reply.
+    """
+    replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
+                                per_node={int(n): ([], {}) for n in nodes}, min_replies=0)
+    sources = []
+    for r in replies:
+        local = int(r.metrics.get("data-local", -1))
+        record: dict[str, Any] = {
+            "client-id": r.client_id,
+            "source": {1: "local file", 0: "built-in"}.get(local, "unknown"),
+            "rows": int(r.metrics.get("num-examples", 0)),
+            "features": int(r.metrics.get("num-features", -1)),
+            "hash": int(r.metrics.get("data-hash", -1)),
+        }
+        for key in ("partition-id", "num-partitions"):
+            if key in r.metrics:
+                record[key] = int(r.metrics[key])
+        sources.append(record)
+    return sources, dict(getattr(strategy, "last_absent", {}) or {})
+
+
+def _clients(records: list[dict]) -> str:
+    return (f"client{'s' if len(records) > 1 else ''} "
+            + ", ".join(str(s["client-id"]) for s in records))
+
+
+def _verb(items: list, one: str, many: str) -> str:
+    return one if len(items) == 1 else many
+
+
+def _who(node: int, reason: str) -> str:
+    named = re.search(r"\bclient (\d+)", reason)
+    return f"node {node}" if named is None else f"client {named.group(1)} (node {node})"
+
+
+def check_data_sources(cfg: dict, sources: list[dict], absent: dict[int, str],
+                       num_nodes: int) -> str | None:
+    """Refuse a run config that does not match the clients' data; say if pooled is wrong.
+
+    Parameters
+    ----------
+    cfg : dict
+        The merged run config.
+    sources : list of dict
+        From :func:`query_data_sources` (each gets ``matches-server`` on a built-in dataset).
+    absent : dict
+        ``{node id: reason}`` of the nodes that sent no valid reply.
+    num_nodes : int
+        Connected nodes (the server's ``num-partitions``).
+
+    Returns
+    -------
+    str or None
+        Why the pooled data is not the clients' data (the side results are skipped), or
+        ``None`` when it is.
+
+    Raises
+    ------
+    ValueError
+        If nodes read local files while the run config names a built-in dataset, or the
+        run config says ``dataset='local'`` while nodes do not read local files.
+    """
+    dataset = str(cfg["dataset"])
+    if dataset == "local":
+        wrong = [s for s in sources if s["source"] != "local file"]
+        missing = [_who(n, why) for n, why in absent.items() if NO_DATA_PATH in why]
+        if wrong or missing:
+            who = ", ".join(filter(None, [
+                f"{_clients(wrong)} {_verb(wrong, 'does', 'do')} not read a local file ("
+                + ", ".join(f"{s['client-id']}: {s['source']}" for s in wrong) + ")"
+                if wrong else "",
+                f"{', '.join(missing)} {_verb(missing, 'has', 'have')} no data-path in "
+                "the node config" if missing else ""]))
+            raise ValueError(
+                f"data source: the run config says dataset='local' but {who}: give every "
+                "SuperNode a data file (flower-supernode --node-config \"data-path='...'\"), "
+                "or run with -c \"dataset='<a built-in dataset>'\"")
+        return None
+    local = [s for s in sources if s["source"] == "local file"]
+    if local:
+        reads = _verb(local, "reads a local file", "read local files")
+        raise ValueError(
+            f"data source: {_clients(local)} {reads} (data-path in the node "
+            f"config) but the run config says dataset={dataset!r}: run with "
+            "-c \"dataset='local'\" (or remove data-path from those nodes' config)")
+    kwargs = dataset_kwargs(cfg)
+    differ = []
+    for s in sources:
+        cid = s["client-id"]
+        if not 0 <= cid < num_nodes:
+            s["matches-server"] = False
+            differ.append(f"client {cid}: no partition {cid} of {num_nodes}")
+            continue
+        X, _ = load_partition(cid, num_nodes, **kwargs)
+        features = int(X[0].size) if len(X) else 0
+        expected = (len(X), features, data_hash(X))
+        got = (s["rows"], s["features"], s["hash"])
+        s["matches-server"] = got == expected
+        if got != expected:
+            extra = (f", num-partitions={s['num-partitions']}"
+                     if s.get("num-partitions") not in (None, num_nodes) else "")
+            differ.append(f"client {cid}: {got[0]} rows x {got[1]} features{extra}, "
+                          f"partition {cid} of {num_nodes} has {expected[0]} x {expected[1]}"
+                          + (" (other values)" if got[:2] == expected[:2] else ""))
+    if differ:
+        return ("the clients' data is not the server's partition of "
+                f"dataset={dataset!r} over {num_nodes} nodes: " + "; ".join(differ))
+    return None
+
+
+def describe(sources: list[dict]) -> None:
+    """Log the clients' data sources (one line)."""
+    logger.info("data sources: %s", "; ".join(
+        f"client {s['client-id']} {s['source']} {s['rows']}x{s['features']}"
+        for s in sources))
