@@ -87,6 +87,49 @@ def test_a_node_that_never_replied_is_named_by_node_id(log):
     assert "round 1 train: node 101 did not reply within round-timeout=5 s" in log.text
 
 
+class UnavailableGrid(InProcessGrid):
+    """From ``after`` sends on, the SuperLink answers for node ``lost`` (no heartbeat).
+
+    Flower's SuperLink makes that error reply itself: its source is the SuperLink's node
+    id (1), not the lost node's; only ``reply_to_message_id`` tells which message it
+    answers.
+    """
+
+    def __init__(self, *args, lost, after, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lost, self.after, self.sends = lost, after, 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error, Message
+
+        replies = super().send_and_receive(messages, timeout=timeout)
+        self.sends += 1
+        if self.sends <= self.after:
+            return replies
+        out = []
+        for reply in replies:
+            if reply.metadata.src_node_id == self.lost:
+                ins = next(m for m in self.sent
+                           if m.metadata.message_id == reply.metadata.reply_to_message_id)
+                reply = Message(Error(code=5, reason="Node Unavailable"), reply_to=ins)
+                reply.metadata.__dict__["_src_node_id"] = 1  # the SuperLink's node id
+                assert reply.metadata.src_node_id == 1
+            out.append(reply)
+        return out
+
+
+def test_a_node_the_superlink_reports_unavailable_is_named_and_recorded(log):
+    grid = UnavailableGrid(_app(_data(3)), 3, lost=102, after=1)
+    strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5)
+    strategy.start(grid=grid)
+    assert "round 2 train: client 2 (node 102) failed: Node Unavailable" in log.text
+    assert "node 1 " not in log.text
+    assert [h["clients"] for h in strategy.history] == [3, 2, 2]
+    assert "absent" not in strategy.history[0]
+    assert strategy.history[1]["absent"] == [
+        {"client": 2, "node": 102, "reason": "failed: Node Unavailable"}]
+
+
 def test_too_few_replies_after_a_timeout_name_the_timeout_and_the_missing_clients():
     grid = DroppingGrid(_app(_data(3)), 3, drop={101, 102}, after=1)
     with pytest.raises(RuntimeError) as info:

@@ -37,19 +37,21 @@ def test_headerless_csv_is_read_as_data(tmp_path, garst, caplog):
     X, y = garst
     path = tmp_path / "noheader.csv"
     _frame(X, y).to_csv(path, header=False, index=False)
+    # The integer last column looks like a label: refused, with how to declare it.
+    with pytest.raises(ValueError, match=r"noheader.csv: the last column \(2\) of this "
+                       r"headerless file holds integers only \(16 distinct values\), like a "
+                       r"label column.*label-column=2 or label-column='none'"):
+        read_local_file(path)
     with caplog.at_level(logging.INFO, logger="flwr_clustering"):
-        loaded = read_local_file(path)
-    # All 800 rows (on main the first row became the header: 799 rows).
+        loaded = read_local_file(path, label_column="none")
+    # All 800 rows (on main the first row became the header: 799 rows), the integer column
+    # kept as a feature because the owner said so.
     assert loaded.X.shape == (800, 3) and loaded.header is False
     np.testing.assert_array_equal(loaded.X[:, :2], X)
     assert loaded.y is None and loaded.features == (0, 1, 2)
     messages = [r.getMessage() for r in caplog.records]
     assert any("noheader.csv: the first line holds numbers only" in m for m in messages)
-    # The integer last column is flagged as a probable label, with how to declare it.
-    warning = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning and "declare label_column=2 (node config: label-column=2)" in (
-        warning[0].getMessage()
-    )
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
     # Declared by position (an int, or a digit string as a node config gives it): no label
     # column clustered.

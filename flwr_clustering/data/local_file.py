@@ -368,11 +368,13 @@ def _select(
         if header is False and label is None and not _is_none(label_column):
             suspect = _suspect_label(frame)
             if suspect is not None:
-                logger.warning(
-                    "%s: the last column (%r) of this headerless file holds integers only; "
-                    "if it is a label, declare label_column=%r (node config: label-column=%r) "
-                    "-- it is clustered as a feature now",
-                    path, suspect, suspect, suspect,
+                distinct = len(np.unique(frame[suspect].to_numpy()))
+                raise ValueError(
+                    f"{path}: the last column ({suspect!r}) of this headerless file holds "
+                    f"integers only ({distinct} distinct values), like a label column; say "
+                    f"what it is: label_column={suspect!r} to read it as labels, or "
+                    "label_column='none' to cluster it as a feature (node config: "
+                    f"label-column={suspect!r} or label-column='none')"
                 )
 
     y = labels

@@ -83,6 +83,25 @@ class Reply:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int]:
+    """``{id(reply): node id}``: the node each reply stands for.
+
+    A reply normally comes from its node. An error the SuperLink makes for a node that
+    stopped sending heartbeats ("Node Unavailable") comes from the SuperLink's own node id
+    instead; it is traced back, through ``reply_to_message_id``, to the node its message
+    was sent to, so that the lost node (and its client id) is the one named.
+    """
+    dst = {m.metadata.message_id: int(m.metadata.dst_node_id) for m in sent
+           if m.metadata.message_id}
+    out = {}
+    for msg in replies:
+        node = int(msg.metadata.src_node_id)
+        if msg.has_error() and node not in dst.values():
+            node = dst.get(msg.metadata.reply_to_message_id, node)
+        out[id(msg)] = node
+    return out
+
+
 class ClusteringStrategy(Strategy):
     """Base class of the clustering strategies.
 
@@ -387,6 +406,7 @@ class ClusteringStrategy(Strategy):
         defaults to ``round_timeout`` (what :meth:`start` waits unless given another).
         """
         self._sent_nodes = sorted({int(m.metadata.dst_node_id) for m in messages})
+        self._sent_messages = list(messages)
         if timeout is None:  # what start() waits (its ``timeout``, else round_timeout)
             timeout = getattr(self, "_run_timeout", self.round_timeout)
         self._sent_timeout = float(timeout)
@@ -521,12 +541,14 @@ class ClusteringStrategy(Strategy):
         in ``last_absent`` (``{node id: reason}``) for the strategy to read.
         """
         sent, self._sent_nodes = getattr(self, "_sent_nodes", None), None
+        messages, self._sent_messages = getattr(self, "_sent_messages", None) or [], None
         timeout = getattr(self, "_sent_timeout", self.round_timeout)
         replies = list(replies)
+        origin = _reply_origins(messages, replies)
         problems: dict[int, str] = {}  # node -> why it sent no valid reply
         decoded = []
         for msg in replies:
-            node = int(msg.metadata.src_node_id)
+            node = origin[id(msg)]
             if msg.has_error():
                 reason = str(msg.error.reason)
                 named = _CLIENT_PREFIX.match(reason)  # our clients' errors start "client 3"
@@ -572,7 +594,7 @@ class ClusteringStrategy(Strategy):
                     problems[r.node_id] = (f"sent {self.payload_features(r.payload)} features, "
                                            f"the federation has {self.n_features}")
             valid = kept
-        replied = {int(msg.metadata.src_node_id) for msg in replies}
+        replied = set(origin.values())
         missing: list[int] = []
         if sent is not None and replied <= set(sent):
             missing = [node for node in sent if node not in replied]
@@ -677,6 +699,10 @@ class ClusteringStrategy(Strategy):
             "shift": self.last_shift,
             **self.round_info(server_round, valid),
         }
+        if self.last_absent:  # the nodes asked that sent no valid reply, and why
+            record["absent"] = [
+                {"client": self.client_of.get(node), "node": node, "reason": why}
+                for node, why in self.last_absent.items()]
         self.history.append(record)
         logger.info(
             "round %d: %d clients, %d centroids, shift %.3g",

@@ -1,0 +1,228 @@
+"""A real local deployment: one SuperLink and SuperNode processes on 127.0.0.1.
+
+Used by the deployment tests (``pytest -m deployment``) and the fault-injection tests:
+every process, port, ``FLWR_HOME`` and database belongs to the caller and is stopped by
+pid. SuperNodes can be killed, frozen (SIGSTOP) and restarted one by one, and the
+SuperLink can be killed and restarted on the same port and database, so a test can do to
+a federation what a crash or a lost machine does.
+
+The CLI (``flwr``) has its own ``FLWR_HOME`` with one connection, :data:`CONNECTION`, to
+the SuperLink's Control API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .processes import (
+    CliResult,
+    ManagedProcess,
+    descendants,
+    executable,
+    flower_env,
+    free_ports,
+    parse_cli_json,
+    parse_run_id,
+    port_is_open,
+    run_cli,
+    stop_managed,
+    wait_for_run_finished,
+    wait_until,
+)
+
+#: The name of the CLI's connection to the local SuperLink.
+CONNECTION = "deploy"
+
+
+def node_config(values: dict[str, Any]) -> str:
+    """Format a SuperNode's ``--node-config`` (TOML values: strings in single quotes)."""
+    parts = []
+    for key, value in values.items():
+        if isinstance(value, str | Path):
+            if "'" in str(value):
+                raise ValueError(f"node-config value of {key!r} contains a single quote")
+            parts.append(f"{key}='{value}'")
+        elif isinstance(value, bool):
+            parts.append(f"{key}={str(value).lower()}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+@dataclass
+class LocalDeployment:
+    """The processes, ports and folders of one local deployment.
+
+    Parameters
+    ----------
+    tmp : Path
+        The folder that holds every home, database and log.
+    num_nodes : int
+        How many SuperNode slots (ports) to reserve.
+    node_configs : list of dict
+        The node config of each SuperNode (``partition-id``, ``data-path``, ...).
+    """
+
+    tmp: Path
+    num_nodes: int
+    node_configs: list[dict[str, Any]]
+    link_port: int = 0
+    node_ports: list[int] = field(default_factory=list)
+    superlink: ManagedProcess | None = None
+    supernodes: dict[int, ManagedProcess] = field(default_factory=dict)
+    #: Every process ever started (restarts included), for stopping and logs.
+    started: list[ManagedProcess] = field(default_factory=list)
+    cli_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.link_port, *self.node_ports = free_ports(self.num_nodes + 1)
+        cli_home = self.tmp / "cli-home"
+        self.cli_env = flower_env(cli_home)
+        (cli_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.link_port}"\n'
+            "insecure = true\n"
+        )
+
+    # ------------------------------------------------------------------ processes
+    def start_superlink(self, timeout: float = 60.0) -> ManagedProcess:
+        """Start (or restart) the SuperLink on its ports and database; wait for its ports."""
+        home = self.tmp / "superlink-home"
+        n = sum(p.name.startswith("superlink") for p in self.started)
+        proc = ManagedProcess(
+            f"superlink#{n}",
+            [executable("flower-superlink"), "--insecure",
+             "--disable-runtime-dependency-installation",
+             "--host", "127.0.0.1", "--port", str(self.link_port),
+             "--database", str(home / "state.db")],
+            flower_env(home), self.tmp / "logs" / f"superlink{n}.log", cwd=self.tmp,
+        ).start()
+        self.superlink = proc
+        self.started.append(proc)
+        wait_until(lambda: port_is_open(self.link_port) or not proc.alive(), timeout,
+                   message=self.logs)
+        if not proc.alive():
+            raise RuntimeError(f"the SuperLink exited at start\n{self.logs()}")
+        return proc
+
+    def start_supernode(self, i: int) -> ManagedProcess:
+        """Start (or restart) SuperNode ``i`` with its node config."""
+        n = sum(p.name.startswith(f"supernode{i}#") for p in self.started)
+        proc = ManagedProcess(
+            f"supernode{i}#{n}",
+            [executable("flower-supernode"), "--insecure",
+             "--superlink", f"127.0.0.1:{self.link_port}",
+             "--host", "127.0.0.1", "--port", str(self.node_ports[i]),
+             "--node-config", node_config(self.node_configs[i])],
+            flower_env(self.tmp / f"supernode{i}-home"),
+            self.tmp / "logs" / f"supernode{i}-{n}.log", cwd=self.tmp,
+        ).start()
+        self.supernodes[i] = proc
+        self.started.append(proc)
+        return proc
+
+    def start(self) -> LocalDeployment:
+        """Start the SuperLink and every SuperNode."""
+        self.start_superlink()
+        for i in range(self.num_nodes):
+            self.start_supernode(i)
+        return self
+
+    def kill(self, proc: ManagedProcess) -> None:
+        """Kill one process and everything below it at once (SIGKILL: a crash)."""
+        for pid in [proc.pid, *[d.pid for d in descendants([proc.pid])]]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @staticmethod
+    def pause(proc: ManagedProcess, resume: bool = False) -> None:
+        """Freeze (SIGSTOP) or thaw (SIGCONT) one process, as a hung machine would."""
+        os.kill(proc.pid, signal.SIGCONT if resume else signal.SIGSTOP)
+
+    @property
+    def processes(self) -> list[ManagedProcess]:
+        """Every process started, SuperNodes first."""
+        nodes = [p for p in self.started if p.name.startswith("supernode")]
+        return [*nodes, *[p for p in self.started if p.name.startswith("superlink")]]
+
+    def logs(self) -> str:
+        """Every process log, for assertion messages."""
+        return "\n".join(p.report() for p in self.processes)
+
+    def stop(self) -> list:
+        """Stop every process started (and its children) by pid; return the survivors."""
+        for p in self.processes:  # a frozen process ignores SIGTERM until thawed
+            if p.alive():
+                try:
+                    self.pause(p, resume=True)
+                except ProcessLookupError:
+                    pass
+        return stop_managed(self.processes, timeout=20.0)
+
+    # ------------------------------------------------------------------------ CLI
+    def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None) -> CliResult:
+        """Run ``flwr <args>`` with the CLI's own FLWR_HOME."""
+        return run_cli([executable("flwr"), *args], self.cli_env, cwd or self.tmp, timeout,
+                       context=self.logs)
+
+    def online_nodes(self) -> list[dict]:
+        """The SuperNodes that ``flwr supernode list`` reports online."""
+        res = self.cli("supernode", "list", CONNECTION, "--format", "json")
+        if res.returncode != 0:
+            return []
+        try:
+            nodes = parse_cli_json(res.stdout).get("nodes", [])
+        except ValueError:
+            return []
+        return [n for n in nodes if n.get("status") == "online"]
+
+    def wait_online(self, n: int, timeout: float = 120.0) -> None:
+        """Wait until ``n`` SuperNodes are online (raise if a process died)."""
+        wait_until(lambda: len(self.online_nodes()) >= n
+                   or not all(p.alive() for p in [self.superlink, *self.supernodes.values()]),
+                   timeout=timeout, interval=1.0, message=self.logs)
+        assert all(p.alive() for p in [self.superlink, *self.supernodes.values()]), self.logs()
+
+    def submit(self, app: Path, run_config: str, stream: bool = False,
+               timeout: float = 300.0) -> tuple[int, CliResult]:
+        """``flwr run <app> deploy [--stream] --run-config ...``; return (run id, CLI result)."""
+        args = ["run", str(app), CONNECTION, *(["--stream"] if stream else []),
+                "--run-config", run_config]
+        res = self.cli(*args, timeout=timeout, cwd=app)
+        if res.returncode != 0:
+            raise RuntimeError(f"flwr run failed\n{res.report()}\n{self.logs()}")
+        return parse_run_id(res.output), res
+
+    def finished(self, run_id: int, timeout: float = 300.0) -> dict[str, Any]:
+        """Wait until the run has finished; return its ``flwr ls`` record."""
+        return wait_for_run_finished(run_id, self.cli_env, self.tmp, connection=CONNECTION,
+                                     timeout=timeout, context=self.logs)
+
+    def run_log(self, run_id: int, timeout: float = 60.0) -> str:
+        """The ServerApp's log of a run (``flwr log <id>``, without following it)."""
+        res = self.cli("log", str(run_id), CONNECTION, "--show", timeout=timeout)
+        return res.output
+
+
+def read_json(path: Path) -> Any:
+    """Load a JSON file."""
+    return json.loads(Path(path).read_text())
+
+
+def wait_for_file(path: Path, timeout: float, message=lambda: "") -> float:
+    """Wait until ``path`` exists; return the time it appeared (``time.monotonic``)."""
+    wait_until(lambda: Path(path).exists(), timeout, interval=0.2, message=message)
+    return time.monotonic()
