@@ -106,7 +106,8 @@ EVALUATION_STATS = (
 #: The messages every algorithm shares (unless its own protocol lists a variant).
 COMMON_PROTOCOL: tuple[Phase, ...] = (
     Phase(
-        "data-source", "query", "round 0, once, before round 1 (the App's ServerApp)",
+        "data-source", "query", "round 0, once, before round 1 (the App's ServerApp); "
+        "DGC also before the first round of a resumed run",
         sends=("none",),
         reply_arrays=("none (the reply has no `arrays` record)",),
         reply_metrics=(
@@ -123,7 +124,10 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "`dataset='local'` while nodes do not), and computes the pooled and "
               "centralized side results only when every client's rows are the server's "
               "partition. A fingerprint, not the rows: it only lets the server check data "
-              "it already holds."),
+              "it already holds. A resumed DGC run reads only the `client-id` of the "
+              "replies: which node holds which client of its graph now "
+              "(`ClusteringStrategy.identify_clients`), since the nodes may have come back "
+              "under new node ids."),
     Phase(
         "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
         sends=("`centroids` (k, d) float64: the final global model",),

@@ -28,13 +28,17 @@ class InProcessGrid(Grid):
     client_app : flwr.clientapp.ClientApp
         The ClientApp every node runs.
     num_nodes : int
-        Number of nodes; node ``i`` has id ``100 + i`` and ``partition-id = i``.
+        Number of nodes; node ``i`` has id ``100 + i`` (or ``node_ids[i]``) and
+        ``partition-id = i``.
     run_config : dict, optional
         The run config every node's context sees.
     node_configs : list of dict, optional
         Extra ``node_config`` entries per node (e.g. ``data-path``).
     shuffle_seed : int, optional
         If set, replies come back in a random order (to test order invariance).
+    node_ids : list of int, optional
+        The Flower node id of every node instead of ``100 + i``: other ids for the same
+        clients imitate SuperNodes that reconnected after a SuperLink restart.
     """
 
     def __init__(
@@ -44,6 +48,7 @@ class InProcessGrid(Grid):
         run_config: dict | None = None,
         node_configs: list[dict] | None = None,
         shuffle_seed: int | None = None,
+        node_ids: list[int] | None = None,
     ) -> None:
         TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
         self.app = client_app
@@ -51,12 +56,17 @@ class InProcessGrid(Grid):
         self.sent: list[Message] = []
         self.received: list[Message] = []
         self._rng = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
+        if node_ids is None:
+            node_ids = [100 + i for i in range(num_nodes)]
+        node_ids = [int(n) for n in node_ids]
+        if len(node_ids) != num_nodes or len(set(node_ids)) != num_nodes:
+            raise ValueError(f"node_ids must be {num_nodes} distinct ids, got {node_ids}")
         self.contexts = {}
-        for i in range(num_nodes):
+        for i, node in enumerate(node_ids):
             node_config = {"partition-id": i, "num-partitions": num_nodes}
             node_config.update((node_configs or [{}] * num_nodes)[i])
-            self.contexts[100 + i] = Context(
-                run_id=1, node_id=100 + i, node_config=node_config, state=RecordDict(),
+            self.contexts[node] = Context(
+                run_id=1, node_id=node, node_config=node_config, state=RecordDict(),
                 run_config=dict(run_config or {}),
             )
 

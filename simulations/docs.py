@@ -114,7 +114,9 @@ replies arrive. Client ids must be unique: two replies with the same client id e
 at that exchange, whatever their order, with an error that names the client id and the nodes
 that claim it (give every SuperNode its own `partition-id` in its node config). DGC needs
 exactly 0..m-1 (the graph's node index) from the m nodes asked, and every one of them in
-every round: a missing or lost node stops the run, naming the client.
+every round: a missing or lost node stops the run, naming the client. It routes by client
+id, so a resumed DGC run finds its clients again when their nodes came back under new node
+ids (the `data-source` replies tell which node holds which client id).
 """
 
 _HANDLERS = """\

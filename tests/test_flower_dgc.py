@@ -1,11 +1,14 @@
 """DGC through Flower (in-process grid): the relay reproduces the pure loop exactly."""
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 from sklearn.metrics import adjusted_rand_score
 
 from flwr_clustering.algorithms.dgc import assign, build_graph, initial_centres, run_dgc
+from flwr_clustering.app.checkpoint import pack, unpack
 from flwr_clustering.clients import client_app
 from flwr_clustering.clients.dgc import DGCClient
 from flwr_clustering.metrics import hungarian_accuracy, sse
@@ -165,3 +168,88 @@ def test_optional_tolerance_stops_when_no_node_moves():
     early.start(grid=InProcessGrid(_app(parts), 10))
     assert len(early.history) == stop < 301
     np.testing.assert_array_equal(early.node_centres, full.node_history[stop - 1])
+
+
+RESUMED = {"rho": 10.0, "iterations": 4, "inner_steps": 2, "min_nodes": 10, "seed": 4}
+
+
+def _interrupted(parts, after=3, **options):
+    """The state (through a checkpoint's JSON) of a run whose SuperLink went after ``after``."""
+    saved = {}
+
+    def on_round(strategy, rnd):
+        if rnd == after:
+            arrays: dict = {}
+            meta = json.loads(json.dumps(pack(strategy.state_dict(), arrays)))
+            saved["state"] = unpack(meta, arrays)
+            raise RuntimeError("SuperLink gone")
+
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        DGC(3, **options).start(grid=InProcessGrid(_app(parts), 10), on_round=on_round)
+    return saved["state"]
+
+
+def _without_seconds(history):
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+def test_resume_finds_the_clients_under_new_node_ids_and_equals_an_uninterrupted_run():
+    parts = _users()
+    full = DGC(3, **RESUMED)
+    full.start(grid=InProcessGrid(_app(parts), 10))
+    state = _interrupted(parts, **RESUMED)
+    assert state["node_of"] == {i: 100 + i for i in range(10)}
+    # the SuperLink restarted: the same clients, other Flower node ids (not in client order)
+    ids = [int(n) for n in np.random.default_rng(1).permutation(np.arange(5000, 5010))]
+    grid = InProcessGrid(_app(parts), 10, node_ids=ids, shuffle_seed=3)
+    resumed = DGC(3, **RESUMED)
+    result = resumed.start(grid=grid, resume=state)
+    assert resumed.node_of == dict(enumerate(ids))
+    # one data-source QUERY per node before the first step, then steps to the new ids
+    kinds = [m.metadata.message_type for m in grid.sent]
+    assert kinds[:10] == ["query"] * 10 and "query" not in kinds[10:]
+    assert {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "train"
+            } == set(ids)
+    assert resumed.client_of == {n: i for i, n in enumerate(ids)}
+    assert len(resumed.node_history) == len(full.node_history) == 1 + 4 * 2
+    for a, b in zip(full.node_history, resumed.node_history, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(resumed.node_centres, full.node_centres)
+    np.testing.assert_array_equal(resumed.centroids, full.centroids)
+    np.testing.assert_array_equal(result.arrays["node-centres"].numpy(), full.node_centres)
+    assert _without_seconds(resumed.history) == _without_seconds(full.history)
+    assert resumed.final_metrics == full.final_metrics
+
+
+def test_resume_refuses_a_missing_or_duplicated_client_naming_it():
+    parts = _users()
+    state = _interrupted(parts, **RESUMED)
+    # client 3's SuperNode did not come back; the nine others did, under new ids
+    back = [p for p in range(10) if p != 3]
+    grid = InProcessGrid(_app(parts), 9, node_ids=range(700, 709),
+                         node_configs=[{"partition-id": p} for p in back])
+    with pytest.raises(RuntimeError, match=r"DGC cannot resume: the graph's clients are "
+                                            r"0\.\.9; missing: client 3; the connected nodes "
+                                            r"hold client ids 0, 1, 2, 4, 5, 6, 7, 8, 9"):
+        DGC(3, **{**RESUMED, "min_nodes": 9}).start(grid=grid, resume=state)
+    assert all(m.metadata.message_type == "query" for m in grid.sent)
+    # a node that came back with another node's partition-id: both nodes are named
+    grid = InProcessGrid(_app(parts), 10, node_ids=range(700, 710),
+                         node_configs=[{"partition-id": 5 if p == 3 else p} for p in range(10)])
+    with pytest.raises(RuntimeError, match="duplicate client ids: client id 5 is claimed by "
+                                           "nodes 703, 705"):
+        DGC(3, **RESUMED).start(grid=grid, resume=state)
+    assert all(m.metadata.message_type == "query" for m in grid.sent)
+
+
+def test_a_node_answering_as_another_client_stops_the_run():
+    parts = _users()
+    strategy = DGC(3, **RESUMED)
+    strategy.load_state_dict(_interrupted(parts, **RESUMED))
+    # the relay's map no longer matches the nodes (ids reused, and no reconnect)
+    strategy.node_of[1], strategy.node_of[2] = strategy.node_of[2], strategy.node_of[1]
+    grid = InProcessGrid(_app(parts), 10)
+    replies = grid.send_and_receive(strategy.configure_train(4, None, None, grid))
+    with pytest.raises(RuntimeError, match=r"node 101 answered as client 1 but was sent "
+                                           r"client 2's centres"):
+        strategy.aggregate_train(4, replies)

@@ -183,6 +183,32 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, name):
     _assert_same_run(full, resumed, tmp_path / "full", crashed)
 
 
+@pytest.mark.parametrize("node_ids", [[907, 12, 5003, 40], [102, 100, 103, 101]],
+                         ids=["new-ids", "ids-of-other-clients"])
+def test_dgc_resumes_when_the_supernodes_come_back_under_other_node_ids(tmp_path, node_ids):
+    rc, nodes = _case("dgc")
+    full = _run({**rc, "out-dir": str(tmp_path / "full")}, nodes)
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        _run({**rc, "out-dir": str(crashed)}, nodes, crash_at=3)
+    assert load_checkpoint(crashed)["state"]["node_of"] == {i: 100 + i for i in range(4)}
+    # the SuperLink restarted: partition-id i is now on node node_ids[i]
+    rc_resume = {**rc, "out-dir": str(crashed), "resume-from": str(crashed)}
+    grid = CrashingGrid(client_app, nodes, run_config=rc_resume, node_ids=node_ids)
+    resumed = run_server(grid, rc_resume)
+    sa, sb = full["strategy"], resumed["strategy"]
+    assert sb.node_of == dict(enumerate(node_ids))
+    steps = [m for m in grid.sent if m.metadata.message_type == MessageType.TRAIN]
+    assert {m.metadata.dst_node_id for m in steps} == set(node_ids)
+    _assert_same_run(full, resumed, tmp_path / "full", crashed)
+    assert len(sa.node_history) == len(sb.node_history) == 5
+    for a, b in zip(sa.node_history, sb.node_history, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(sa.node_centres, sb.node_centres)
+    with np.load(tmp_path / "full" / "nodes.npz") as za, np.load(crashed / "nodes.npz") as zb:
+        np.testing.assert_array_equal(za["centres"], zb["centres"])
+
+
 def test_resume_refuses_a_different_run_config_naming_the_key(tmp_path):
     rc, nodes = _case("fkm")
     crashed = tmp_path / "crashed"

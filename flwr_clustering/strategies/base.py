@@ -41,6 +41,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from ..clients.base import DATA_SOURCE_PHASE
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
 from ..options import Options, option
@@ -314,6 +315,17 @@ class ClusteringStrategy(Strategy):
         the default does nothing.
         """
 
+    def reconnect(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """Find again the nodes a resumed state addresses, before its first round.
+
+        Called by :meth:`start` with ``resume``, after :meth:`load_state_dict` and instead
+        of :meth:`initialize`, with the round about to run. The nodes may have come back
+        under new Flower node ids (a SuperLink restart): a strategy that keeps node ids
+        in its state (the DGC relay) rebuilds them here, e.g. with
+        :meth:`identify_clients`. The default does nothing (the base asks the connected
+        nodes afresh every round).
+        """
+
     def prepare_round(self, server_round: int, grid: Grid, timeout: float) -> None:
         """An extra exchange before the train messages of every round.
 
@@ -483,6 +495,42 @@ class ClusteringStrategy(Strategy):
         self.last_exchange_replies = len(replies)
         return self.collect(server_round, list(replies), parse, kind=phase,
                             min_replies=min_replies)
+
+    def identify_clients(self, grid: Grid, server_round: int,
+                         timeout: float | None = None) -> dict[int, int]:
+        """Ask every connected node which client it holds: ``{client id: node id}``.
+
+        Waits for ``min_nodes``, then sends one ``QUERY`` message per connected node in
+        the library's ``data-source`` phase, which every client answers without the
+        algorithm's code (:func:`~flwr_clustering.clients.base.handle_query`); the
+        replies carry the ``client-id``. Nothing of the run's state changes (no generator
+        is drawn from), so a run that calls it gets the same results.
+
+        Parameters
+        ----------
+        grid : flwr.serverapp.Grid
+            The grid.
+        server_round : int
+            The round for logs and the messages' group id.
+        timeout : float, optional
+            Seconds to wait (default ``round_timeout``).
+
+        Returns
+        -------
+        dict
+            ``{client id: node id}`` of the valid replies; nodes without one are in
+            ``last_absent`` (``{node id: reason}``).
+
+        Raises
+        ------
+        RuntimeError
+            If two nodes claim one client id (naming both), see :meth:`collect`.
+        """
+        nodes = self.wait_for_nodes(grid)
+        replies = self.exchange(grid, server_round, DATA_SOURCE_PHASE,
+                                per_node={int(n): ([], {}) for n in nodes},
+                                min_replies=0, timeout=timeout)
+        return {r.client_id: r.node_id for r in replies}
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -926,8 +974,9 @@ class ClusteringStrategy(Strategy):
         resume : dict, optional
             A :meth:`state_dict` of an interrupted run of the same configuration: the run
             continues with the next round, skipping :meth:`initialize` and the round-0
-            ``evaluate_fn`` (their results are in the state); ``num_rounds`` defaults to
-            the state's. Only for a :attr:`resumable` strategy.
+            ``evaluate_fn`` (their results are in the state), after :meth:`reconnect`
+            (which finds nodes that came back under new node ids); ``num_rounds``
+            defaults to the state's. Only for a :attr:`resumable` strategy.
 
         Returns
         -------
@@ -992,6 +1041,8 @@ class ClusteringStrategy(Strategy):
                             _fmt(dict(server_metrics)))
         if resume is None:
             self.initialize(grid, timeout)
+        else:  # the nodes may have reconnected under new node ids
+            self.reconnect(grid, first_round, timeout)
         for rnd in range(first_round, num_rounds + 1):
             logger.info("[ROUND %d/%d]", rnd, num_rounds)
             t_round = time.monotonic()

@@ -27,7 +27,7 @@ from ..algorithms.dgc import (
 from ..clients.dgc import DGCClient
 from ..metrics import per_model_metrics, sum_contingencies
 from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
-from .base import ClusteringStrategy, Reply
+from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["DGC"]
 
@@ -130,7 +130,12 @@ class DGC(ClusteringStrategy):
                 "cost": self._cost}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the nodes must keep their Flower node ids."""
+        """Restore :meth:`state_dict`.
+
+        The client-to-node map is the interrupted run's: :meth:`reconnect` (called by
+        ``start`` before the first resumed round) rebuilds it from the nodes connected
+        now, which may have come back under new Flower node ids.
+        """
         super().load_state_dict(state)
         for name in ("node_centres", "anchor", "adjacency"):
             value = state[name]
@@ -139,6 +144,53 @@ class DGC(ClusteringStrategy):
         self.step = None if state["step"] is None else float(state["step"])
         self.node_history = [np.asarray(h) for h in state["node_history"]]
         self._cost = None if state["cost"] is None else float(state["cost"])
+
+    def reconnect(self, grid, server_round: int, timeout: float) -> None:
+        """Find which connected node holds which client of the graph (a resumed run).
+
+        After a SuperLink restart the SuperNodes may come back under new Flower node ids,
+        so the checkpoint's ``node_of`` could address nodes that are gone. One
+        ``data-source`` ``QUERY`` per connected node
+        (:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.identify_clients`)
+        tells every node's client id, and ``node_of`` is rebuilt by client id. Nothing
+        else changes: the resumed run equals an uninterrupted one bit for bit.
+
+        Raises
+        ------
+        RuntimeError
+            If a client id of the graph (``0..m-1``) is not among the connected nodes
+            (naming the missing clients), or two nodes claim one client id (naming both
+            nodes).
+        """
+        if self.node_centres is None:  # resumed before the init round: it maps them
+            return
+        m = len(self.node_centres)
+        found = self.identify_clients(grid, server_round, timeout)
+        missing = sorted(set(range(m)) - set(found))
+        if missing:
+            parts = [f"round {server_round}: DGC cannot resume: the graph's clients are "
+                     f"0..{m - 1}; missing: " + ", ".join(f"client {c}" for c in missing),
+                     "the connected nodes hold client ids "
+                     + (", ".join(map(str, sorted(found))) or "none")]
+            absent = "; ".join(f"{self.who(node)} {why}"
+                               for node, why in self.last_absent.items())
+            if absent:
+                parts.append(f"without a valid reply: {absent}")
+            parts.append("every node of the graph must take part in every round: start "
+                         "the missing SuperNodes (same partition-id) and resume again")
+            raise RuntimeError("; ".join(parts))
+        outside = sorted(set(found) - set(range(m)))
+        if outside:
+            logger.warning("round %d: DGC resume: client ids %s are not in the graph "
+                           "(0..%d): they get no step messages", server_round, outside,
+                           m - 1)
+        node_of = {c: int(found[c]) for c in range(m)}
+        moved = [f"client {c}: node {self.node_of.get(c)} -> {node_of[c]}"
+                 for c in range(m) if self.node_of.get(c) != node_of[c]]
+        if moved:
+            logger.info("round %d: DGC resume: %d client(s) reconnected under new node "
+                        "ids (%s)", server_round, len(moved), "; ".join(moved))
+        self.node_of = node_of
 
     # ------------------------------------------------------------------ messages
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
@@ -177,8 +229,9 @@ class DGC(ClusteringStrategy):
         """The base's :meth:`collect`; in train rounds every node of the graph must answer.
 
         At init the graph has one node per node asked, client ids ``0..m-1``; afterwards
-        every one of them must send a valid reply. Otherwise the run stops, naming the
-        missing clients (and the nodes without a valid reply, with the reason).
+        every one of them must send a valid reply, each node as the client whose centres
+        it was sent. Otherwise the run stops, naming the missing clients (and the nodes
+        without a valid reply, with the reason).
         """
         if kind != "train":
             return super().collect(server_round, replies, parse, kind, min_replies)
@@ -214,6 +267,14 @@ class DGC(ClusteringStrategy):
                     f"round {server_round}: DGC lost {lost}; every node of the graph must "
                     "answer every round (the relay cannot route a lost node's centres to "
                     "its neighbours)")
+            # a node must answer as the client whose centres it was sent
+            sent_to = {node: c for c, node in self.node_of.items()}
+            swapped = [f"node {r.node_id} answered as client {r.client_id} but was sent "
+                       f"client {sent_to.get(r.node_id)}'s centres" for r in valid
+                       if sent_to.get(r.node_id) != r.client_id]
+            if swapped:
+                raise RuntimeError(f"round {server_round}: DGC: {'; '.join(swapped)} (the "
+                                   "node ids no longer hold the clients the relay knows)")
         return valid
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
