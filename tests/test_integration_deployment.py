@@ -14,26 +14,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from simulations.benchmarks.deployment import CONNECTION, LocalDeployment
 from simulations.benchmarks.processes import (
-    ManagedProcess,
     describe,
-    executable,
-    flower_env,
-    free_ports,
-    parse_cli_json,
     parse_run_id,
     pids_with_port_in_cmdline,
     port_is_open,
-    run_cli,
-    stop_managed,
     wait_for_run_finished,
-    wait_until,
 )
 
 #: The repository root: the Flower App that ``flwr run`` builds into a FAB.
@@ -45,50 +37,7 @@ NUM_CLIENTS = 3
 MAX_ROUNDS = 3
 #: One file per client; both loaders (NumPy archive and pandas CSV) are exercised.
 FILE_NAMES = ("client0.npz", "client1.csv", "client2.npz")
-CONNECTION = "deploy"
 RUN_TIMEOUT = 300.0  # about 3 x 7 s of rounds plus start-up; generous for a busy CI box
-
-
-@dataclass
-class Deployment:
-    """The processes, ports and folders of one local deployment."""
-
-    tmp: Path
-    link_port: int
-    node_ports: list[int]
-    data_files: list[Path]
-    cli_env: dict[str, str]
-    superlink: ManagedProcess | None = None
-    supernodes: list[ManagedProcess] = field(default_factory=list)
-
-    @property
-    def processes(self) -> list[ManagedProcess]:
-        """Every process the test started, SuperNodes first."""
-        return [*self.supernodes, *([self.superlink] if self.superlink else [])]
-
-    def logs(self) -> str:
-        """Every server-side log, for assertion messages."""
-        return "\n".join(p.report() for p in self.processes)
-
-    def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None):
-        """Run ``flwr <args>`` with the CLI's own FLWR_HOME."""
-        return run_cli([executable("flwr"), *args], self.cli_env, cwd or self.tmp, timeout,
-                       context=self.logs)
-
-    def online_nodes(self) -> list[dict]:
-        """The SuperNodes that ``flwr supernode list`` reports online."""
-        res = self.cli("supernode", "list", CONNECTION, "--format", "json")
-        if res.returncode != 0:
-            return []
-        try:
-            nodes = parse_cli_json(res.stdout).get("nodes", [])
-        except ValueError:
-            return []
-        return [n for n in nodes if n.get("status") == "online"]
-
-    def stop(self) -> list:
-        """Stop every process (and its SuperExec / app children) by pid; return survivors."""
-        return stop_managed(self.processes, timeout=20.0)
 
 
 def _write_client_files(tmp: Path) -> tuple[list[Path], list[tuple[np.ndarray, np.ndarray]]]:
@@ -108,12 +57,9 @@ def _write_client_files(tmp: Path) -> tuple[list[Path], list[tuple[np.ndarray, n
     return files, parts
 
 
-def _node_config(i: int, path: Path) -> str:
-    # --node-config is parsed as TOML values: a string needs quotes; single quotes make a
-    # literal string, so a path needs no escaping (as long as it has no single quote).
-    assert "'" not in str(path)
-    return (f"partition-id={i} num-partitions={NUM_CLIENTS} data-path='{path}' "
-            f"labels-path='{_labels_path(path, i)}'")
+def _node_config(i: int, path: Path) -> dict:
+    return {"partition-id": i, "num-partitions": NUM_CLIENTS, "data-path": path,
+            "labels-path": _labels_path(path, i)}
 
 
 def _labels_path(data_path: Path, i: int) -> Path:
@@ -121,7 +67,7 @@ def _labels_path(data_path: Path, i: int) -> Path:
     return data_path.parent.parent / "labels" / f"node{i}.npy"
 
 
-def _deploy_run(dep: Deployment, algorithm: str, overrides: str) -> tuple[dict, np.ndarray]:
+def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[dict, np.ndarray]:
     """``flwr run`` one job on the deployment; check it completed; return result, centroids."""
     out_dir = dep.tmp / f"results-{algorithm}"
     run = dep.cli(
@@ -142,39 +88,12 @@ def _deploy_run(dep: Deployment, algorithm: str, overrides: str) -> tuple[dict, 
 
 @pytest.fixture
 def deployment(tmp_path):
-    link_port, *node_ports = free_ports(NUM_CLIENTS + 1)
     files, _ = _write_client_files(tmp_path)
-    cli_home = tmp_path / "cli-home"
-    cli_env = flower_env(cli_home)
-    (cli_home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
-    )
-    dep = Deployment(tmp_path, link_port, node_ports, files, cli_env)
+    dep = LocalDeployment(tmp_path, NUM_CLIENTS,
+                          [_node_config(i, path) for i, path in enumerate(files)])
+    dep.data_files = files
     try:
-        home = tmp_path / "superlink-home"
-        dep.superlink = ManagedProcess(
-            "superlink",
-            [executable("flower-superlink"), "--insecure",
-             "--disable-runtime-dependency-installation",
-             "--host", "127.0.0.1", "--port", str(link_port),
-             "--database", str(home / "state.db")],
-            flower_env(home), tmp_path / "logs" / "superlink.log", cwd=tmp_path,
-        ).start()
-        wait_until(lambda: port_is_open(link_port) or not dep.superlink.alive(), 60,
-                   message=dep.logs)
-        assert dep.superlink.alive(), dep.logs()
-        for i, (port, path) in enumerate(zip(node_ports, files, strict=True)):
-            dep.supernodes.append(ManagedProcess(
-                f"supernode{i}",
-                [executable("flower-supernode"), "--insecure",
-                 "--superlink", f"127.0.0.1:{link_port}",
-                 "--host", "127.0.0.1", "--port", str(port),
-                 "--node-config", _node_config(i, path)],
-                flower_env(tmp_path / f"supernode{i}-home"),
-                tmp_path / "logs" / f"supernode{i}.log", cwd=tmp_path,
-            ).start())
-        yield dep
+        yield dep.start()
     finally:
         survivors = dep.stop()
         assert not survivors, f"still running after stop:\n{describe(survivors)}\n{dep.logs()}"
@@ -189,12 +108,7 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.data.local_file import load_local_file
 
     t_nodes = time.monotonic()
-    wait_until(
-        lambda: len(dep.online_nodes()) >= NUM_CLIENTS
-        or not all(p.alive() for p in dep.processes),
-        timeout=120, interval=1.0, message=dep.logs,
-    )
-    assert all(p.alive() for p in dep.processes), dep.logs()
+    dep.wait_online(NUM_CLIENTS)
     assert len(dep.online_nodes()) == NUM_CLIENTS, dep.logs()
 
     print(f"{NUM_CLIENTS} SuperNodes online after {time.monotonic() - t_nodes:.1f} s")
