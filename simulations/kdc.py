@@ -354,7 +354,7 @@ def score_equivalence(data: KDCData, k: int | None = None, seed: int = 0, *,
     k = data.n_classes
     try:
         dist = run_kdc(data.clients, k, s=s, psi=psi_, t=T, tau=tau_, step2=step2,
-                       variant=variant, seed=seed)
+                       variant=variant, seed=seed, auto=False)
     except ValueError:  # κBCC: fewer than k components on the whole of B
         return dict.fromkeys(keys, _NAN)
     cen = kdc_central(data.X, dist.B, k, psi=psi_, t=T, tau=tau_, step2=step2,
@@ -403,7 +403,7 @@ def score_kdc(data: KDCData, k: int | None = None, seed: int = 0, *, step2: str 
     psi_, tau_ = chosen
     try:
         res = run_kdc(data.clients, data.n_classes, s=s, psi=psi_, t=T, tau=tau_, step2=step2,
-                      variant=variant, seed=seed)
+                      variant=variant, seed=seed, auto=False)
     except ValueError:
         return dict.fromkeys(("nmi", "ari", "psi", "tau"), _NAN)
     return {**clustering_scores(data.y, np.concatenate(res.labels)), "psi": float(psi_),

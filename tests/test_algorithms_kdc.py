@@ -178,7 +178,7 @@ def test_distributed_labels_equal_centralized_labels_exactly(step2, variant, how
         data = [X[p] for p in parts]
         tau = 0.7 if variant == "anne" else 0.4
         res = run_kdc(data, 4, s=300, psi=16, t=50, tau=tau, step2=step2, variant=variant,
-                      seed=7)
+                      seed=7, auto=False)
         n = sum(len(p) for p in parts)
         assert sum(res.sample_sizes) == len(res.B) == min(300, n)
         central = kdc_central(np.vstack(data), res.B, 4, psi=16, t=50, tau=tau, step2=step2,
@@ -188,7 +188,7 @@ def test_distributed_labels_equal_centralized_labels_exactly(step2, variant, how
 
 def test_labels_do_not_depend_on_which_site_holds_the_other_rows():
     X, _ = _shapes(300)
-    res = run_kdc(np.array_split(X, 4), 4, s=200, t=50, seed=1)
+    res = run_kdc(np.array_split(X, 4), 4, s=200, t=50, seed=1, auto=False)
     perm = np.random.default_rng(0).permutation(len(X))
     again = kdc_central(X[perm], res.B, 4, t=50, lo=res.lo, hi=res.hi, seed=1)
     np.testing.assert_array_equal(again.labels[0], np.concatenate(res.labels)[perm])
@@ -197,9 +197,9 @@ def test_labels_do_not_depend_on_which_site_holds_the_other_rows():
 def test_deterministic_under_a_seed_and_the_seed_matters():
     X, _ = _shapes(300)
     data = np.array_split(X, 3)
-    a = run_kdc(data, 4, s=200, t=50, seed=3)
-    b = run_kdc(data, 4, s=200, t=50, seed=3)
-    c = run_kdc(data, 4, s=200, t=50, seed=4)
+    a = run_kdc(data, 4, s=200, t=50, seed=3, auto=False)
+    b = run_kdc(data, 4, s=200, t=50, seed=3, auto=False)
+    c = run_kdc(data, 4, s=200, t=50, seed=4, auto=False)
     assert all(np.array_equal(p, q) for p, q in zip(a.labels, b.labels, strict=True))
     np.testing.assert_array_equal(a.B, b.B)
     assert not np.array_equal(a.B, c.B)
@@ -210,16 +210,16 @@ def test_sample_allocation_edge_cases_and_bad_parameters():
     assert allocate_sample([1, 1, 1], 2).tolist() == [1, 1, 0]  # equal remainders: lower ids
     assert allocate_sample([3, 4], 100).tolist() == [3, 4]  # s >= n: B = D
     X, _ = _shapes(100)
-    res = run_kdc([X[:120], np.empty((0, 2)), X[120:]], 4, s=10_000, psi=16, t=50, seed=0)
+    res = run_kdc([X[:120], np.empty((0, 2)), X[120:]], 4, s=10_000, psi=16, t=50, seed=0, auto=False)
     assert len(res.B) == len(X) and len(res.labels[1]) == 0  # an empty site gets no label
-    one = run_kdc([X], 1, s=100, t=20, seed=0)
+    one = run_kdc([X], 1, s=100, t=20, seed=0, auto=False)
     assert set(one.labels[0].tolist()) == {0}  # k = 1
     with pytest.raises(ValueError, match="psi"):
-        run_kdc([X[:5]], 2, psi=16, t=10)
+        run_kdc([X[:5]], 2, psi=16, t=10, auto=False)
     with pytest.raises(ValueError, match="NaN"):
-        run_kdc([np.full((5, 2), np.nan)], 2)
+        run_kdc([np.full((5, 2), np.nan)], 2, auto=False)
     with pytest.raises(ValueError, match="step2"):
-        run_kdc([X], 2, step2="dbscan")
+        run_kdc([X], 2, step2="dbscan", auto=False)
 
 
 # ------------------------------------------------------------ quality and choice
@@ -227,9 +227,9 @@ def test_label_free_parameter_choice_finds_the_shapes():
     X, y = _shapes(600)
     data = [X[p] for p in np.array_split(np.random.default_rng(0).permutation(len(X)), 5)]
     order = np.concatenate(np.array_split(np.random.default_rng(0).permutation(len(X)), 5))
-    B = run_kdc(data, 4, s=600, t=50, seed=0).B
+    B = run_kdc(data, 4, s=600, t=50, seed=0, auto=False).B
     choice = select_parameters(B, 4, t=100, seed=0)
-    res = run_kdc(data, 4, s=600, psi=choice["psi"], tau=choice["tau"], t=100, seed=0)
+    res = run_kdc(data, 4, s=600, psi=choice["psi"], tau=choice["tau"], t=100, seed=0, auto=False)
     score = nmi(y[order], np.concatenate(res.labels))
     _, labels, info = coreset_kmeans(data, 4, size=200, seed=0)
     baseline = nmi(y[order], np.concatenate(labels))
@@ -243,7 +243,7 @@ def test_label_free_parameter_choice_finds_the_shapes():
 
 def test_parameters_ranked_on_a_subsample_hold_on_the_whole_sample():
     X, _ = _shapes(600)
-    B = run_kdc([X], 4, s=900, t=50, tau=0.7, seed=0).B
+    B = run_kdc([X], 4, s=900, t=50, tau=0.7, seed=0, auto=False).B
     choice = select_parameters(B, 4, t=50, max_points=150, seed=0)
     F = feature_map(build_ik(B, choice["psi"], 50, np.random.default_rng(0)), B)
     cores = kbcc(F, 4, choice["tau"], 50)
@@ -254,8 +254,8 @@ def test_kernel_kmeans_starts_and_blocked_assignment():
     import flwr_clustering.algorithms.kdc as kdc
 
     X, _ = _shapes(300)
-    one = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1)
-    ten = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1, n_init=10)
+    one = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1, auto=False)
+    ten = run_kdc([X], 4, s=300, t=30, step2="kernel-kmeans", seed=1, n_init=10, auto=False)
     F = feature_map(one.model, one.B).toarray()
 
     def inertia(groups):
@@ -273,3 +273,48 @@ def test_kernel_kmeans_starts_and_blocked_assignment():
     finally:
         kdc._ASSIGN_BLOCK = old
     np.testing.assert_array_equal(blocked.labels[0], small.labels[0])
+
+
+def test_no_valid_parameters_falls_back_to_the_closest_and_warns():
+    # 300 rows of a 20-D Gaussian, k = 10: no (psi, tau) gives 10 cores of 2 % (6 rows)
+    # each. The run still clusters, with the grid point whose 10th core is largest.
+    X = np.random.default_rng(0).normal(size=(300, 20))
+    with pytest.warns(RuntimeWarning, match=r"KDC: no \(psi, tau\) on the grid gives 10 "
+                      r"κBCC cores of at least 6 sample rows each; using the closest, "
+                      r"psi=8, tau=0\.55, whose smallest core has 5 rows: a small cluster "
+                      r"may be merged"):
+        res = run_kdc([X[:150], X[150:]], 10, s=300, t=50, seed=0)
+    sel = res.extra["selection"]
+    assert sel["fallback"] is True and sel["run"] == []
+    assert (sel["smallest-core"], sel["min-core-rows"]) == (5, 6)
+    assert [len(r) for r in res.labels] == [150, 150]
+    assert len(res.groups) == 10 and min(len(g) for g in res.groups) == 5
+    # no grid point has even k components: still an error, saying what to change
+    with pytest.raises(ValueError, match=r"no \(psi, tau\) on the grid gives 400 κBCC "
+                       r"components on the 300-row sample: lower k"):
+        select_parameters(res.B, 400, t=20, psi_grid=(4,), tau_grid=(0.5,))
+
+
+def test_the_strategy_warns_on_a_fallback_choice(caplog):
+    import logging
+
+    from flwr_clustering.clients import client_app
+    from flwr_clustering.clients.kdc import KDCClient
+    from flwr_clustering.strategies import KDC
+    from flwr_clustering.testing import InProcessGrid
+
+    X = np.random.default_rng(0).normal(size=(300, 20))
+    parts = [X[:150], X[150:]]
+    app = client_app(lambda ctx: KDCClient(parts[int(ctx.node_config["partition-id"])],
+                                           client_id=int(ctx.node_config["partition-id"])))
+    logger = logging.getLogger("flwr_clustering")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="flwr_clustering"):
+            strategy = KDC(10, min_nodes=2, sample_size=300, t=50)
+            strategy.start(grid=InProcessGrid(app, 2))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert strategy.selection["fallback"] is True
+    assert any("using the closest, psi=8, tau=0.55" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING)

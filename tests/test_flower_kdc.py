@@ -48,7 +48,7 @@ def test_sites_labels_equal_the_pure_loop_and_the_centralized_run(step2, variant
     psi = strategy.selection["psi"] if auto else 16
     tau = strategy.selection["tau"] if auto else strategy.tau
     ref = run_kdc(data, 4, s=300, psi=psi, t=50, tau=tau, step2=step2, variant=variant,
-                  seed=3)
+                  seed=3, auto=False)
     np.testing.assert_array_equal(strategy.B, ref.B)
     for i in range(4):
         np.testing.assert_array_equal(strategy.site_labels[i], ref.labels[i])
@@ -83,7 +83,11 @@ def test_labels_stay_on_the_sites_by_default_and_the_app_writes_results(tmp_path
     data = [load_partition(i, 3, dataset="moons", n_samples=600, partitioner="iid")
             for i in range(3)]
     sel = strategy.selection
-    ref = run_kdc([X for X, _ in data], 2, s=300, psi=sel["psi"], tau=sel["tau"], t=50)
+    # one set of defaults: the pure loop at its defaults makes the App's choice
+    ref = run_kdc([X for X, _ in data], 2, s=300, t=50)
+    assert {key: ref.extra["selection"][key] for key in ("psi", "tau", "run", "fallback")} == {
+        key: sel[key] for key in ("psi", "tau", "run", "fallback")}
+    assert sel["fallback"] is False
     y = np.concatenate([y for _, y in data])
     saved = json.loads((tmp_path / "kdc" / "result.json").read_text())
     assert saved["federated"]["nmi"] == pytest.approx(nmi(y, np.concatenate(ref.labels)))
@@ -119,7 +123,7 @@ def test_a_tiny_site_takes_part_with_an_empty_or_one_row_sample():
     strategy = KDC(4, auto=False, sample_size=100, t=50, tau=0.7, return_labels=True,
                    min_nodes=4, seed=2)
     strategy.start(grid=InProcessGrid(_app(parts), 4))
-    ref = run_kdc(data, 4, s=100, t=50, tau=0.7, seed=2)
+    ref = run_kdc(data, 4, s=100, t=50, tau=0.7, seed=2, auto=False)
     assert strategy.alloc[3] == ref.sample_sizes[3] == 0  # 100 / 601 of one row rounds to 0
     for i in range(4):
         np.testing.assert_array_equal(strategy.site_labels[i], ref.labels[i])

@@ -179,7 +179,7 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 
     local = [X for X, _ in parts]
-    kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans")
+    kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans", auto=False)
     kdc_means = initial_cluster_means(kdc.B, kdc.groups, kdc.lo, kdc.hi)
     for algorithm, overrides, rounds, ref in (
         ("feca", "", 1, run_feca(local, 16).centroids),

@@ -381,7 +381,7 @@ def test_kdc_in_simulation_matches_reference(fkm_run, local_superlink):
     parts = [load_partition(i, NUM_SUPERNODES, dataset="moons", n_samples=600,
                             partitioner="iid") for i in range(NUM_SUPERNODES)]
     sel = res["selection"]
-    ref = run_kdc([X for X, _ in parts], 2, s=300, psi=sel["psi"], tau=sel["tau"], t=50)
+    ref = run_kdc([X for X, _ in parts], 2, s=300, psi=sel["psi"], tau=sel["tau"], t=50, auto=False)
     y = np.concatenate([y for _, y in parts])
     nmi = normalized_mutual_info_score(y, np.concatenate(ref.labels))
     assert res["federated"]["nmi"] == pytest.approx(nmi, abs=1e-12) and nmi > 0.9

@@ -27,6 +27,7 @@ Layer 1: NumPy / SciPy / scikit-learn only, no Flower import.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -287,8 +288,8 @@ def kbcc(F: sp.spmatrix, k: int, tau: float, t: int) -> list[np.ndarray]:
     Raises
     ------
     ValueError
-        With fewer than ``k`` components (the paper leaves this undefined): lower ``tau``
-        or ``psi``.
+        With fewer than ``k`` components (the paper leaves this undefined): raise ``tau``
+        (fewer pairs pass ``IK > tau``) or ``psi`` (smaller cells, lower similarities).
     """
     n_comp, comp = kbcc_components(F, tau, t)
     if n_comp < k:
@@ -533,9 +534,14 @@ def pooled_sample(data: Sequence[np.ndarray], s: int = 10_000, *, normalize: boo
 
 
 def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 16,
-            t: int = 100, tau: float = 0.5, step2: str = "kbcc", variant: str = "anne",
-            normalize: bool = True, seed: int = 0, n_init: int = 1) -> KDCResult:
+            t: int = 100, tau: float = 0.5, auto: bool = True, step2: str = "kbcc",
+            variant: str = "anne", normalize: bool = True, seed: int = 0,
+            n_init: int = 1) -> KDCResult:
     """KDC as a loop over in-memory sites (Framework 2), what the Flower run computes.
+
+    The defaults are :class:`KDCOptions`' (the App's and the strategy's): ``auto`` chooses
+    ``psi`` and ``tau`` on the pooled sample (:func:`select_parameters`); ``auto=False``
+    uses the given ``psi`` and ``tau`` (the paper tuned them per dataset).
 
     Parameters
     ----------
@@ -548,6 +554,9 @@ def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 1
     psi, t, variant : Isolation Kernel parameters.
     tau : float, default 0.5
         κBCC threshold.
+    auto : bool, default True
+        Choose ``psi`` and ``tau`` without labels (``psi`` and ``tau`` are then unused);
+        the choice is in ``extra["selection"]`` and a fallback choice is warned about.
     step2 : {"kbcc", "kernel-kmeans"}, default "kbcc"
     normalize : bool, default True
         Global min-max scaling to [0, 1] (from the sites' per-feature min and max).
@@ -557,11 +566,19 @@ def run_kdc(data: Sequence[np.ndarray], k: int, *, s: int = 10_000, psi: int = 1
         Starts of kernel k-means.
     """
     B, alloc, lo, hi, data = pooled_sample(data, s, normalize=normalize, seed=seed)
+    extra: dict = {}
+    if auto:
+        selection = select_parameters(B, k, t=t, variant=variant, seed=seed)
+        psi, tau = selection["psi"], selection["tau"]
+        extra["selection"] = selection
+        message = selection_warning(selection, k)
+        if message:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
     model, maps, groups = kdc_coordinator(B, k, psi=psi, t=t, tau=tau, step2=step2,
                                           variant=variant, seed=seed, n_init=n_init)
     labels = [kdc_site_assign(X, model, maps, lo, hi) if len(X) else
               np.empty(0, dtype=np.int64) for X in data]
-    return KDCResult(labels, model, maps, groups, B, alloc, lo, hi)
+    return KDCResult(labels, model, maps, groups, B, alloc, lo, hi, extra)
 
 
 def kdc_central(X: np.ndarray, B: np.ndarray, k: int, *, psi: int = 16, t: int = 100,
@@ -587,8 +604,13 @@ TAU_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
 
 
 def _stable_run(B: np.ndarray, k: int, psi: int, t: int, variant: str,
-                taus: Sequence[float], min_core: float, seed: int) -> list[float]:
-    """The longest run of valid ``tau`` with the same step-3 clustering of ``B``."""
+                taus: Sequence[float], min_core: float, seed: int,
+                closest: dict | None = None) -> list[float]:
+    """The longest run of valid ``tau`` with the same step-3 clustering of ``B``.
+
+    ``closest``, if given, is updated with the ``tau`` whose ``k``-th largest κBCC
+    component is the largest (``{"psi", "tau", "core"}``), valid or not.
+    """
     from sklearn.metrics import adjusted_rand_score
 
     need = max(2, math.ceil(min_core * len(B)))
@@ -598,7 +620,10 @@ def _stable_run(B: np.ndarray, k: int, psi: int, t: int, variant: str,
     first = None
     for tau, (n_comp, comp) in zip(taus, kbcc_components_multi(F, taus, t), strict=True):
         groups = _largest(comp, n_comp, k) if n_comp >= k else []
-        if not groups or min(len(g) for g in groups) < need:
+        core = min(len(g) for g in groups) if groups else 0
+        if closest is not None and core > closest.get("core", 0):
+            closest.update(psi=psi, tau=tau, core=core)
+        if not groups or core < need:
             run, first = [], None
             continue
         labels = assign_by_distribution(F, kernel_mean_maps(F, groups))[0]
@@ -632,16 +657,23 @@ def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "an
     recomputed on all of ``B`` with the coordinator's own kernel (more rows join more
     cores), and the first ``psi`` with a valid run there gives the answer.
 
+    When no grid point gives ``k`` cores of ``min_core`` (a class smaller than
+    ``min_core`` of the rows cannot), the closest one is used: the ``(psi, tau)`` whose
+    ``k``-th largest core (on all of ``B``) is the largest, with ``"fallback": True`` and
+    ``"smallest-core"`` (rows) in the result; the caller warns. A run that can produce a
+    clustering is not failed for it.
+
     Returns
     -------
     dict
-        ``{"psi", "tau", "run", "tried"}``; ``run`` is the winning run's ``tau`` values
-        (on all of ``B``), ``tried`` every ``psi``'s run on the subsample.
+        ``{"psi", "tau", "run", "tried", "fallback"}``; ``run`` is the winning run's ``tau``
+        values (on all of ``B``; empty for a fallback), ``tried`` every ``psi``'s run on the
+        subsample; a fallback adds ``"smallest-core"`` and ``"min-core-rows"``.
 
     Raises
     ------
     ValueError
-        If no grid point gives ``k`` such cores.
+        If no grid point gives ``k`` κBCC components at all.
     """
     B = check_data(B, name="pooled sample")
     taus = sorted(float(x) for x in tau_grid)
@@ -661,9 +693,29 @@ def select_parameters(B: np.ndarray, k: int, *, t: int = 100, variant: str = "an
         run = (cand["run"] if sub is B else
                _stable_run(B, k, cand["psi"], t, variant, taus, min_core, seed))
         if run:
-            return {"psi": cand["psi"], "tau": run[len(run) // 2], "run": run, "tried": tried}
-    raise ValueError(f"no (psi, tau) on the grid gives {k} κBCC cores of at least "
-                     f"{min_core:.0%} of the sample each")
+            return {"psi": cand["psi"], "tau": run[len(run) // 2], "run": run, "tried": tried,
+                    "fallback": False}
+    closest: dict = {}
+    for psi in psi_grid:
+        if psi <= len(B):
+            _stable_run(B, k, int(psi), t, variant, taus, min_core, seed, closest=closest)
+    if not closest:
+        raise ValueError(f"no (psi, tau) on the grid gives {k} κBCC components on the "
+                         f"{len(B)}-row sample: lower k, or give more rows (sample-size)")
+    return {"psi": int(closest["psi"]), "tau": float(closest["tau"]), "run": [],
+            "tried": tried, "fallback": True, "smallest-core": int(closest["core"]),
+            "min-core-rows": max(2, math.ceil(min_core * len(B)))}
+
+
+def selection_warning(selection: dict, k: int) -> str | None:
+    """The warning of a fallback :func:`select_parameters` choice (``None`` otherwise)."""
+    if not selection.get("fallback"):
+        return None
+    return (f"KDC: no (psi, tau) on the grid gives {k} κBCC cores of at least "
+            f"{selection['min-core-rows']} sample rows each; using the closest, "
+            f"psi={selection['psi']}, tau={selection['tau']:.2f}, whose smallest core has "
+            f"{selection['smallest-core']} rows: a small cluster may be merged into another "
+            "(set kdc-auto=false with psi and tau, lower k, or raise sample-size)")
 
 
 # ------------------------------------------------------------------- baseline

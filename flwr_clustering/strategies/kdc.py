@@ -25,6 +25,7 @@ from ..algorithms.kdc import (
     kdc_site_assign,
     run_kdc,
     select_parameters,
+    selection_warning,
 )
 from ..clients.kdc import KDCClient
 from ..metrics import aggregate_evaluation_stats
@@ -172,8 +173,12 @@ class KDC(ClusteringStrategy):
                 self.selection = select_parameters(self.B, self.k, t=self.t,
                                                    variant=self.variant, seed=self.seed)
                 psi, tau = self.selection["psi"], self.selection["tau"]
-                logger.info("KDC: chose psi=%d, tau=%.2f without labels (stable over tau %s)",
-                            psi, tau, self.selection["run"])
+                message = selection_warning(self.selection, self.k)
+                if message:
+                    logger.warning(message)
+                else:
+                    logger.info("KDC: chose psi=%d, tau=%.2f without labels (stable over "
+                                "tau %s)", psi, tau, self.selection["run"])
             self.model, self.maps, self.groups = kdc_coordinator(
                 self.B, self.k, psi=psi, t=self.t, tau=tau, step2=self.step2,
                 variant=self.variant, seed=self.seed)
