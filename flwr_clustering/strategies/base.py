@@ -41,6 +41,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from .. import diagnostics as _diagnostics
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
 from ..options import Options, option
@@ -139,6 +140,16 @@ class ClusteringStrategy(Strategy):
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
     #: iterative algorithms whose whole between-round state the state dict holds.
     resumable: bool = False
+    #: The options (field names of :attr:`Options`) that address each anomaly of
+    #: :meth:`diagnose`; the warnings name their run-config keys. Fields the algorithm
+    #: does not have are left out. Anomalies: ``non-finite``, ``fewer-centroids``,
+    #: ``collapse``, ``empty``, ``round-cap``, ``withheld``, ``dropped``, ``consensus``,
+    #: ``cores`` (see :func:`flwr_clustering.diagnostics.warnings_from`).
+    advice: dict[str, tuple[str, ...]] = {
+        "non-finite": ("k",), "fewer-centroids": ("k",), "collapse": ("k",),
+        "empty": ("k",), "round-cap": ("max_rounds", "tol"),
+        "withheld": ("privacy_threshold",),
+    }
 
     def __init__(
         self,
@@ -218,6 +229,12 @@ class ClusteringStrategy(Strategy):
         self._expect_stats = True
         self._client_of: dict[int, int] = {}
         self.stopped = False
+        self.diagnostics: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        #: ``{client: reason}`` of every client without a valid reply in the run (latest).
+        self.run_absent: dict[str, str] = {}
+        #: The clients' statistics of the last federated evaluation (counts and sums).
+        self.evaluation_stats: list[dict[str, Any]] = []
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -582,6 +599,10 @@ class ClusteringStrategy(Strategy):
         self.last_absent = {**{n: problems[n] for n in sorted(problems)},
                             **{n: f"did not reply within round-timeout={timeout:g} s"
                                for n in missing}}
+        if not hasattr(self, "run_absent"):
+            self.run_absent = {}
+        for node, why in self.last_absent.items():
+            self.run_absent[self.who(node)] = f"round {server_round} {kind}: {why}"
         floor = self.min_nodes if min_replies is None else int(min_replies)
         if len(valid) < floor:
             parts = []
@@ -677,6 +698,8 @@ class ClusteringStrategy(Strategy):
             "shift": self.last_shift,
             **self.round_info(server_round, valid),
         }
+        if self.last_absent:  # who sent no valid reply in this round's train exchange, why
+            record["absent"] = {self.who(n): why for n, why in self.last_absent.items()}
         self.history.append(record)
         logger.info(
             "round %d: %d clients, %d centroids, shift %.3g",
@@ -733,6 +756,7 @@ class ClusteringStrategy(Strategy):
             return None
         metrics = aggregate_evaluation_stats([r.stats for r in with_stats])
         metrics.update(self.evaluation_extras(with_stats))
+        self.evaluation_stats = [r.stats for r in with_stats]
         if self.history:
             self.history[-1]["metrics"] = metrics
         self.final_metrics = metrics
@@ -790,6 +814,99 @@ class ClusteringStrategy(Strategy):
 
     def result_summary(self) -> dict[str, Any]:
         """Extra entries of ``result.json`` (override to add)."""
+        return {}
+
+    # ------------------------------------------------------------ diagnostics
+    def diagnose(self) -> dict[str, Any]:
+        """Check the finished run for degenerate results; log and keep every anomaly.
+
+        Called by :meth:`start` after the final federated evaluation. Everything comes
+        from the model and the clients' additive statistics (counts and sums, no row):
+        see :mod:`flwr_clustering.diagnostics` for the rules. Each anomaly is one WARNING
+        line of the library's logger and one sentence of :attr:`warnings`, naming the
+        cause and the run-config option(s) that address it (:attr:`advice`).
+
+        Returns
+        -------
+        dict
+            :attr:`diagnostics`: ``k``; ``centroids`` (rows of the model);
+            ``non-finite-entries``; ``distinct-centres`` and ``distinct-tolerance``;
+            ``data-scale`` (RMS distance of the rows to their mean); ``cluster-counts``
+            and ``non-empty-clusters`` (``None`` without a final evaluation); ``sse``,
+            ``sst`` (total sum of squares) and ``sse-ratio`` (``sse / sst``);
+            ``rounds``, ``num-rounds``, ``iterative``, ``converged`` (``None`` where no
+            tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
+            (``{client: reason}``), ``withheld`` and ``dropped`` (client counts); plus
+            the algorithm's own (:meth:`diagnostic_extras`).
+        """
+        try:
+            diag = self._diagnostics()
+            diag.update(self.diagnostic_extras(diag))
+            keys = self.Options.fields_by_key()
+            by_field = {f.name: key for key, f in keys.items()}
+            advice = {anomaly: tuple(by_field[name] for name in names if name in by_field)
+                      for anomaly, names in self.advice.items()}
+            warnings = _diagnostics.warnings_from(diag, advice, type(self).__name__)
+        except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
+            logger.exception("diagnostics failed")
+            diag, warnings = {}, [f"{type(self).__name__}: the diagnostics could not be "
+                                  f"computed: {type(ex).__name__}: {ex}"]
+        for text in warnings:
+            logger.warning("%s", text)
+        self.diagnostics, self.warnings = diag, warnings
+        return diag
+
+    def _diagnostics(self) -> dict[str, Any]:
+        """The algorithm-independent part of :meth:`diagnose`."""
+        C = self.centroids
+        k = int(getattr(self, "k", 0) or 0)
+        stats = list(getattr(self, "evaluation_stats", []) or [])
+        n = int(sum(int(s["num-examples"]) for s in stats)) if stats else None
+        sst = _diagnostics.total_sum_of_squares(stats)
+        scale = _diagnostics.data_scale(sst, n, C)
+        counts = _diagnostics.pooled_counts(stats, k)
+        sse = self.final_metrics.get("sse") if stats else None
+        last = int(self.history[-1]["round"]) if self.history else 0
+        iterative = self.protocol_rounds() is None
+        converged = None
+        if iterative and self.tol >= 0 and self.history:
+            converged = bool(self.converged(last))
+        absent = dict(getattr(self, "run_absent", {}))
+        withheld = sum("privacy" in why for why in absent.values())
+        return {
+            "k": k,
+            "centroids": 0 if C is None else int(len(C)),
+            "non-finite-entries": _diagnostics.non_finite_entries(C),
+            "distinct-centres": _diagnostics.distinct_centres(C, scale),
+            "distinct-tolerance": _diagnostics.DISTINCT_RTOL * (scale or 0.0),
+            "data-scale": scale,
+            "cluster-counts": None if counts is None else [int(c) for c in counts],
+            "non-empty-clusters": _diagnostics.nonempty_clusters(counts),
+            "sse": None if sse is None else float(sse),
+            "sst": sst,
+            "sse-ratio": (float(sse) / sst if sse is not None and sst else None),
+            "rounds": last,
+            "num-rounds": int(getattr(self, "num_rounds", self.max_rounds)),
+            "iterative": iterative,
+            "converged": converged,
+            "round-cap-hit": bool(converged is False and self.early_stop
+                                  and last >= int(getattr(self, "num_rounds", 0))),
+            "last-shift": (float(self.last_shift) if iterative and np.isfinite(self.last_shift)
+                           else None),
+            "tol": self.tol,
+            "absent": absent,
+            "withheld": int(withheld),
+            "dropped": int(len(absent) - withheld),
+        }
+
+    def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
+        """The algorithm's own diagnostics (override; DGC's consensus, KDC's cores).
+
+        Parameters
+        ----------
+        diagnostics : dict
+            The common part (``data-scale`` among others).
+        """
         return {}
 
     def initialize_parameters(self, client_manager):
@@ -985,6 +1102,8 @@ class ClusteringStrategy(Strategy):
             if stop or self.evaluate_every_round:
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
                                         timeout=timeout)
+            if stop:
+                self.diagnose()
             if evaluate_fn is not None:
                 server_metrics = evaluate_fn(rnd, arrays)
                 if server_metrics is not None:
