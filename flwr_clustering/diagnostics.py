@@ -12,8 +12,8 @@ What is checked, and the rule of each check:
 - **distinct centres**: centres closer than ``DISTINCT_RTOL`` times the data's scale count
   as one (:func:`distinct_centres`). The scale is the RMS distance of the pooled rows to
   their mean, ``sqrt(SST / n)``, computed exactly from the clients' additive sums
-  (:func:`total_sum_of_squares`); when the clients sent no sums, the RMS distance of the
-  centres to their own mean. Merging is transitive (single linkage).
+  (:func:`total_sum_of_squares`); when the clients sent no sums, a guess from the centres
+  (:func:`data_scale`). Merging is transitive (single linkage).
 - **SSE / SST**: the federated SSE over the total sum of squares about the pooled mean
   (the fraction of the variance the clustering leaves unexplained; 1 for one centre at
   the mean).
@@ -114,9 +114,12 @@ def total_sum_of_squares(stats: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) -> float | None:
-    """The data's scale: ``sqrt(SST / n)``, else the RMS distance of ``C`` to its mean.
+    """The data's scale: ``sqrt(SST / n)``, else from the centres ``C``.
 
-    Returns ``None`` when neither is available.
+    Without the clients' sums (no final evaluation, or rows with missing features) the
+    scale is the larger of the centres' RMS distance to their mean and their RMS norm: a
+    guess, which cannot see a collapse of every centre near the origin. Returns ``None``
+    when neither is available.
     """
     if sst is not None and n:
         return math.sqrt(max(sst, 0.0) / n)
@@ -126,7 +129,8 @@ def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) ->
     rows = C[np.isfinite(C).all(axis=1)]
     if len(rows) == 0:
         return None
-    return float(np.sqrt(np.mean(np.sum((rows - rows.mean(axis=0)) ** 2, axis=1))))
+    spread = float(np.sqrt(np.mean(np.sum((rows - rows.mean(axis=0)) ** 2, axis=1))))
+    return max(spread, float(np.sqrt(np.mean(np.sum(rows**2, axis=1)))))
 
 
 def distinct_centres(C: np.ndarray | None, scale: float | None,

@@ -140,7 +140,8 @@ def test_mavg_client_withheld_under_the_privacy_threshold_is_reported(caplog):
     d = est.diagnostics_
     assert d["withheld"] == 1 and d["dropped"] == 0
     assert list(d["absent"]) == ["client 3 (node 103)"]
-    assert "privacy threshold" in est.history_[0]["absent"]["client 3 (node 103)"]
+    assert "privacy threshold" in d["absent"]["client 3 (node 103)"]
+    assert est.history_[0]["withheld"] == 1 and est.history_[0]["dropped"] == 1
     _warned_once(est, lines, "1 client(s) withheld", "'privacy-threshold'")
 
 
@@ -154,16 +155,19 @@ def test_fkm_round_cap_is_reported(caplog):
 
 
 # ------------------------------------------------------------ runs that do not
-def test_fkm_on_separated_blobs_matches_kmeans_without_warning(caplog):
-    X, _ = make_blobs(1200, centers=6, n_features=4, cluster_std=0.5, random_state=1)
-    est, lines = _fit(caplog, "fkm", 6, _iid(X, 4))
-    km = KMeans(6, n_init=10, random_state=0).fit(X)
+@pytest.mark.parametrize("algorithm", ["fkm", "feca", "ffcm"])
+def test_separated_blobs_match_kmeans_without_warning(caplog, algorithm):
+    X, _ = make_blobs(2000, centers=8, n_features=10, random_state=0)
+    est, lines = _fit(caplog, algorithm, 8, _iid(X, 4))
+    km = KMeans(8, n_init=10, random_state=0).fit(X)
     d = est.diagnostics_
     assert d["sse"] <= 1.10 * km.inertia_
     assert d["sse-ratio"] == pytest.approx(km.inertia_ / np.sum((X - X.mean(0)) ** 2),
                                            rel=0.10)
-    assert d["converged"] is True and not d["round-cap-hit"]
-    assert d["non-empty-clusters"] == d["distinct-centres"] == 6
+    assert d["non-empty-clusters"] == d["distinct-centres"] == d["centroids"] == 8
+    assert d["non-finite-entries"] == 0 and d["absent"] == {}
+    if algorithm != "feca":  # iterative, with a tol
+        assert d["converged"] is True and not d["round-cap-hit"]
     assert est.warnings_ == [] and lines == []
 
 

@@ -698,8 +698,14 @@ class ClusteringStrategy(Strategy):
             "shift": self.last_shift,
             **self.round_info(server_round, valid),
         }
-        if self.last_absent:  # who sent no valid reply in this round's train exchange, why
-            record["absent"] = {self.who(n): why for n, why in self.last_absent.items()}
+        # clients that withheld their reply under the privacy threshold ("dropped" counts
+        # every reply without a valid payload; the reasons are in ``diagnostics["absent"]``)
+        withheld = sum("privacy" in why for why in self.last_absent.values())
+        if withheld:
+            record["withheld"] = int(withheld)
+        if any("withheld" in r.metrics for r in valid):  # clients that report it (FeCA)
+            record["withheld-centroids"] = int(sum(int(r.metrics.get("withheld", 0))
+                                                   for r in valid))
         self.history.append(record)
         logger.info(
             "round %d: %d clients, %d centroids, shift %.3g",
@@ -836,7 +842,9 @@ class ClusteringStrategy(Strategy):
             ``sst`` (total sum of squares) and ``sse-ratio`` (``sse / sst``);
             ``rounds``, ``num-rounds``, ``iterative``, ``converged`` (``None`` where no
             tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
-            (``{client: reason}``), ``withheld`` and ``dropped`` (client counts); plus
+            (``{client: reason}``), ``withheld`` and ``dropped`` (client counts),
+            ``withheld-centroids`` (local centroids kept back under the privacy threshold,
+            where the clients report it: FeCA); plus
             the algorithm's own (:meth:`diagnostic_extras`).
         """
         try:
@@ -897,6 +905,8 @@ class ClusteringStrategy(Strategy):
             "absent": absent,
             "withheld": int(withheld),
             "dropped": int(len(absent) - withheld),
+            "withheld-centroids": int(sum(int(h.get("withheld-centroids", 0))
+                                          for h in self.history)),
         }
 
     def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
