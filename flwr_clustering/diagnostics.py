@@ -109,8 +109,8 @@ def total_sum_of_squares(stats: Sequence[Mapping[str, Any]]) -> float | None:
     between = 0.0
     for n_i, s_i in zip(n, sums_array, strict=True):
         if n_i > 0:
-            between += n_i * float(np.sum((s_i / n_i - mean) ** 2))
-    return math.fsum(float(s["sst-local"]) for s in stats) + between
+            between += float(n_i) * float(np.sum((s_i / n_i - mean) ** 2))
+    return float(math.fsum(float(s["sst-local"]) for s in stats) + between)
 
 
 def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) -> float | None:

@@ -169,6 +169,17 @@ def test_separated_blobs_match_kmeans_without_warning(caplog, algorithm):
     if algorithm != "feca":  # iterative, with a tol
         assert d["converged"] is True and not d["round-cap-hit"]
     assert est.warnings_ == [] and lines == []
+    json.dumps(d, allow_nan=False)  # plain JSON values (Python scalars, lists, dicts)
+
+
+def test_without_the_final_evaluation_nothing_is_guessed(caplog):
+    X, _ = make_blobs(600, centers=3, n_features=3, cluster_std=0.5, random_state=0)
+    est, lines = _fit(caplog, "fkm", 3, _iid(X, 3), evaluate=False)
+    d = est.diagnostics_
+    assert d["non-empty-clusters"] is None and d["cluster-counts"] is None
+    assert d["sse"] is None and d["sst"] is None and d["sse-ratio"] is None
+    assert d["distinct-centres"] == 3 and d["data-scale"] > 0  # from the centres
+    assert est.warnings_ == [] and lines == []
 
 
 def test_kdc_reports_its_parameters_and_cores(caplog):
