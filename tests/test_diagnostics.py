@@ -182,6 +182,25 @@ def test_without_the_final_evaluation_nothing_is_guessed(caplog):
     assert est.warnings_ == [] and lines == []
 
 
+def test_a_strategy_keeps_diagnostics_of_the_final_evaluation_only():
+    """Per-round evaluations with statistics, a final one without: no stale counts."""
+    from flwr_clustering.clients.base import client_app
+    from flwr_clustering.clients.fkm import FedKMeansClient
+    from flwr_clustering.strategies.fkm import FedKMeans
+    from flwr_clustering.testing import InProcessGrid
+
+    X, _ = make_blobs(300, centers=3, n_features=2, cluster_std=0.5, random_state=0)
+    parts = _iid(X, 3)
+    app = client_app(lambda ctx: FedKMeansClient(parts[int(ctx.node_config["partition-id"])],
+                                                 client_id=int(ctx.node_config["partition-id"])))
+    strategy = FedKMeans(3, min_nodes=3, max_rounds=3, tol=-1.0, evaluate=False,
+                         evaluate_every_round=True)
+    strategy.start(grid=InProcessGrid(app, 3))
+    assert strategy.diagnostics["cluster-counts"] is None
+    assert strategy.diagnostics["converged"] is None  # tol < 0: no convergence test
+    assert strategy.warnings == []
+
+
 def test_kdc_reports_its_parameters_and_cores(caplog):
     from sklearn.datasets import make_moons
 

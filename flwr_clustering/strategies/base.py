@@ -129,6 +129,11 @@ class ClusteringStrategy(Strategy):
     The round cap is the option ``max_rounds`` of iterative algorithms; a fixed protocol
     returns its round count from :meth:`protocol_rounds` instead. The convergence
     tolerance is the option ``tol`` where the algorithm has one (else never early).
+
+    After :meth:`start`, ``diagnostics`` (a dict) and ``warnings`` (a list of sentences)
+    hold the end-of-run checks of :meth:`diagnose`: degenerate results (collapsed, empty or
+    NaN centres, the round cap hit, clients withheld or dropped, ...) are detected from
+    counts and sums, logged as WARNINGs and named with the option that addresses them.
     """
 
     #: Short name used in logs and results.
@@ -759,6 +764,7 @@ class ClusteringStrategy(Strategy):
                     "round %d evaluate: client %d sent no clustering statistics (lacks %s); "
                     "left out of the metrics", server_round, r.client_id, missing)
         if not with_stats:
+            self.evaluation_stats = []  # the diagnostics must not read an older evaluation
             return None
         metrics = aggregate_evaluation_stats([r.stats for r in with_stats])
         metrics.update(self.evaluation_extras(with_stats))
