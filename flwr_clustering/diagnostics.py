@@ -230,6 +230,11 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
         say(f"{len(withheld)} client(s) withheld their reply under the privacy threshold "
             f"({'; '.join(f'{c}: {why}' for c, why in withheld.items())}); the model is "
             "built without them", "withheld")
+    empty_uploads = diag.get("empty-uploads") or 0
+    if empty_uploads:
+        say(f"{empty_uploads} client(s) uploaded no centroid in the last round (every local "
+            "cluster had fewer rows than the privacy threshold): their rows shaped no "
+            "centroid", "withheld")
     if dropped:
         say(f"{len(dropped)} client(s) sent no valid reply "
             f"({'; '.join(f'{c}: {why}' for c, why in dropped.items())}); the model is built "

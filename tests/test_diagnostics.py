@@ -145,6 +145,16 @@ def test_mavg_client_withheld_under_the_privacy_threshold_is_reported(caplog):
     _warned_once(est, lines, "1 client(s) withheld", "'privacy-threshold'")
 
 
+def test_fkm_client_whose_clusters_are_all_under_the_privacy_threshold_is_reported(caplog):
+    X, _ = make_blobs(600, centers=3, n_features=2, cluster_std=0.5, random_state=0)
+    parts = [*_iid(X[:-1], 3), X[-1:]]  # client 3 holds one row: it can never upload it
+    est, lines = _fit(caplog, "fkm", 3, parts)
+    assert est.diagnostics_["empty-uploads"] == 1
+    assert all(h["empty-uploads"] == 1 for h in est.history_)
+    assert est.diagnostics_["absent"] == {}  # it replied, with nothing
+    _warned_once(est, lines, "1 client(s) uploaded no centroid", "'privacy-threshold'")
+
+
 def test_fkm_round_cap_is_reported(caplog):
     X, _ = make_blobs(1000, centers=10, n_features=5, cluster_std=2.0, random_state=0)
     est, lines = _fit(caplog, "fkm", 10, np.array_split(X, 4), max_rounds=2)

@@ -850,7 +850,9 @@ class ClusteringStrategy(Strategy):
             tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
             (``{client: reason}``), ``withheld`` and ``dropped`` (client counts),
             ``withheld-centroids`` (local centroids kept back under the privacy threshold,
-            where the clients report it: FeCA); plus
+            where the clients report it: FeCA), ``empty-uploads`` (clients of the last
+            round that sent no centroid, every local cluster under the privacy threshold:
+            FKM); plus
             the algorithm's own (:meth:`diagnostic_extras`).
         """
         try:
@@ -913,6 +915,8 @@ class ClusteringStrategy(Strategy):
             "dropped": int(len(absent) - withheld),
             "withheld-centroids": int(sum(int(h.get("withheld-centroids", 0))
                                           for h in self.history)),
+            "empty-uploads": int(self.history[-1].get("empty-uploads", 0)
+                                 if self.history else 0),
         }
 
     def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
