@@ -19,11 +19,16 @@ What is checked, and the rule of each check:
   the mean).
 - **round cap**: an iterative run with a tolerance that stopped at its round cap before
   its convergence test held.
+- **fewer centroids than k**: the model has fewer rows than ``k`` (FeCA's groups, FKM's
+  uploads).
 - **clients absent**: clients without a valid reply in some exchange of the run, with the
-  reason; a reason that mentions the privacy threshold counts as *withheld*.
+  reason; a reason that mentions the privacy threshold counts as *withheld*. FKM also
+  counts the clients of the last round that uploaded no centroid (every local cluster
+  under the privacy threshold).
 - **consensus** (DGC): the paper's consensus distance (the largest distance between two
   nodes' versions of one centre) relative to the data's scale; above
   ``CONSENSUS_RTOL`` the nodes disagree.
+- **cores** (KDC): the kBCC cores found, with the (psi, tau) used; fewer than ``k`` warns.
 
 :func:`warnings_from` turns anomalies into one sentence each, naming the cause and the
 run-config option(s) that address it.
@@ -175,8 +180,8 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
         The diagnostics (see :meth:`ClusteringStrategy.diagnose
         <flwr_clustering.strategies.base.ClusteringStrategy.diagnose>`): ``k``,
         ``centroids``, ``non-finite-entries``, ``non-empty-clusters``, ``distinct-centres``,
-        ``round-cap-hit``, ``last-shift``, ``tol``, ``absent``, ``consensus-relative``,
-        ``cores``.
+        ``round-cap-hit``, ``last-shift``, ``tol``, ``absent``, ``empty-uploads``,
+        ``consensus-relative``, ``cores``.
     advice : mapping
         ``{anomaly: run-config keys}`` for the anomalies ``non-finite``, ``empty``,
         ``collapse``, ``fewer-centroids``, ``round-cap``, ``withheld``, ``dropped``,

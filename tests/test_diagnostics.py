@@ -176,6 +176,7 @@ def test_separated_blobs_match_kmeans_without_warning(caplog, algorithm):
                                            rel=0.10)
     assert d["non-empty-clusters"] == d["distinct-centres"] == d["centroids"] == 8
     assert d["non-finite-entries"] == 0 and d["absent"] == {}
+    assert d["largest-cluster-share"] == pytest.approx(1 / 8, abs=0.01)
     if algorithm != "feca":  # iterative, with a tol
         assert d["converged"] is True and not d["round-cap-hit"]
     assert est.warnings_ == [] and lines == []

@@ -844,7 +844,9 @@ class ClusteringStrategy(Strategy):
             :attr:`diagnostics`: ``k``; ``centroids`` (rows of the model);
             ``non-finite-entries``; ``distinct-centres`` and ``distinct-tolerance``;
             ``data-scale`` (RMS distance of the rows to their mean); ``cluster-counts``
-            and ``non-empty-clusters`` (``None`` without a final evaluation); ``sse``,
+            and ``non-empty-clusters`` (``None`` without a final evaluation),
+            ``largest-cluster-share`` (rows of the largest cluster over all; reported,
+            not warned about: some data has one dominant cluster); ``sse``,
             ``sst`` (total sum of squares) and ``sse-ratio`` (``sse / sst``);
             ``rounds``, ``num-rounds``, ``iterative``, ``converged`` (``None`` where no
             tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
@@ -898,6 +900,8 @@ class ClusteringStrategy(Strategy):
             "data-scale": scale,
             "cluster-counts": None if counts is None else [int(c) for c in counts],
             "non-empty-clusters": _diagnostics.nonempty_clusters(counts),
+            "largest-cluster-share": (float(counts.max() / counts.sum())
+                                      if counts is not None and counts.sum() else None),
             "sse": None if sse is None else float(sse),
             "sst": sst,
             "sse-ratio": (float(sse) / sst if sse is not None and sst else None),
