@@ -152,6 +152,21 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     metrics_ : dict
         The federated evaluation of the final model (the App's ``result.json``
         ``"federated"``): SSE, and with ``labels`` also ARI, NMI, purity, accuracy.
+    diagnostics_ : dict
+        The run's diagnostics (the App's ``result.json`` ``"diagnostics"``), from counts and
+        sums only: ``non-empty-clusters`` of ``k`` and ``cluster-counts``,
+        ``distinct-centres`` (centres closer than 1e-6 times the data's RMS spread count as
+        one), ``non-finite-entries``, ``sse``, ``sst`` and ``sse-ratio`` (SSE over the
+        total sum of squares), ``converged``/``round-cap-hit`` with ``last-shift``
+        (iterative algorithms with a ``tol``), ``absent``/``withheld``/``dropped`` clients
+        with the reason, and per algorithm DGC's ``consensus-distance`` and
+        ``consensus-relative``, KDC's ``psi``, ``tau`` and ``cores``
+        (:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.diagnose`).
+    warnings_ : list of str
+        One sentence per degenerate result (collapsed or empty centres, NaN entries, the
+        round cap hit, clients withheld or dropped, no consensus, too few cores), naming
+        the cause and the option to change; empty when nothing is wrong. Each was also
+        logged as a WARNING of the ``flwr_clustering`` logger.
     n_iter_ : int
         Train rounds run.
     n_features_in_ : int
@@ -412,6 +427,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.user_centers_ = None if models is None else np.array(models, dtype=np.float64)
         self.history_ = strategy.history
         self.metrics_ = dict(strategy.final_metrics)
+        self.diagnostics_ = dict(strategy.diagnostics)
+        self.warnings_ = list(strategy.warnings)
         self.n_iter_ = int(strategy.history[-1]["round"]) if strategy.history else 0
         return self
 

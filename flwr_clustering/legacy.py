@@ -670,6 +670,7 @@ class LegacyStrategy(LegacyFlowerStrategy):
     def _finish(self) -> None:
         s = self.strategy
         s.seconds = time.monotonic() - self._t0
+        s.diagnose()  # as start() does after the final evaluation
         if s.history:
             logger.info("%s finished: %d rounds in %.2f s", s.name, s.history[-1]["round"],
                         s.seconds)

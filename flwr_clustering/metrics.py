@@ -39,6 +39,7 @@ __all__ = [
     "local_evaluation_stats",
     "matched_centroid_error",
     "matched_centroid_mse",
+    "moment_stats",
     "model_contingencies",
     "nmi_from_contingency",
     "per_model_metrics",
@@ -432,7 +433,8 @@ def local_evaluation_stats(
     -------
     dict
         ``"num-examples"`` (int), ``"sse"`` (float), ``"silhouette-sum"`` (float, sum of
-        simplified silhouette values), ``"cluster-counts"`` (int64, length k), and with ``y``:
+        simplified silhouette values), ``"cluster-counts"`` (int64, length k), ``"sum-x"`` and
+        ``"sst-local"`` (:func:`moment_stats`, for the pooled total sum of squares), and with ``y``:
         ``"contingency"`` (int64, (k, n_classes)) and ``"ari-local"`` (float, the paper's
         per-client ARI of the nearest-centroid labels vs ``y``; 0.0 for an empty client,
         which has weight 0).
@@ -442,7 +444,33 @@ def local_evaluation_stats(
     ValueError
         On malformed data, centroids or labels.
     """
-    return evaluation_stats_from_distances(squared_distances(X, C), y, n_classes)
+    stats = evaluation_stats_from_distances(squared_distances(X, C), y, n_classes)
+    stats.update(moment_stats(X))
+    return stats
+
+
+def moment_stats(X: np.ndarray) -> dict[str, float | np.ndarray]:
+    """A client's sums for the pooled total sum of squares (never a row).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        The client's data (may be empty).
+
+    Returns
+    -------
+    dict
+        ``"sum-x"`` (float64, ``(d,)``: the sum of the rows) and ``"sst-local"`` (float: the
+        rows' sum of squares about their own mean). Additive through
+        :func:`flwr_clustering.diagnostics.total_sum_of_squares`. For a client of one row
+        ``sum-x`` is that row, as the mean of FFCM's moments phase is.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or len(X) == 0:
+        d = X.shape[1] if X.ndim == 2 else 0
+        return {"sum-x": np.zeros(d), "sst-local": 0.0}
+    total = X.sum(axis=0)
+    return {"sum-x": total, "sst-local": float(np.sum((X - total / len(X)) ** 2))}
 
 
 def evaluation_stats_from_distances(

@@ -96,11 +96,15 @@ EVALUATION_METRICS = (
     "`sse` float: sum of squared distances to the nearest centroid",
     "`silhouette-sum` float: sum of the simplified silhouette values",
     "`ari-local` float: ARI of the local labels (only with ground-truth labels)",
+    "`sst-local` float: sum of squares of the local rows about their own mean (for the "
+    "pooled total sum of squares of the diagnostics)",
 )
 #: ... and in its ``stats`` record.
 EVALUATION_STATS = (
     "`cluster-counts` (k,) int64: rows nearest to each centroid",
     "`contingency` (k, n_classes) int64: clusters x true classes (only with labels)",
+    "`sum-x` (d,) float64: sum of the local rows (with `sst-local`, the pooled total sum "
+    "of squares, exactly)",
 )
 
 #: The messages every algorithm shares (unless its own protocol lists a variant).

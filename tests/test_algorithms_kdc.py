@@ -316,5 +316,9 @@ def test_the_strategy_warns_on_a_fallback_choice(caplog):
     finally:
         logger.removeHandler(caplog.handler)
     assert strategy.selection["fallback"] is True
+    assert strategy.diagnostics["selection-fallback"] is True
+    logged = {r.getMessage() for r in caplog.records if "using the closest" in r.getMessage()}
+    assert [w for w in strategy.warnings if "using the closest" in w] == sorted(logged)
+    assert len(logged) == 1
     assert any("using the closest, psi=8, tau=0.55" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING)

@@ -183,6 +183,7 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
         summary.update({
             "config": strategy.describe(), "rounds": len(strategy.history),
             "federated": strategy.final_metrics,
+            "warnings": list(getattr(strategy, "warnings", [])),
         })
     summary["run-config"] = run_config
     path = Path(out_dir) / "result.json"

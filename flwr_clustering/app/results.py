@@ -2,7 +2,9 @@
 
 :func:`save_results` writes what a finished strategy hands back: the model
 (``centroids.npz`` with every round), ``history.json``, ``result.json`` (configuration,
-federated metrics and the extras the caller passes, e.g. the centralized baseline),
+federated metrics, the run's ``diagnostics`` and ``warnings`` (a list of sentences, empty
+when nothing is wrong; :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.diagnose`)
+and the extras the caller passes, e.g. the centralized baseline),
 ``clusters.png``, the strategy's ``artifacts()`` (e.g. DGC's ``nodes.npz``, KDC's
 ``kdc_model.npz``, DeepFeCA's ``model.npz``) and, where the strategy names per-round
 series in ``curves``, ``training.png``.
@@ -50,6 +52,8 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
         "seconds": getattr(strategy, "seconds", None),
         "federated": strategy.final_metrics,
         **strategy.result_summary(),
+        "diagnostics": getattr(strategy, "diagnostics", {}),
+        "warnings": list(getattr(strategy, "warnings", [])),
         **extra,
     }
     paths = save_run(out_dir, strategy.centroids, strategy.centroid_history, strategy.history,

@@ -41,6 +41,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from .. import diagnostics as _diagnostics
 from ..clients.base import DATA_SOURCE_PHASE
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
@@ -148,6 +149,11 @@ class ClusteringStrategy(Strategy):
     The round cap is the option ``max_rounds`` of iterative algorithms; a fixed protocol
     returns its round count from :meth:`protocol_rounds` instead. The convergence
     tolerance is the option ``tol`` where the algorithm has one (else never early).
+
+    After :meth:`start`, ``diagnostics`` (a dict) and ``warnings`` (a list of sentences)
+    hold the end-of-run checks of :meth:`diagnose`: degenerate results (collapsed, empty or
+    NaN centres, the round cap hit, clients withheld or dropped, ...) are detected from
+    counts and sums, logged as WARNINGs and named with the option that addresses them.
     """
 
     #: Short name used in logs and results.
@@ -159,6 +165,16 @@ class ClusteringStrategy(Strategy):
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
     #: iterative algorithms whose whole between-round state the state dict holds.
     resumable: bool = False
+    #: The options (field names of :attr:`Options`) that address each anomaly of
+    #: :meth:`diagnose`; the warnings name their run-config keys. Fields the algorithm
+    #: does not have are left out. Anomalies: ``non-finite``, ``fewer-centroids``,
+    #: ``collapse``, ``empty``, ``round-cap``, ``withheld``, ``dropped``, ``consensus``,
+    #: ``cores`` (see :func:`flwr_clustering.diagnostics.warnings_from`).
+    advice: dict[str, tuple[str, ...]] = {
+        "non-finite": ("k",), "fewer-centroids": ("k",), "collapse": ("k",),
+        "empty": ("k",), "round-cap": ("max_rounds", "tol"),
+        "withheld": ("privacy_threshold",),
+    }
 
     def __init__(
         self,
@@ -237,7 +253,16 @@ class ClusteringStrategy(Strategy):
         self.last_shift = float("inf")
         self._expect_stats = True
         self._client_of: dict[int, int] = {}
+        #: Warnings logged during the run (e.g. KDC's fallback choice of psi and tau);
+        #: :meth:`diagnose` puts them first in :attr:`warnings`.
+        self.run_warnings: list[str] = []
         self.stopped = False
+        self.diagnostics: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        #: ``{client: reason}`` of every client without a valid reply in the run (latest).
+        self.run_absent: dict[str, str] = {}
+        #: The clients' statistics of the last federated evaluation (counts and sums).
+        self.evaluation_stats: list[dict[str, Any]] = []
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -652,6 +677,10 @@ class ClusteringStrategy(Strategy):
         self.last_absent = {**{n: problems[n] for n in sorted(problems)},
                             **{n: f"did not reply within round-timeout={timeout:g} s"
                                for n in missing}}
+        if not hasattr(self, "run_absent"):
+            self.run_absent = {}
+        for node, why in self.last_absent.items():
+            self.run_absent[self.who(node)] = f"round {server_round} {kind}: {why}"
         floor = self.min_nodes if min_replies is None else int(min_replies)
         if len(valid) < floor:
             parts = []
@@ -751,6 +780,14 @@ class ClusteringStrategy(Strategy):
             record["absent"] = [
                 {"client": self.client_of.get(node), "node": node, "reason": why}
                 for node, why in self.last_absent.items()]
+        # clients that withheld their reply under the privacy threshold ("dropped" counts
+        # every reply without a valid payload; the reasons are in ``diagnostics["absent"]``)
+        withheld = sum("privacy" in why for why in self.last_absent.values())
+        if withheld:
+            record["withheld"] = int(withheld)
+        if any("withheld" in r.metrics for r in valid):  # clients that report it (FeCA)
+            record["withheld-centroids"] = int(sum(int(r.metrics.get("withheld", 0))
+                                                   for r in valid))
         self.history.append(record)
         logger.info(
             "round %d: %d clients, %d centroids, shift %.3g",
@@ -804,9 +841,11 @@ class ClusteringStrategy(Strategy):
                     "round %d evaluate: client %d sent no clustering statistics (lacks %s); "
                     "left out of the metrics", server_round, r.client_id, missing)
         if not with_stats:
+            self.evaluation_stats = []  # the diagnostics must not read an older evaluation
             return None
         metrics = aggregate_evaluation_stats([r.stats for r in with_stats])
         metrics.update(self.evaluation_extras(with_stats))
+        self.evaluation_stats = [r.stats for r in with_stats]
         if self.history:
             self.history[-1]["metrics"] = metrics
         self.final_metrics = metrics
@@ -864,6 +903,112 @@ class ClusteringStrategy(Strategy):
 
     def result_summary(self) -> dict[str, Any]:
         """Extra entries of ``result.json`` (override to add)."""
+        return {}
+
+    # ------------------------------------------------------------ diagnostics
+    def diagnose(self) -> dict[str, Any]:
+        """Check the finished run for degenerate results; log and keep every anomaly.
+
+        Called by :meth:`start` after the final federated evaluation. Everything comes
+        from the model and the clients' additive statistics (counts and sums, no row):
+        see :mod:`flwr_clustering.diagnostics` for the rules. Each anomaly is one WARNING
+        line of the library's logger and one sentence of :attr:`warnings`, naming the
+        cause and the run-config option(s) that address it (:attr:`advice`).
+
+        Returns
+        -------
+        dict
+            :attr:`diagnostics`: ``k``; ``centroids`` (rows of the model);
+            ``non-finite-entries``; ``distinct-centres`` and ``distinct-tolerance``;
+            ``data-scale`` (RMS distance of the rows to their mean); ``cluster-counts``
+            and ``non-empty-clusters`` (``None`` without a final evaluation),
+            ``largest-cluster-share`` (rows of the largest cluster over all; reported,
+            not warned about: some data has one dominant cluster); ``sse``,
+            ``sst`` (total sum of squares) and ``sse-ratio`` (``sse / sst``);
+            ``rounds``, ``num-rounds``, ``iterative``, ``converged`` (``None`` where no
+            tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
+            (``{client: reason}``), ``withheld`` and ``dropped`` (client counts),
+            ``withheld-centroids`` (local centroids kept back under the privacy threshold,
+            where the clients report it: FeCA), ``empty-uploads`` (clients of the last
+            round that sent no centroid, every local cluster under the privacy threshold:
+            FKM); plus
+            the algorithm's own (:meth:`diagnostic_extras`).
+        """
+        try:
+            diag = self._diagnostics()
+            diag.update(self.diagnostic_extras(diag))
+            keys = self.Options.fields_by_key()
+            by_field = {f.name: key for key, f in keys.items()}
+            advice = {anomaly: tuple(by_field[name] for name in names if name in by_field)
+                      for anomaly, names in self.advice.items()}
+            warnings = _diagnostics.warnings_from(diag, advice, type(self).__name__)
+        except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
+            logger.exception("diagnostics failed")
+            diag, warnings = {}, [f"{type(self).__name__}: the diagnostics could not be "
+                                  f"computed: {type(ex).__name__}: {ex}"]
+        for text in warnings:
+            logger.warning("%s", text)
+        warnings = [*getattr(self, "run_warnings", []), *warnings]  # already logged
+        self.diagnostics, self.warnings = diag, warnings
+        return diag
+
+    def _diagnostics(self) -> dict[str, Any]:
+        """The algorithm-independent part of :meth:`diagnose`."""
+        C = self.centroids
+        k = int(getattr(self, "k", 0) or 0)
+        stats = list(getattr(self, "evaluation_stats", []) or [])
+        n = int(sum(int(s["num-examples"]) for s in stats)) if stats else None
+        sst = _diagnostics.total_sum_of_squares(stats)
+        scale = _diagnostics.data_scale(sst, n, C)
+        counts = _diagnostics.pooled_counts(stats, k)
+        sse = self.final_metrics.get("sse") if stats else None
+        last = int(self.history[-1]["round"]) if self.history else 0
+        iterative = self.protocol_rounds() is None
+        converged = None
+        if iterative and self.tol >= 0 and self.history:
+            converged = bool(self.converged(last))
+        absent = dict(getattr(self, "run_absent", {}))
+        withheld = sum("privacy" in why for why in absent.values())
+        return {
+            "k": k,
+            "centroids": 0 if C is None else int(len(C)),
+            "non-finite-entries": _diagnostics.non_finite_entries(C),
+            "distinct-centres": _diagnostics.distinct_centres(C, scale),
+            "distinct-tolerance": _diagnostics.DISTINCT_RTOL * (scale or 0.0),
+            "data-scale": scale,
+            "cluster-counts": None if counts is None else [int(c) for c in counts],
+            "non-empty-clusters": _diagnostics.nonempty_clusters(counts),
+            "largest-cluster-share": (float(counts.max() / counts.sum())
+                                      if counts is not None and counts.sum() else None),
+            "sse": None if sse is None else float(sse),
+            "sst": sst,
+            "sse-ratio": (float(sse) / sst if sse is not None and sst else None),
+            "rounds": last,
+            "num-rounds": int(getattr(self, "num_rounds", self.max_rounds)),
+            "iterative": iterative,
+            "converged": converged,
+            "round-cap-hit": bool(converged is False and self.early_stop
+                                  and last >= int(getattr(self, "num_rounds", 0))),
+            "last-shift": (float(self.last_shift) if iterative and np.isfinite(self.last_shift)
+                           else None),
+            "tol": self.tol,
+            "absent": absent,
+            "withheld": int(withheld),
+            "dropped": int(len(absent) - withheld),
+            "withheld-centroids": int(sum(int(h.get("withheld-centroids", 0))
+                                          for h in self.history)),
+            "empty-uploads": int(self.history[-1].get("empty-uploads", 0)
+                                 if self.history else 0),
+        }
+
+    def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
+        """The algorithm's own diagnostics (override; DGC's consensus, KDC's cores).
+
+        Parameters
+        ----------
+        diagnostics : dict
+            The common part (``data-scale`` among others).
+        """
         return {}
 
     def initialize_parameters(self, client_manager):
@@ -1062,6 +1207,8 @@ class ClusteringStrategy(Strategy):
             if stop or self.evaluate_every_round:
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
                                         timeout=timeout)
+            if stop:
+                self.diagnose()
             if evaluate_fn is not None:
                 server_metrics = evaluate_fn(rnd, arrays)
                 if server_metrics is not None:

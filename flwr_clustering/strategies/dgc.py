@@ -404,6 +404,24 @@ class DGC(ClusteringStrategy):
             return False
         return float(np.abs(self.node_history[-1] - self.node_history[-2]).max()) <= self.tol
 
+    #: Consensus needs a stronger pull between neighbours (rho) or more iterations.
+    advice = {**ClusteringStrategy.advice, "consensus": ("rho", "iterations")}
+
+    def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
+        """The final consensus distance, absolute and relative to the data's scale.
+
+        ``consensus-distance`` is the paper's metric (:func:`consensus_distance`: the
+        largest distance between two nodes' versions of one centre);
+        ``consensus-relative`` divides it by ``data-scale`` (the RMS distance of the rows
+        to their mean).
+        """
+        if self.node_centres is None:
+            return {}
+        distance = consensus_distance(self.node_centres)
+        scale = diagnostics.get("data-scale")
+        return {"consensus-distance": distance,
+                "consensus-relative": distance / scale if scale else None}
+
 
 register(AlgorithmSpec(
     name="dgc", strategy=DGC, client=DGCClient, options=DGCOptions, loop=run_dgc,

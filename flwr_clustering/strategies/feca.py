@@ -54,6 +54,8 @@ class FeCA(ClusteringStrategy):
 
     name = "feca"
     Options = FeCAOptions
+    advice = {**ClusteringStrategy.advice, "fewer-centroids": ("k_local", "k"),
+              "empty": ("k_local", "k")}
 
     def protocol_rounds(self) -> int:
         """One shot."""
@@ -81,8 +83,8 @@ class FeCA(ClusteringStrategy):
         """Run ServerAggregation (Algorithm 5) on the uploads in client-id order."""
         result = feca_server([r.payload for r in replies], self.k)
         self.server_result = result
-        if len(result.centroids) < self.k:
-            logger.warning(
+        if len(result.centroids) < self.k:  # diagnose() warns at the end of the run
+            logger.info(
                 "round %d: only %d groups formed, FeCA returns %d centroids instead of k=%d",
                 server_round, len(result.groups), len(result.centroids), self.k,
             )
@@ -128,6 +130,7 @@ class MAvg(ClusteringStrategy):
 
     name = "mavg"
     Options = MAvgOptions
+    advice = {**ClusteringStrategy.advice, "empty": ("n_init", "k")}
 
     def protocol_rounds(self) -> int:
         """One shot."""

@@ -70,6 +70,9 @@ class FFCM(ClusteringStrategy):
     name = "ffcm"
     Options = FFCMOptions
     resumable = True
+    #: Fuzzy c-means with m = 2 pulls the centres to the grand mean in high dimensions.
+    advice = {**ClusteringStrategy.advice, "collapse": ("fuzzifier", "k"),
+              "empty": ("fuzzifier", "k")}
 
     def state_dict(self) -> dict[str, Any]:
         """The base state plus the initial centres (drawn from the moments exchange)."""

@@ -91,16 +91,26 @@ class FedKMeans(ClusteringStrategy):
             [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
             update=update, previous=previous, n_init=self.n_init,
         )
-        if len(new) < self.k:
-            logger.warning(
+        if len(new) < self.k:  # diagnose() warns if the final model has fewer than k
+            logger.info(
                 "round %d: only %d local centroids received (<= k=%d); using them as they are",
                 server_round, len(new), self.k,
             )
         return new
 
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """Return ``M``, the number of local centroids received."""
-        return {"uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
+        """Return ``M``, the number of local centroids received (and the empty uploads).
+
+        ``empty-uploads`` (only when > 0): clients that sent no centroid, every local
+        cluster being smaller than the privacy threshold; :meth:`diagnose` warns when the
+        last round has any.
+        """
+        info: dict[str, Any] = {
+            "uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
+        empty = sum(len(r.payload.means) == 0 for r in replies)
+        if empty:
+            info["empty-uploads"] = int(empty)
+        return info
 
     def shift(self, previous: np.ndarray | None, new: np.ndarray) -> float:
         """Return the Hungarian-matched shift (cluster ids are not stable across rounds)."""

@@ -66,6 +66,7 @@ class KDC(ClusteringStrategy):
 
     name = "kdc"
     Options = KDCOptions
+    advice = {**ClusteringStrategy.advice, "cores": ("psi", "tau", "auto")}
 
     def protocol_rounds(self) -> int:
         """The sample round and the assign round (after the statistics query)."""
@@ -176,6 +177,7 @@ class KDC(ClusteringStrategy):
                 message = selection_warning(self.selection, self.k)
                 if message:
                     logger.warning(message)
+                    self.run_warnings.append(message)
                 else:
                     logger.info("KDC: chose psi=%d, tau=%.2f without labels (stable over "
                                 "tau %s)", psi, tau, self.selection["run"])
@@ -186,6 +188,8 @@ class KDC(ClusteringStrategy):
                         [len(g) for g in self.groups])
             return initial_cluster_means(self.B, self.groups, self.lo, self.hi)
         self.final_metrics = aggregate_evaluation_stats([r.stats for r in replies])
+        # the counts travel as the payload; the diagnostics read them with the stats
+        self.evaluation_stats = [{**r.stats, "cluster-counts": r.payload} for r in replies]
         self.cluster_sizes = np.sum([r.payload for r in replies], axis=0)
         if self.return_labels:
             self.site_labels = {r.client_id: np.asarray(r.stats["labels"], dtype=np.int64)
@@ -242,6 +246,17 @@ class KDC(ClusteringStrategy):
         """
         arrays = self._model_arrays()
         return {"kdc_model.npz": arrays} if arrays else {}
+
+    def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
+        """The (psi, tau) used, whether chosen without labels, and the kBCC cores found."""
+        chosen = self.selection if self.selection is not None else {}
+        groups = self.groups if self.model is not None else None
+        return {"psi": int(chosen.get("psi", self.psi)),
+                "tau": float(chosen.get("tau", self.tau)),
+                "auto": self.selection is not None,
+                "selection-fallback": bool(chosen.get("fallback", False)),
+                "cores": None if groups is None else len(groups),
+                "core-sizes": None if groups is None else [len(g) for g in groups]}
 
     def result_summary(self) -> dict[str, Any]:
         """The label-free choice of ``psi`` and ``tau`` (with ``auto``)."""

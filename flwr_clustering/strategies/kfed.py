@@ -37,6 +37,8 @@ class KFed(ClusteringStrategy):
     name = "kfed"
 
     Options = KFedOptions
+    advice = {**ClusteringStrategy.advice, "empty": ("k_local", "k"),
+              "collapse": ("k_local", "k")}
 
     def protocol_rounds(self) -> int:
         """One shot."""

@@ -81,6 +81,8 @@ class MaskedFederated(ClusteringStrategy):
 
     name = "masked-federated"
     Options = MaskedFederatedOptions
+    #: A global centre gets NaN where no client observed the feature in its cluster.
+    advice = {**ClusteringStrategy.advice, "non-finite": ("k", "k_local")}
     resumable = True
 
     def state_dict(self) -> dict[str, Any]:
@@ -185,6 +187,7 @@ class MaskedOneShot(ClusteringStrategy):
 
     name = "masked-oneshot"
     Options = MaskedOneShotOptions
+    advice = {**ClusteringStrategy.advice, "non-finite": ("k", "k_local")}
 
     def configure(self) -> None:
         """``k_local`` 0: clients choose by silhouette (``None``)."""

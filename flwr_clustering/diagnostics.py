@@ -1,0 +1,255 @@
+"""Diagnostics of a finished run: degenerate results detected, named, and explained.
+
+Pure functions (layer 2, no Flower): the strategies call them at the end of every run
+(:meth:`flwr_clustering.strategies.base.ClusteringStrategy.diagnose`), on the model and on
+the additive statistics of the final federated evaluation (counts and sums, never a row).
+
+What is checked, and the rule of each check:
+
+- **non-finite entries**: centroid entries that are NaN or inf (:func:`non_finite_entries`).
+- **non-empty clusters**: clusters with at least one row nearest to them, from the summed
+  per-client ``cluster-counts`` (:func:`nonempty_clusters`).
+- **distinct centres**: centres closer than ``DISTINCT_RTOL`` times the data's scale count
+  as one (:func:`distinct_centres`). The scale is the RMS distance of the pooled rows to
+  their mean, ``sqrt(SST / n)``, computed exactly from the clients' additive sums
+  (:func:`total_sum_of_squares`); when the clients sent no sums, a guess from the centres
+  (:func:`data_scale`). Merging is transitive (single linkage).
+- **SSE / SST**: the federated SSE over the total sum of squares about the pooled mean
+  (the fraction of the variance the clustering leaves unexplained; 1 for one centre at
+  the mean).
+- **round cap**: an iterative run with a tolerance that stopped at its round cap before
+  its convergence test held.
+- **fewer centroids than k**: the model has fewer rows than ``k`` (FeCA's groups, FKM's
+  uploads).
+- **clients absent**: clients without a valid reply in some exchange of the run, with the
+  reason; a reason that mentions the privacy threshold counts as *withheld*. FKM also
+  counts the clients of the last round that uploaded no centroid (every local cluster
+  under the privacy threshold).
+- **consensus** (DGC): the paper's consensus distance (the largest distance between two
+  nodes' versions of one centre) relative to the data's scale; above
+  ``CONSENSUS_RTOL`` the nodes disagree.
+- **cores** (KDC): the kBCC cores found, with the (psi, tau) used; fewer than ``k`` warns.
+
+:func:`warnings_from` turns anomalies into one sentence each, naming the cause and the
+run-config option(s) that address it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CONSENSUS_RTOL",
+    "DISTINCT_RTOL",
+    "data_scale",
+    "distinct_centres",
+    "non_finite_entries",
+    "nonempty_clusters",
+    "pooled_counts",
+    "total_sum_of_squares",
+    "warnings_from",
+]
+
+#: Centres closer than this times the data's scale are one centre.
+DISTINCT_RTOL = 1e-6
+#: DGC: a consensus distance above this times the data's scale means the nodes disagree.
+CONSENSUS_RTOL = 0.1
+
+
+def non_finite_entries(C: np.ndarray | None) -> int:
+    """Number of NaN or inf entries of a model (0 for ``None``)."""
+    if C is None:
+        return 0
+    return int(np.size(C) - np.count_nonzero(np.isfinite(np.asarray(C, dtype=np.float64))))
+
+
+def pooled_counts(stats: Sequence[Mapping[str, Any]], k: int) -> np.ndarray | None:
+    """Sum the clients' ``cluster-counts`` (length ``k``); ``None`` if a client sent none.
+
+    Shorter arrays are zero-padded; counts beyond ``k`` are kept (the array is then longer).
+    """
+    if not stats or any("cluster-counts" not in s for s in stats):
+        return None
+    arrays = [np.asarray(s["cluster-counts"], dtype=np.int64).ravel() for s in stats]
+    total = np.zeros(max([k, *[len(a) for a in arrays]]), dtype=np.int64)
+    for a in arrays:
+        total[: len(a)] += a
+    return total
+
+
+def nonempty_clusters(counts: np.ndarray | None) -> int | None:
+    """Clusters with at least one row (``None`` when the counts are unknown)."""
+    if counts is None:
+        return None
+    return int(np.count_nonzero(np.asarray(counts) > 0))
+
+
+def total_sum_of_squares(stats: Sequence[Mapping[str, Any]]) -> float | None:
+    """The pooled total sum of squares ``sum_x ||x - mean||^2``, exactly, from client sums.
+
+    Every client sends ``num-examples`` ``n_i``, ``sum-x`` (the sum of its rows, ``(d,)``)
+    and ``sst-local`` (its rows' sum of squares about its own mean). With
+    ``mu_i = sum-x / n_i`` and ``mu`` the pooled mean,
+    ``SST = sum_i sst-local_i + sum_i n_i ||mu_i - mu||^2`` (the within/between split),
+    which is exact and avoids the cancellation of ``sum ||x||^2 - n ||mu||^2``.
+
+    Returns
+    -------
+    float or None
+        ``None`` if a client lacks one of the sums (or they disagree in length), or no row.
+    """
+    keys = ("num-examples", "sum-x", "sst-local")
+    if not stats or any(key not in s for s in stats for key in keys):
+        return None
+    n = np.array([int(s["num-examples"]) for s in stats], dtype=np.float64)
+    sums = [np.asarray(s["sum-x"], dtype=np.float64).ravel() for s in stats]
+    if len({len(a) for a in sums}) != 1 or n.sum() <= 0:
+        return None
+    sums_array = np.stack(sums)
+    mean = sums_array.sum(axis=0) / n.sum()
+    between = 0.0
+    for n_i, s_i in zip(n, sums_array, strict=True):
+        if n_i > 0:
+            between += float(n_i) * float(np.sum((s_i / n_i - mean) ** 2))
+    return float(math.fsum(float(s["sst-local"]) for s in stats) + between)
+
+
+def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) -> float | None:
+    """The data's scale: ``sqrt(SST / n)``, else from the centres ``C``.
+
+    Without the clients' sums (no final evaluation, or rows with missing features) the
+    scale is the larger of the centres' RMS distance to their mean and their RMS norm: a
+    guess, which cannot see a collapse of every centre near the origin. Returns ``None``
+    when neither is available.
+    """
+    if sst is not None and n:
+        return math.sqrt(max(sst, 0.0) / n)
+    if C is None or len(C) == 0:
+        return None
+    C = np.asarray(C, dtype=np.float64)
+    rows = C[np.isfinite(C).all(axis=1)]
+    if len(rows) == 0:
+        return None
+    spread = float(np.sqrt(np.mean(np.sum((rows - rows.mean(axis=0)) ** 2, axis=1))))
+    return max(spread, float(np.sqrt(np.mean(np.sum(rows**2, axis=1)))))
+
+
+def distinct_centres(C: np.ndarray | None, scale: float | None,
+                     rtol: float = DISTINCT_RTOL) -> int:
+    """Number of distinct centres: closer than ``rtol * scale`` means the same centre.
+
+    Centres are merged transitively (connected components of the "closer than the
+    tolerance" graph, :func:`scipy.sparse.csgraph.connected_components`). A centre with a
+    NaN or inf entry counts on its own. ``scale`` ``None`` or 0: only equal centres merge.
+    """
+    if C is None or len(C) == 0:
+        return 0
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial.distance import pdist, squareform
+
+    C = np.asarray(C, dtype=np.float64)
+    finite = np.isfinite(C).all(axis=1)
+    rows = C[finite]
+    bad = int(np.count_nonzero(~finite))
+    if len(rows) <= 1:
+        return len(rows) + bad
+    tol = rtol * scale if scale else 0.0
+    close = squareform(pdist(rows)) <= tol
+    n_components, _ = connected_components(close, directed=False)
+    return int(n_components) + bad
+
+
+def _keys(advice: Mapping[str, Sequence[str]], anomaly: str) -> str:
+    keys = list(advice.get(anomaly, ()))
+    if not keys:
+        return ""
+    return " or ".join(f"'{k}'" for k in keys)
+
+
+def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
+                  algorithm: str = "") -> list[str]:
+    """One sentence per anomaly of ``diag``, naming its cause and the option(s) to change.
+
+    Parameters
+    ----------
+    diag : mapping
+        The diagnostics (see :meth:`ClusteringStrategy.diagnose
+        <flwr_clustering.strategies.base.ClusteringStrategy.diagnose>`): ``k``,
+        ``centroids``, ``non-finite-entries``, ``non-empty-clusters``, ``distinct-centres``,
+        ``round-cap-hit``, ``last-shift``, ``tol``, ``absent``, ``empty-uploads``,
+        ``consensus-relative``, ``cores``.
+    advice : mapping
+        ``{anomaly: run-config keys}`` for the anomalies ``non-finite``, ``empty``,
+        ``collapse``, ``fewer-centroids``, ``round-cap``, ``withheld``, ``dropped``,
+        ``consensus``, ``cores``.
+    algorithm : str
+        The algorithm's name, to start the sentences.
+
+    Returns
+    -------
+    list of str
+        Empty when nothing is wrong.
+    """
+    who = f"{algorithm}: " if algorithm else ""
+    out: list[str] = []
+
+    def say(text: str, anomaly: str, *, prefix: bool = True) -> None:
+        keys = _keys(advice, anomaly)
+        out.append(f"{who if prefix else ''}{text}"
+                   + (f"; option{'s' if ' or ' in keys else ''} to change: {keys}"
+                      if keys else ""))
+
+    k = diag.get("k")
+    m = diag.get("centroids")
+    bad = diag.get("non-finite-entries") or 0
+    if bad:
+        say(f"the model has {bad} NaN/inf entr{'y' if bad == 1 else 'ies'} (a centre with a "
+            "feature no client observed in its cluster cannot label a complete row)",
+            "non-finite")
+    if k is not None and m is not None and m < k:
+        say(f"{algorithm or 'the algorithm'} returns {m} centroids instead of k={k}",
+            "fewer-centroids", prefix=False)
+    distinct = diag.get("distinct-centres")
+    if distinct is not None and m is not None and distinct < m:
+        say(f"only {distinct} distinct centres of {m} (centres closer than "
+            f"{diag.get('distinct-tolerance', 0):.3g} merged: the centres collapsed)",
+            "collapse")
+    nonempty = diag.get("non-empty-clusters")
+    if nonempty is not None and m is not None and nonempty < m:
+        say(f"only {nonempty} of {m} clusters are non-empty (no row is nearest to "
+            f"{m - nonempty} centre{'' if m - nonempty == 1 else 's'})", "empty")
+    if diag.get("round-cap-hit"):
+        shift = diag.get("last-shift")
+        shift_text = ("unknown (no earlier model to compare)" if shift is None
+                      else f"{shift:.3g}")
+        say(f"stopped at the round cap ({diag.get('rounds')} rounds) without converging: the "
+            f"last shift {shift_text} is above tol={diag.get('tol')}", "round-cap")
+    absent = diag.get("absent") or {}
+    withheld = {c: why for c, why in absent.items() if "privacy" in why}
+    dropped = {c: why for c, why in absent.items() if c not in withheld}
+    if withheld:
+        say(f"{len(withheld)} client(s) withheld their reply under the privacy threshold "
+            f"({'; '.join(f'{c}: {why}' for c, why in withheld.items())}); the model is "
+            "built without them", "withheld")
+    empty_uploads = diag.get("empty-uploads") or 0
+    if empty_uploads:
+        say(f"{empty_uploads} client(s) uploaded no centroid in the last round (every local "
+            "cluster had fewer rows than the privacy threshold): their rows shaped no "
+            "centroid", "withheld")
+    if dropped:
+        say(f"{len(dropped)} client(s) sent no valid reply "
+            f"({'; '.join(f'{c}: {why}' for c, why in dropped.items())}); the model is built "
+            "without them", "dropped")
+    rel = diag.get("consensus-relative")
+    if rel is not None and rel > CONSENSUS_RTOL:
+        say(f"the nodes did not reach consensus: consensus distance "
+            f"{diag.get('consensus-distance', float('nan')):.3g} is {rel:.3g} times the data's "
+            f"scale (above {CONSENSUS_RTOL})", "consensus")
+    cores = diag.get("cores")
+    if cores is not None and k is not None and cores < k:
+        say(f"kBCC found {cores} cores, fewer than k={k}", "cores")
+    return out
