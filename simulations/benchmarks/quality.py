@@ -32,7 +32,8 @@ masked algorithms (``masked-federated``, ``masked-oneshot``) get the same row sp
 every client observes a random ``ceil(0.7 d)`` of the features (NaN elsewhere, by
 :func:`flwr_clustering.data.masks.apply_mask`); on the 2-D sets that is both features.
 
-Engines: ``loop`` (default) runs the registry's pure loop of each algorithm, its
+Engines: ``loop`` (default) runs the registry's pure loop of each algorithm (DeepFeCA,
+whose model labels rows with its network, always runs as ``app``), its
 arguments taken from the App's options dataclass at its defaults (not from the loop's
 own keyword defaults, where they differ; see :data:`LOOP_NOTES`). ``app`` runs the real
 strategy and clients in process (:class:`flwr_clustering.FederatedClustering` with the
@@ -297,38 +298,26 @@ def _loop_kdc(clients, k, seed, o) -> Model:
                  labels=np.concatenate(r.labels), info=f"psi {psi}, tau {tau:g}")
 
 
-def _loop_deepfeca(clients, k, seed, o) -> Model:
-    """DeepFeCA labels rows with its network: run through the App's classes (``_app``)."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise ModuleNotFoundError("DeepFeCA needs PyTorch, which is not installed")
-    raise NotImplementedError("use --engine app for deepfeca")
-
-
 LOOPS: dict[str, Callable[..., Model]] = {
     "fkm": _loop_fkm, "kfed": _loop_kfed, "feca": _loop_feca, "mavg": _loop_mavg,
     "ffcm": _loop_ffcm, "masked-federated": _loop_masked_federated,
     "masked-oneshot": _loop_masked_oneshot, "dgc": _loop_dgc, "kdc": _loop_kdc,
-    "deepfeca": _loop_deepfeca,
 }
 
 
 def _app(name: str, clients, labels, k: int, seed: int) -> Model:
     """The real strategy and clients in process, as ``flwr run`` with the App's min-nodes."""
+    import importlib.util
+
     from flwr_clustering import FederatedClustering
 
+    if name == "deepfeca" and importlib.util.find_spec("torch") is None:
+        raise ModuleNotFoundError("DeepFeCA needs PyTorch, which is not installed")
     est = FederatedClustering(name, n_clusters=k, random_state=seed, min_nodes=2)
     est.fit(clients, labels)
     if name in ("kdc", "deepfeca"):  # the model labels rows itself; clients' own labels
         return Model(est.cluster_centers_, labels=np.concatenate(est.labels_))
     return Model(est.cluster_centers_)
-
-
-def _has_torch() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
 
 
 # ------------------------------------------------------------------------ metrics
@@ -445,9 +434,7 @@ def run_task(task: QualityTask, *, runner: Callable[..., Model] | None = None
             start = time.perf_counter()
             if runner is not None:
                 model = runner(clients, k, task.seed, _options(task.algorithm, k))
-            elif task.engine == "app" or (task.algorithm == "deepfeca"
-                                          and LOOPS["deepfeca"] is _loop_deepfeca
-                                          and _has_torch()):
+            elif task.engine == "app" or task.algorithm == "deepfeca":
                 model = _app(task.algorithm, clients, labels, k, task.seed)
             else:
                 model = LOOPS[task.algorithm](clients, k, task.seed,
