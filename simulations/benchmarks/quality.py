@@ -338,6 +338,10 @@ def _distinct(C: np.ndarray, tol: float) -> int:
     return int(connected_components(close, directed=False)[0])
 
 
+#: Centralized k-means of the last pooled data set (one per process).
+_KMEANS: dict[tuple, Any] = {}
+
+
 def evaluate(model: Model, X: np.ndarray, y: np.ndarray, k: int, seed: int
              ) -> dict[str, Any]:
     """ARI, NMI, SSE ratio, non-empty, distinct, NaN entries of a model on complete rows."""
@@ -347,7 +351,11 @@ def evaluate(model: Model, X: np.ndarray, y: np.ndarray, k: int, seed: int
     from flwr_clustering.algorithms.masked import pooled_masked_squared_distances
     from flwr_clustering.metrics import squared_distances
 
-    km = KMeans(k, n_init=10, random_state=seed).fit(X)
+    key = (X.shape, k, seed, hash(X.tobytes()))
+    if key not in _KMEANS:  # the same pooled rows for every algorithm of a cell
+        _KMEANS.clear()
+        _KMEANS[key] = KMeans(k, n_init=10, random_state=seed).fit(X)
+    km = _KMEANS[key]
     scale = float(np.sqrt(X.var(axis=0).sum())) or 1.0
     out: dict[str, Any] = {"kmeans_ari": float(adjusted_rand_score(y, km.labels_))}
     C = model.centroids
@@ -467,12 +475,17 @@ def _run_logged(task: QualityTask) -> dict[str, Any]:
     return row
 
 
-def run_tasks(tasks: Sequence[QualityTask], jobs: int = 1) -> list[dict[str, Any]]:
-    """Run every cell, ``jobs`` at a time (one process each); rows in task order."""
+def run_tasks(tasks: Sequence[QualityTask], jobs: int = 1, chunk: int = 1
+              ) -> list[dict[str, Any]]:
+    """Run every cell, ``jobs`` at a time (one process each); rows in task order.
+
+    ``chunk`` consecutive tasks go to the same process (the algorithms of one data set,
+    split and seed share its centralized k-means).
+    """
     if jobs <= 1:
         return [_run_logged(t) for t in tasks]
     with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_run_logged, tasks))
+        return list(pool.map(_run_logged, tasks, chunksize=max(1, chunk)))
 
 
 # ------------------------------------------------------------------------ reports
@@ -583,6 +596,36 @@ def failure_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def failure_list(rows: Sequence[dict[str, Any]]) -> str:
+    """The failing cells as a Markdown list: runs, reasons, warnings, errors."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if failure_reasons(r):
+            cells.setdefault((r["dataset"], r["split"], r["algorithm"]), []).append(r)
+    lines = []
+    for (ds, split, alg), rs in cells.items():
+        reasons: dict[str, int] = {}
+        for r in rs:
+            for reason in failure_reasons(r):
+                reasons[reason] = reasons.get(reason, 0) + 1
+        what = ", ".join(f"{_REASONS[x]} {n}" for x, n in reasons.items())
+        errors = sorted({r["error"] for r in rs if r["error"]})
+        warned = sum(1 for r in rs if r["warnings"])
+        better = [r for r in rs if failure_reasons(r) == ["sse"]
+                  and r["ari"] >= r["kmeans_ari"] - 0.01]
+        if better:
+            what += (f" ({len(better)} of them only SSE with an ARI at or above k-means': "
+                     "non-convex classes, not a degenerate result)")
+        lines.append(f"- {ds} / {split} / {alg}: {len(rs)} run(s) (seeds "
+                     f"{', '.join(str(r['seed']) for r in rs)}): {what}; "
+                     f"{warned} with a warning" + (f"; `{errors[0]}`" if errors else ""))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+_REASONS = {"error": "raised", "sse": "SSE > 1.10x", "empty": "empty clusters",
+            "merged": "merged centres", "nan": "NaN entries"}
+
+
 def write_results(rows: Sequence[dict[str, Any]], out: str | Path, meta: dict[str, Any]
                   ) -> list[str]:
     """``quality.json`` (rows, summary, meta), ``quality.csv`` (rows), ``quality.md``."""
@@ -601,7 +644,7 @@ def write_results(rows: Sequence[dict[str, Any]], out: str | Path, meta: dict[st
     (out / "quality.md").write_text(
         f"Command: `{meta['command']}`\n\n" + markdown_table(rows) + "\n"
         + f"Failing runs: {summary['failed']} of {summary['runs']}, "
-        f"{summary['failed_without_warning']} without a warning.\n")
+        f"{summary['failed_without_warning']} without a warning.\n\n" + failure_list(rows))
     return [str(out / f) for f in ("quality.json", "quality.csv", "quality.md")]
 
 
@@ -645,8 +688,8 @@ def tasks_from_args(args: argparse.Namespace) -> list[QualityTask]:
     for ds in datasets:
         ds_seeds = args.big_seeds if ds == "blobs100k" and args.big_seeds else seeds
         for split in splits:
-            for alg in algorithms:
-                for seed in ds_seeds:
+            for seed in ds_seeds:  # a cell's algorithms together: one k-means per data
+                for alg in algorithms:
                     tasks.append(QualityTask(ds, split, alg, seed, args.engine))
     return tasks
 
@@ -665,7 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.propagate = False
     tasks = tasks_from_args(args)
     start = time.perf_counter()
-    rows = run_tasks(tasks, args.jobs)
+    rows = run_tasks(tasks, args.jobs, chunk=len({t.algorithm for t in tasks}))
     wall = time.perf_counter() - start
     meta = {"command": " ".join([PROG, *(argv if argv is not None else sys.argv[1:])]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
