@@ -104,3 +104,12 @@ def test_run_tasks_keeps_the_order():
     tasks = [QualityTask("iris", "iid", "kfed", 0), QualityTask("wine", "iid", "kfed", 0)]
     rows = run_tasks(tasks)
     assert [r["dataset"] for r in rows] == ["iris", "wine"]
+
+
+def test_from_json_merges_earlier_rows(quick, tmp_path):
+    out, result = quick
+    assert cli_main(["quality", "--from-json", str(out / "quality.json"),
+                     str(out / "quality.json"), "--out", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "quality.json").read_text())
+    assert len(merged["rows"]) == 2 * len(result["rows"])
+    assert (tmp_path / "quality.md").read_text().startswith("Command: `python -m simulations")

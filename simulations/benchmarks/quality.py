@@ -11,6 +11,7 @@ Usage, from the repository root::
     python -m simulations quality [--datasets D ...] [--algorithms A ...] [--seeds S ...]
                                   [--splits iid dirichlet] [--engine loop|app]
                                   [--jobs J] [--out DIR] [--quick]
+    python -m simulations quality --from-json A/quality.json B/quality.json --out DIR
 
 Data (``seed`` is the run's seed: it draws the generated sets, the split, the masks and
 the algorithm's randomness, as the App's single ``seed`` key does):
@@ -670,6 +671,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "real strategy and clients in process")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="./results/quality", help="output directory")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="run nothing: merge the rows of earlier quality.json files and "
+                   "write the tables again")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset: {QUICK['datasets']}, {QUICK['algorithms']}, seed 0, "
                    "iid")
@@ -706,11 +710,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     logger.handlers = [logging.StreamHandler(sys.stderr)]
     logger.propagate = False
+    command = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
+    if args.from_json:
+        loaded = [json.loads(Path(f).read_text()) for f in args.from_json]
+        rows = [r for data in loaded for r in data["rows"]]
+        meta = {"command": "; ".join(d["meta"]["command"] for d in loaded),
+                "merged": [d["meta"] for d in loaded]}
+        files = write_results(rows, args.out, meta)
+        print(markdown_table(rows))
+        print(f"merged {len(rows)} rows; wrote " + ", ".join(files))
+        return 0
     tasks = tasks_from_args(args)
     start = time.perf_counter()
     rows = run_tasks(tasks, args.jobs, chunk=len({t.algorithm for t in tasks}))
     wall = time.perf_counter() - start
-    meta = {"command": " ".join([PROG, *(argv if argv is not None else sys.argv[1:])]),
+    meta = {"command": command,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "engine": args.engine,
