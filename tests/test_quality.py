@@ -35,6 +35,9 @@ def test_quick_run_writes_every_column(quick):
     md = (out / "quality.md").read_text()
     assert "SSE / k-means" in md and "python -m simulations quality --quick" in md
     assert result["summary"]["runs"] == len(rows)
+    # every row was also appended to rows.jsonl as it finished
+    partial, _ = quality.read_rows(out / "rows.jsonl")
+    assert [r["algorithm"] for r in partial] == [r["algorithm"] for r in rows]
 
 
 def test_fkm_on_iris_is_close_to_kmeans(quick):
@@ -109,7 +112,7 @@ def test_run_tasks_keeps_the_order():
 def test_from_json_merges_earlier_rows(quick, tmp_path):
     out, result = quick
     assert cli_main(["quality", "--from-json", str(out / "quality.json"),
-                     str(out / "quality.json"), "--out", str(tmp_path)]) == 0
+                     str(out / "rows.jsonl"), "--out", str(tmp_path)]) == 0
     merged = json.loads((tmp_path / "quality.json").read_text())
     assert len(merged["rows"]) == 2 * len(result["rows"])
     assert (tmp_path / "quality.md").read_text().startswith("Command: `python -m simulations")

@@ -476,17 +476,41 @@ def _run_logged(task: QualityTask) -> dict[str, Any]:
     return row
 
 
-def run_tasks(tasks: Sequence[QualityTask], jobs: int = 1, chunk: int = 1
-              ) -> list[dict[str, Any]]:
+def run_tasks(tasks: Sequence[QualityTask], jobs: int = 1, chunk: int = 1,
+              partial: str | Path | None = None) -> list[dict[str, Any]]:
     """Run every cell, ``jobs`` at a time (one process each); rows in task order.
 
     ``chunk`` consecutive tasks go to the same process (the algorithms of one data set,
-    split and seed share its centralized k-means).
+    split and seed share its centralized k-means). ``partial``: append every row to this
+    JSON-lines file as soon as it is done (an interrupted run keeps what it finished).
     """
     if jobs <= 1:
-        return [_run_logged(t) for t in tasks]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_run_logged, tasks, chunksize=max(1, chunk)))
+        rows_iter = map(_run_logged, tasks)
+        pool = None
+    else:
+        pool = ProcessPoolExecutor(jobs)
+        rows_iter = pool.map(_run_logged, tasks, chunksize=max(1, chunk))
+    rows = []
+    try:
+        for row in rows_iter:
+            rows.append(row)
+            if partial is not None:
+                with open(partial, "a") as fh:
+                    fh.write(json.dumps(row, default=float) + "\n")
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return rows
+
+
+def read_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows and meta of a ``quality.json`` or of a ``rows.jsonl`` of an unfinished run."""
+    text = Path(path).read_text()
+    if str(path).endswith(".jsonl"):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return rows, {"command": f"(partial rows of {Path(path).name})"}
+    data = json.loads(text)
+    return data["rows"], data["meta"]
 
 
 # ------------------------------------------------------------------------ reports
@@ -672,8 +696,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="./results/quality", help="output directory")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
-                   help="run nothing: merge the rows of earlier quality.json files and "
-                   "write the tables again")
+                   help="run nothing: merge the rows of earlier quality.json files (or "
+                   "the rows.jsonl of an unfinished run) and write the tables again")
     p.add_argument("--quick", action="store_true",
                    help=f"a small subset: {QUICK['datasets']}, {QUICK['algorithms']}, seed 0, "
                    "iid")
@@ -712,17 +736,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.propagate = False
     command = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
     if args.from_json:
-        loaded = [json.loads(Path(f).read_text()) for f in args.from_json]
-        rows = [r for data in loaded for r in data["rows"]]
-        meta = {"command": "; ".join(d["meta"]["command"] for d in loaded),
-                "merged": [d["meta"] for d in loaded]}
+        loaded = [read_rows(f) for f in args.from_json]
+        rows = [r for part, _ in loaded for r in part]
+        meta = {"command": "; ".join(m["command"] for _, m in loaded),
+                "merged": [m for _, m in loaded]}
         files = write_results(rows, args.out, meta)
         print(markdown_table(rows))
         print(f"merged {len(rows)} rows; wrote " + ", ".join(files))
         return 0
     tasks = tasks_from_args(args)
     start = time.perf_counter()
-    rows = run_tasks(tasks, args.jobs, chunk=len({t.algorithm for t in tasks}))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    partial = Path(args.out) / "rows.jsonl"
+    partial.unlink(missing_ok=True)
+    rows = run_tasks(tasks, args.jobs, chunk=len({t.algorithm for t in tasks}),
+                     partial=partial)
     wall = time.perf_counter() - start
     meta = {"command": command,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
