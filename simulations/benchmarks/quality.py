@@ -573,7 +573,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "seconds": _fmt([r["seconds"] for r in rs], 1),
             "failures": f"{len(fails)}/{len(rs)}",
             "failed_silently": sum(1 for r in fails if r["warnings"] == 0),
-            "error": f"{len(rs) - len(ok)}× {errors[0]}" if errors else "",
+            "error": (f"{len(rs) - len(ok)}× {errors[0][:80]}"
+                      + ("…" if len(errors[0]) > 80 else "")) if errors else "",
         })
     return out
 
@@ -627,8 +628,10 @@ def failure_list(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         if failure_reasons(r):
             cells.setdefault((r["dataset"], r["split"], r["algorithm"]), []).append(r)
+    order = {(c["dataset"], c["split"], c["algorithm"]): i
+             for i, c in enumerate(summarize(rows))}
     lines = []
-    for (ds, split, alg), rs in cells.items():
+    for (ds, split, alg), rs in sorted(cells.items(), key=lambda kv: order[kv[0]]):
         reasons: dict[str, int] = {}
         for r in rs:
             for reason in failure_reasons(r):
@@ -639,8 +642,8 @@ def failure_list(rows: Sequence[dict[str, Any]]) -> str:
         better = [r for r in rs if failure_reasons(r) == ["sse"]
                   and r["ari"] >= r["kmeans_ari"] - 0.01]
         if better:
-            what += (f" ({len(better)} of them only SSE with an ARI at or above k-means': "
-                     "non-convex classes, not a degenerate result)")
+            what += (f" ({len(better)} of them: SSE only, with an ARI at or above "
+                     "k-means')")
         lines.append(f"- {ds} / {split} / {alg}: {len(rs)} run(s) (seeds "
                      f"{', '.join(str(r['seed']) for r in rs)}): {what}; "
                      f"{warned} with a warning" + (f"; `{errors[0]}`" if errors else ""))
