@@ -116,3 +116,10 @@ def test_from_json_merges_earlier_rows(quick, tmp_path):
     merged = json.loads((tmp_path / "quality.json").read_text())
     assert len(merged["rows"]) == 2 * len(result["rows"])
     assert (tmp_path / "quality.md").read_text().startswith("Command: `python -m simulations")
+
+
+def test_every_registered_algorithm_is_benchmarked():
+    from flwr_clustering import registry
+
+    assert sorted(quality.ALGORITHMS) == registry.names()
+    assert set(quality.LOOPS) == set(registry.names()) - {"deepfeca"}

@@ -91,7 +91,7 @@ logger = logging.getLogger("simulations.quality")
 
 PROG = "python -m simulations quality"
 
-#: Data sets: name -> (loader, clients). The loader takes the seed.
+#: Data sets (see :func:`load`) and their number of clients.
 DATASETS: dict[str, int] = {
     "iris": 5, "wine": 5, "breast-cancer": 10, "digits": 10,
     "moons": 10, "circles": 10, "aniso": 10, "varied": 10, "blobs100k": 50,
@@ -105,7 +105,8 @@ MASKED = ("masked-federated", "masked-oneshot")
 ALGORITHMS = ("fkm", "kfed", "feca", "deepfeca", "mavg", "ffcm", "masked-federated",
               "masked-oneshot", "dgc", "kdc")
 DEFAULT_ALGORITHMS = tuple(a for a in ALGORITHMS if a != "deepfeca")
-#: Seeds (and relative tolerances) of the failure rules.
+#: The failure rules: SSE ratio limit, and the distinct-centre tolerance relative to the
+#: data's scale.
 SSE_RATIO_LIMIT = 1.10
 DISTINCT_RTOL = 1e-6
 #: ``--quick``: a few seconds, for the test.
