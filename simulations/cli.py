@@ -7,6 +7,7 @@ Usage, from the repository root::
                                                 [--out DIR] [--methods M ...] [--jobs J]
     python -m simulations reproduce all --out results
     python -m simulations bench <bench arguments>      # simulations.benchmarks.bench
+    python -m simulations quality [--quick] [--out DIR] ...  # simulations.benchmarks.quality
     python -m simulations docs [--check]               # regenerate docs/protocol.md
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
@@ -45,6 +46,8 @@ PROG = "python -m simulations"
 
 #: The benchmark module, imported only by ``bench``.
 BENCH_MODULE = "simulations.benchmarks.bench"
+#: The quality benchmark, imported only by ``quality``.
+QUALITY_MODULE = "simulations.benchmarks.quality"
 
 _DEFAULTS_HELP = (
     f"Defaults follow the paper: {DEFAULT_RUNS} runs per setting, R = {DEFAULT_ROUNDS} FKM "
@@ -69,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     Returns
     -------
     argparse.ArgumentParser
-        With subcommands ``reproduce``, ``list``, ``bench`` and ``docs``.
+        With subcommands ``reproduce``, ``list``, ``bench``, ``quality`` and ``docs``.
     """
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -121,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help=f"benchmarks ({BENCH_MODULE}); arguments pass through",
         add_help=False,
     )
+    sub.add_parser(
+        "quality", help=f"every algorithm at its defaults on public data ({QUALITY_MODULE}); "
+        "arguments pass through", add_help=False,
+    )
     return parser
 
 
@@ -145,6 +152,11 @@ def _bench(argv: Sequence[str]) -> int:
               "installation", file=sys.stderr)
         return 2
     return int(bench.main(list(argv)) or 0)
+
+
+def _quality(argv: Sequence[str]) -> int:
+    quality = importlib.import_module(QUALITY_MODULE)
+    return int(quality.main(list(argv)) or 0)
 
 
 def _docs(args: argparse.Namespace) -> int:
@@ -207,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
+    if argv and argv[0] == "quality":
+        return _quality(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":
