@@ -122,8 +122,6 @@ COLUMNS = ("dataset", "split", "algorithm", "seed", "clients", "n", "d", "k", "a
 LOOP_NOTES = {
     "ffcm": "run_ffcm defaults to rounds=10 and no early stop; the App runs max-rounds=20 "
             "with tol=1e-6 (passed as rounds=20, global_tol=1e-6)",
-    "kdc": "run_kdc defaults to psi=16, tau=0.5; the App chooses (psi, tau) on the sample "
-           "(kdc-auto=true, select_parameters), which the benchmark replicates",
     "masked-federated": "run_masked_federated has no tol: it runs exactly F=3 rounds; the "
                         "App stops earlier once no coordinate moves more than tol=1e-6",
     "dgc": "run_dgc takes the graph and the initial centres: the benchmark builds them as "
@@ -282,20 +280,13 @@ def _loop_dgc(clients, k, seed, o) -> Model:
 
 
 def _loop_kdc(clients, k, seed, o) -> Model:
-    from flwr_clustering.algorithms.kdc import (
-        initial_cluster_means,
-        pooled_sample,
-        run_kdc,
-        select_parameters,
-    )
+    from flwr_clustering.algorithms.kdc import initial_cluster_means, run_kdc
 
-    psi, tau = o.psi, o.tau
-    if o.auto:  # what the App's strategy does on the pooled sample (kdc-auto)
-        B = pooled_sample(clients, o.sample_size, normalize=o.normalize, seed=seed)[0]
-        sel = select_parameters(B, k, t=o.t, variant=o.variant, seed=seed)
-        psi, tau = sel["psi"], sel["tau"]
-    r = run_kdc(clients, k, s=o.sample_size, psi=psi, t=o.t, tau=tau, step2=o.step2,
-                variant=o.variant, normalize=o.normalize, seed=seed)
+    # run_kdc's defaults are the App's: with auto it chooses (psi, tau) on the sample
+    r = run_kdc(clients, k, s=o.sample_size, psi=o.psi, t=o.t, tau=o.tau, auto=o.auto,
+                step2=o.step2, variant=o.variant, normalize=o.normalize, seed=seed)
+    sel = r.extra.get("selection", {})
+    psi, tau = sel.get("psi", o.psi), sel.get("tau", o.tau)
     return Model(initial_cluster_means(r.B, r.groups, r.lo, r.hi),
                  labels=np.concatenate(r.labels), info=f"psi {psi}, tau {tau:g}")
 
