@@ -58,6 +58,10 @@ __all__ = [
 DISTINCT_RTOL = 1e-6
 #: DGC: a consensus distance above this times the data's scale means the nodes disagree.
 CONSENSUS_RTOL = 0.1
+#: A non-empty cluster with fewer rows than this share of the average cluster (``n / k``)
+#: is a near-empty one: a centre that won almost no row (FeCA on breast cancer: clusters of
+#: 566 and 3 rows).
+TINY_SHARE = 0.05
 
 
 def non_finite_entries(C: np.ndarray | None) -> int:
@@ -222,6 +226,15 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
     if nonempty is not None and m is not None and nonempty < m:
         say(f"only {nonempty} of {m} clusters are non-empty (no row is nearest to "
             f"{m - nonempty} centre{'' if m - nonempty == 1 else 's'})", "empty")
+    counts = diag.get("cluster-counts")
+    if counts and m is not None and sum(counts) > 0:
+        floor = TINY_SHARE * sum(counts) / len(counts)
+        tiny = [c for c in counts if 0 < c < floor]
+        if tiny:
+            say(f"{len(tiny)} cluster(s) hold almost no row ({', '.join(map(str, sorted(tiny)))} "
+                f"of {sum(counts)} rows; below {TINY_SHARE:.0%} of the average cluster of "
+                f"{sum(counts) / len(counts):.0f}): a centre that won next to nothing, as an "
+                "empty one", "empty")
     if diag.get("round-cap-hit"):
         shift = diag.get("last-shift")
         shift_text = ("unknown (no earlier model to compare)" if shift is None

@@ -94,6 +94,19 @@ def test_warnings_name_the_cause_and_the_option():
                           "non-empty-clusters": 4, "absent": {}}, advice) == []
 
 
+def test_a_near_empty_cluster_is_warned_about_as_an_empty_one():
+    # the FeCA case on breast cancer: clusters of 566 and 3 rows
+    base = {"k": 2, "centroids": 2, "distinct-centres": 2, "non-empty-clusters": 2,
+            "absent": {}}
+    out = warnings_from({**base, "cluster-counts": [566, 3]}, {"empty": ("k-local", "k")},
+                        "FeCA")
+    assert out == ["FeCA: 1 cluster(s) hold almost no row (3 of 569 rows; below 5% of the "
+                   "average cluster of 284): a centre that won next to nothing, as an empty "
+                   "one; options to change: 'k-local' or 'k'"]
+    # an unequal but real split is not flagged (15 rows = 5.3 % of the average of 284)
+    assert warnings_from({**base, "cluster-counts": [554, 15]}, {}) == []
+
+
 # ------------------------------------------------------------- runs that warn
 def test_ffcm_collapse_on_digits_is_reported(caplog):
     X = load_digits().data
