@@ -51,6 +51,8 @@ __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
 #: How our clients' error replies start (:func:`flwr_clustering.clients.base._handle`).
 _CLIENT_PREFIX = re.compile(r"client (\d+)\b")
+#: The same error wrapped by Flower's legacy client runtime: "... RuntimeError('client 3: ...".
+_CLIENT_WRAPPED = re.compile(r"\(['\"]client (\d+): ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -624,7 +626,8 @@ class ClusteringStrategy(Strategy):
             node = origin[id(msg)]
             if msg.has_error():
                 reason = str(msg.error.reason)
-                named = _CLIENT_PREFIX.match(reason)  # our clients' errors start "client 3"
+                # our clients' errors start "client 3", also inside a legacy runtime's
+                named = _CLIENT_PREFIX.match(reason) or _CLIENT_WRAPPED.search(reason)
                 if named is not None:
                     self.client_of.setdefault(node, int(named.group(1)))
                 problems[node] = f"failed: {reason}"

@@ -128,7 +128,8 @@ class EchoClient(ClusteringClient):
         -------
         dict
             ``"num-examples"``, ``"sse"`` (0.0), ``"silhouette-sum"`` (0.0),
-            ``"cluster-counts"`` (all points in cluster 0) and, with labels,
+            ``"cluster-counts"`` (all points in cluster 0), ``"sum-x"`` (zeros) and
+            ``"sst-local"`` (0.0) and, with labels,
             ``"contingency"`` (all points in cell (0, 0)) and ``"ari-local"`` (0.0).
         """
         n = len(self.X)
@@ -136,6 +137,7 @@ class EchoClient(ClusteringClient):
         counts[:1] = n
         stats: dict[str, Any] = {
             "num-examples": n, "sse": 0.0, "silhouette-sum": 0.0, "cluster-counts": counts,
+            "sum-x": np.zeros(self.X.shape[1]), "sst-local": 0.0,
         }
         if self.y is not None:
             if config.get("n-classes"):
