@@ -148,6 +148,24 @@ def test_mavg_client_with_a_tiny_cluster_withholds(caplog):
         logger.removeHandler(caplog.handler)
     assert "client 0: a local cluster has 1 point(s)" in caplog.text
     assert strategy.history[0]["clients"] == 5
+    # the pure loop at its defaults leaves the same client out: the same centroids
+    with pytest.warns(RuntimeWarning, match=r"client\(s\) 0 withheld their reply"):
+        ref = run_mavg([x for x, _ in data], 15)
+    np.testing.assert_array_equal(strategy.centroids, ref)
+
+
+def test_mavg_below_min_nodes_because_of_the_privacy_threshold_says_so():
+    data = _data()
+    for i in range(5):  # five of six clients get an outlier: a one-point local cluster
+        data[i] = (np.vstack([data[i][0], [[1e4, 1e4]]]), np.append(data[i][1], 0))
+    with pytest.raises(RuntimeError, match=r"only 1 valid replies, fewer than min_nodes=2; "
+                       r"5 client\(s\) withheld their reply under the privacy threshold"):
+        MAvg(15, min_nodes=2).start(grid=InProcessGrid(_app(data, MAvgClient), 6))
+    with pytest.raises(ValueError, match=r"M-Avg: only 1 client\(s\) sent centroids, fewer "
+                       r"than min-nodes=2, because 5 withheld their reply under the privacy "
+                       r"threshold .*clients 0, 1, 2, 3, 4; lower privacy-threshold or k"), \
+            pytest.warns(RuntimeWarning):
+        run_mavg([x for x, _ in data], 15)
 
 
 def test_strategies_reject_bad_parameters():

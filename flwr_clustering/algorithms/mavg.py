@@ -22,6 +22,7 @@ No Flower import here (layer 1 of the architecture).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ import numpy as np
 from ..options import Options, option
 from .lloyd import check_data, client_rng, local_kmeans
 
-__all__ = ["check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
+__all__ = ["PrivacyWithheld", "check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
 
 REFERENCES = ("first", "running")
 METRICS = ("euclidean", "sqeuclidean")
@@ -86,11 +87,15 @@ def mavg_client(
                                      tol=tol)
     smallest = int(np.bincount(labels, minlength=k).min())
     if smallest < privacy_threshold:
-        raise ValueError(
+        raise PrivacyWithheld(
             f"a local cluster has {smallest} point(s), fewer than the privacy threshold "
             f"{privacy_threshold}; M-Avg would upload it, so the client withholds its reply"
         )
     return centroids
+
+
+class PrivacyWithheld(ValueError):
+    """A client withholds its reply: it would reveal a cluster below the privacy threshold."""
 
 
 def check_uploads(uploads: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -229,8 +234,14 @@ def run_mavg(
     max_iter: int = 300,
     tol: float = 1e-4,
     privacy_threshold: int = 2,
+    min_clients: int = 2,
 ) -> np.ndarray:
     """Run M-Avg on in-memory client arrays, with no Flower (the reference loop).
+
+    What the Flower run computes at the same options: a client whose k-means leaves a
+    cluster below ``privacy_threshold`` withholds its reply and the others are matched
+    (with a :class:`RuntimeWarning`), as long as ``min_clients`` (the App's ``min-nodes``)
+    remain.
 
     Parameters
     ----------
@@ -247,8 +258,10 @@ def run_mavg(
     init, n_init, max_iter, tol
         Client k-means options (:func:`local_kmeans`).
     privacy_threshold : int, default 2
-        As in :func:`mavg_client`: a client with a smaller local cluster refuses, and
-        the run raises.
+        As in :func:`mavg_client`: a client with a smaller local cluster withholds its
+        reply and is left out.
+    min_clients : int, default 2
+        Fewest clients whose centroids are matched (the App's ``min-nodes`` default).
 
     Returns
     -------
@@ -258,12 +271,13 @@ def run_mavg(
     Raises
     ------
     ValueError
-        If there is no client, a client has fewer than ``k`` points, a local cluster
-        below ``privacy_threshold`` or bad data, or the clients' feature counts differ.
+        If there is no client, a client has fewer than ``k`` points or bad data, the
+        clients' feature counts differ, or fewer than ``min_clients`` clients remain after
+        the privacy threshold (said in those words).
     """
     if len(clients) == 0:
         raise ValueError("M-Avg needs at least one client, got none")
-    uploads = []
+    uploads, withheld = [], []
     d = None
     for i, X in enumerate(clients):
         X = check_data(X, name=f"client {i} data", n_features=d)
@@ -273,10 +287,23 @@ def run_mavg(
                 f"M-Avg needs at least k points per client: client {i} has n={len(X)} "
                 f"points for k={k}"
             )
-        uploads.append(
-            mavg_client(X, k, client_rng(seed, i), init=init, n_init=n_init, max_iter=max_iter,
-                        tol=tol, privacy_threshold=privacy_threshold)
-        )
+        try:
+            uploads.append(
+                mavg_client(X, k, client_rng(seed, i), init=init, n_init=n_init,
+                            max_iter=max_iter, tol=tol, privacy_threshold=privacy_threshold)
+            )
+        except PrivacyWithheld:
+            withheld.append(i)
+    if withheld:
+        warnings.warn(f"M-Avg: client(s) {', '.join(map(str, withheld))} withheld their reply "
+                      f"under the privacy threshold ({privacy_threshold})", RuntimeWarning,
+                      stacklevel=2)
+    if len(uploads) < min_clients:
+        raise ValueError(
+            f"M-Avg: only {len(uploads)} client(s) sent centroids, fewer than min-nodes="
+            f"{min_clients}, because {len(withheld)} withheld their reply under the privacy "
+            f"threshold (a local cluster of fewer than privacy-threshold={privacy_threshold} "
+            f"points): clients {', '.join(map(str, withheld))}; lower privacy-threshold or k")
     return mavg_server(uploads, reference=reference, max_iter=match_iter, metric=metric)
 
 

@@ -693,6 +693,12 @@ class ClusteringStrategy(Strategy):
                              + ", ".join(self.who(n) for n in missing))
             parts.append(f"only {len(valid)} valid replies, fewer than "
                          f"{'min_nodes=' if min_replies is None else ''}{floor}")
+            withheld = [n for n, why in problems.items() if "privacy threshold" in why]
+            if withheld:
+                parts.append(f"{len(withheld)} client(s) withheld their reply under the "
+                             "privacy threshold (a local cluster of fewer than "
+                             "privacy-threshold points): lower privacy-threshold or k, or "
+                             "min-nodes")
             if problems:
                 parts.append("dropped: " + "; ".join(f"{self.who(n)} {why}"
                                                       for n, why in sorted(problems.items())))
