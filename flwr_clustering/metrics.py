@@ -411,7 +411,8 @@ def matched_centroid_mse(C_est: np.ndarray, C_true: np.ndarray) -> float:
 
 
 def local_evaluation_stats(
-    X: np.ndarray, C: np.ndarray, y: np.ndarray | None = None, n_classes: int | None = None
+    X: np.ndarray, C: np.ndarray, y: np.ndarray | None = None, n_classes: int | None = None,
+    min_rows: int = 2,
 ) -> dict[str, float | int | np.ndarray]:
     """Additive evaluation statistics of centroids ``C`` on one client's data.
 
@@ -428,6 +429,9 @@ def local_evaluation_stats(
     n_classes : int, optional
         Width of the contingency table; defaults to ``y.max() + 1`` (0 for empty ``y``).
         Clients may differ: the server zero-pads.
+    min_rows : int, default 2
+        The privacy threshold: with fewer rows, ``"sum-x"`` and ``"sst-local"`` are not
+        sent (:func:`moment_stats`).
 
     Returns
     -------
@@ -445,11 +449,11 @@ def local_evaluation_stats(
         On malformed data, centroids or labels.
     """
     stats = evaluation_stats_from_distances(squared_distances(X, C), y, n_classes)
-    stats.update(moment_stats(X))
+    stats.update(moment_stats(X, min_rows))
     return stats
 
 
-def moment_stats(X: np.ndarray) -> dict[str, float | np.ndarray]:
+def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarray]:
     """A client's sums for the pooled total sum of squares (never a row).
 
     Parameters
@@ -462,10 +466,13 @@ def moment_stats(X: np.ndarray) -> dict[str, float | np.ndarray]:
     dict
         ``"sum-x"`` (float64, ``(d,)``: the sum of the rows) and ``"sst-local"`` (float: the
         rows' sum of squares about their own mean). Additive through
-        :func:`flwr_clustering.diagnostics.total_sum_of_squares`. For a client of one row
-        ``sum-x`` is that row, as the mean of FFCM's moments phase is.
+        :func:`flwr_clustering.diagnostics.total_sum_of_squares`. A client with fewer
+        than ``min_rows`` rows (the privacy threshold) sends neither: for one row ``sum-x``
+        would be that row. The server then falls back to a scale guessed from the centres.
     """
     X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 2 and 0 < len(X) < max(int(min_rows), 1):
+        return {}
     if X.ndim != 2 or len(X) == 0:
         d = X.shape[1] if X.ndim == 2 else 0
         return {"sum-x": np.zeros(d), "sst-local": 0.0}

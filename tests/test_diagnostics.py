@@ -248,3 +248,16 @@ def test_result_json_carries_diagnostics_and_warnings(tmp_path):
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["diagnostics"]["round-cap-hit"] is True
     assert len(result["warnings"]) == 1 and "'max-rounds'" in result["warnings"][0]
+
+
+def test_a_client_below_the_privacy_threshold_sends_no_row_sum():
+    from flwr_clustering.metrics import local_evaluation_stats
+
+    C = np.zeros((2, 3))
+    one = local_evaluation_stats(np.array([[1.0, 2.0, 3.0]]), C)  # sum-x would be the row
+    assert "sum-x" not in one and "sst-local" not in one and one["num-examples"] == 1
+    assert "sum-x" not in local_evaluation_stats(np.ones((4, 3)), C, min_rows=5)
+    two = local_evaluation_stats(np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), C)
+    np.testing.assert_array_equal(two["sum-x"], [4.0, 4.0, 4.0])
+    # the server then has no exact SST (and guesses the scale from the centres)
+    assert total_sum_of_squares([one, two]) is None

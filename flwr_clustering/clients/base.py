@@ -218,7 +218,9 @@ class ClusteringClient(NumPyClient):
             See :func:`flwr_clustering.metrics.local_evaluation_stats`.
         """
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
-        return local_evaluation_stats(self.X, C, self.y, n_classes)
+        # the sum of the rows is a row for a client of one: withheld below the threshold
+        threshold = int(config.get("privacy-threshold", 2))
+        return local_evaluation_stats(self.X, C, self.y, n_classes, min_rows=threshold)
 
     def local_labels(self, parameters: list[np.ndarray], config: dict[str, Any]) -> np.ndarray:
         """Label the local rows with the final model (the arrays of the final message).
