@@ -23,7 +23,13 @@ import numpy as np
 # SciPy's optimize and spatial modules and scikit-learn's metrics are imported inside the
 # functions that use them: the strategies and clients import this module, and importing them
 # must stay cheap (scikit-learn alone pulls in pandas and pyarrow).
-from .algorithms.lloyd import assign_to_nearest, check_data, nearest, squared_distances
+from .algorithms.lloyd import (
+    assign_to_nearest,
+    check_data,
+    cluster_sums,
+    nearest,
+    squared_distances,
+)
 
 __all__ = [
     "EVALUATION_STATS",
@@ -438,7 +444,8 @@ def local_evaluation_stats(
     dict
         ``"num-examples"`` (int), ``"sse"`` (float), ``"silhouette-sum"`` (float, sum of
         simplified silhouette values), ``"cluster-counts"`` (int64, length k), ``"sum-x"`` and
-        ``"sst-local"`` (:func:`moment_stats`, for the pooled total sum of squares), and with ``y``:
+        ``"sst-local"`` (:func:`moment_stats`, for the pooled total sum of squares),
+        ``"cluster-residuals"`` (:func:`residual_stats`, for the Lloyd-step check), and with ``y``:
         ``"contingency"`` (int64, (k, n_classes)) and ``"ari-local"`` (float, the paper's
         per-client ARI of the nearest-centroid labels vs ``y``; 0.0 for an empty client,
         which has weight 0).
@@ -448,9 +455,50 @@ def local_evaluation_stats(
     ValueError
         On malformed data, centroids or labels.
     """
-    stats = evaluation_stats_from_distances(squared_distances(X, C), y, n_classes)
+    d2 = squared_distances(X, C)
+    stats = evaluation_stats_from_distances(d2, y, n_classes)
     stats.update(moment_stats(X, min_rows))
+    stats.update(residual_stats(X, C, nearest(d2)[0], min_rows))
     return stats
+
+
+def residual_stats(
+    X: np.ndarray, C: np.ndarray, labels: np.ndarray, min_rows: int = 2
+) -> dict[str, np.ndarray]:
+    """A client's per-cluster residual sums, for the Lloyd-step check (never a row).
+
+    ``cluster-residuals[j] = sum over the rows x nearest to c_j of (x - c_j)``. Summed over
+    the clients, ``||R_j||^2 / n_j`` is exactly how much moving ``c_j`` to the mean of its
+    rows would lower the SSE (:func:`flwr_clustering.diagnostics.lloyd_gain`). A residual
+    sum with the cluster's count and centre gives the sum of the cluster's rows, so the
+    privacy threshold applies: a client with a non-empty cluster of fewer than
+    ``min_rows`` rows sends **no** residual at all (withholding that cluster alone would
+    not do: the total ``sum-x`` minus the other clusters' sums would be its rows).
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        The client's complete rows.
+    C : array_like of shape (k, d)
+        Global centroids.
+    labels : array_like of shape (n,)
+        Nearest centroid of every row.
+    min_rows : int, default 2
+        The privacy threshold.
+
+    Returns
+    -------
+    dict
+        ``{"cluster-residuals": (k, d) float64}``, or ``{}`` when a cluster is too small.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    C = np.asarray(C, dtype=np.float64)
+    if X.ndim != 2 or len(X) == 0:
+        return {"cluster-residuals": np.zeros_like(C)}
+    sums, counts = cluster_sums(X, np.asarray(labels, dtype=np.int64), len(C))
+    if ((counts > 0) & (counts < max(int(min_rows), 1))).any():
+        return {}
+    return {"cluster-residuals": sums - counts[:, None] * C}
 
 
 def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarray]:

@@ -105,6 +105,9 @@ EVALUATION_STATS = (
     "`contingency` (k, n_classes) int64: clusters x true classes (only with labels)",
     "`sum-x` (d,) float64: sum of the local rows (with `sst-local`, the pooled total sum "
     "of squares, exactly)",
+    "`cluster-residuals` (k, d) float64: per cluster, the sum of (row - centroid) over its "
+    "rows (the Lloyd-step check); not sent when a non-empty local cluster is under the "
+    "privacy threshold",
 )
 
 #: The messages every algorithm shares (unless its own protocol lists a variant).

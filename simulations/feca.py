@@ -162,7 +162,7 @@ def _ffcm(version: int, rounds: int, authors: bool = False) -> Method:
         f"ffcm-v{version}-r{rounds}" + ("-authors" if authors else ""), "ffcm",
         f"FFCM v{version} (fuzzifier 2, {server}) after {rounds} "
         f"round{'s' if rounds > 1 else ''}; {init}",
-        {"version": version, "rounds": rounds, **options})
+        {"version": version, "rounds": rounds, "m": 2.0, **options})
 
 
 _FFCM_SCALED = tuple(_ffcm(v, r) for v in (1, 2) for r in (1, 10))

@@ -390,6 +390,33 @@ def test_silhouette_chooses_the_local_cluster_count_and_one_cluster_without_stru
     assert len(stats) == 2
 
 
+def test_no_silhouette_above_the_threshold_keeps_the_best_k_unless_one_gaussian():
+    """Silhouettes are low in high dimension: K_i = 1 only where G-means sees one Gaussian."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import silhouette_score
+    from sklearn.preprocessing import StandardScaler
+
+    from flwr_clustering.algorithms.masked import (
+        MIN_SILHOUETTE,
+        choose_local_clusters,
+        looks_like_one_cluster,
+    )
+
+    # one client's share of the 64-feature digits (10 classes), standardised
+    X = StandardScaler().fit_transform(load_digits().data)[:180]
+    best = max(silhouette_score(X, KMeans(k, n_init=10, random_state=0).fit_predict(X))
+               for k in range(2, 11))
+    assert best < MIN_SILHOUETTE  # the old rule would have kept one cluster
+    assert not looks_like_one_cluster(X, np.random.default_rng(0))
+    labels, stats = choose_local_clusters(X, 10, np.random.default_rng(0))
+    assert len(stats) >= 2 and len(np.unique(labels)) == len(stats)
+    G = np.random.default_rng(1).standard_normal((300, 50))  # one Gaussian in 50-D
+    assert looks_like_one_cluster(G, np.random.default_rng(0))
+    labels, stats = choose_local_clusters(G, 8, np.random.default_rng(0))
+    assert len(stats) == 1
+
+
 def test_kmedoids_medoids_are_rows_and_its_federation_recovers_separated_blobs():
     from sklearn.datasets import make_blobs
 

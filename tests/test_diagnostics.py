@@ -110,11 +110,24 @@ def test_a_near_empty_cluster_is_warned_about_as_an_empty_one():
 # ------------------------------------------------------------- runs that warn
 def test_ffcm_collapse_on_digits_is_reported(caplog):
     X = load_digits().data
-    est, lines = _fit(caplog, "ffcm", 10, _iid(X, 10))
+    est, lines = _fit(caplog, "ffcm", 10, _iid(X, 10), fuzzifier=2.0)  # the paper's m
     d = est.diagnostics_
     assert d["distinct-centres"] == 1 and d["centroids"] == 10
     assert d["sse-ratio"] == pytest.approx(1.0, abs=1e-6)  # one centre at the grand mean
     _warned_once(est, lines, "collapsed", "'fuzzifier'")
+
+
+def test_ffcm_default_fuzzifier_does_not_collapse_on_digits(caplog):
+    """The default m is chosen from the dimension (1.05 for 64 features): no collapse."""
+    X = load_digits().data
+    est, lines = _fit(caplog, "ffcm", 10, _iid(X, 10))
+    d = est.diagnostics_
+    assert d["distinct-centres"] == 10 and d["non-empty-clusters"] == 10
+    assert 1.04 < est.strategy_.fuzzifier < 1.06
+    km = KMeans(10, n_init=10, random_state=0).fit(X)
+    sse = float(np.min(((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1), axis=1).sum())
+    assert sse <= 1.10 * km.inertia_
+    assert est.warnings_ == [] and lines == []
 
 
 def test_kfed_empty_centre_is_reported(caplog):
@@ -261,3 +274,66 @@ def test_a_client_below_the_privacy_threshold_sends_no_row_sum():
     np.testing.assert_array_equal(two["sum-x"], [4.0, 4.0, 4.0])
     # the server then has no exact SST (and guesses the scale from the centres)
     assert total_sum_of_squares([one, two]) is None
+
+
+# ------------------------------------------------------------------ Lloyd gain
+def _pooled_lloyd_gain(X, C):
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(-1)
+    labels = d2.argmin(1)
+    sse = d2.min(1).sum()
+    moved = C.copy()
+    for j in range(len(C)):
+        if (labels == j).any():
+            moved[j] = X[labels == j].mean(0)
+    return (sse - ((X - moved[labels]) ** 2).sum()) / sse
+
+
+def test_lloyd_gain_is_the_exact_sse_decrease_of_one_lloyd_step():
+    from flwr_clustering.diagnostics import lloyd_gain
+
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal(c, 1.0, (60, 3)) for c in (0.0, 6.0, 12.0)])
+    C = np.array([[1.0, 0.5, 0.0], [5.0, 6.5, 6.0], [13.0, 12.0, 11.0]])
+    parts = np.array_split(X[rng.permutation(len(X))], 4)
+    stats = [local_evaluation_stats(p, C) for p in parts]
+    gain, used = lloyd_gain(stats)
+    assert used == 4
+    assert gain == pytest.approx(_pooled_lloyd_gain(X, C), rel=1e-10)
+    # at the means of the clusters (one Lloyd step done) there is nothing left to gain
+    labels = (((X[:, None, :] - C[None]) ** 2).sum(-1)).argmin(1)
+    means = np.stack([X[labels == j].mean(0) for j in range(3)])
+    gain0, _ = lloyd_gain([local_evaluation_stats(p, means) for p in parts])
+    assert gain0 == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_client_with_a_cluster_under_the_threshold_sends_no_residual():
+    from flwr_clustering.diagnostics import lloyd_gain
+
+    C = np.array([[0.0, 0.0], [10.0, 10.0]])
+    one_far_row = np.array([[0.1, 0.0], [0.0, 0.2], [-0.1, 0.1], [9.0, 11.0]])
+    stats = local_evaluation_stats(one_far_row, C, min_rows=2)
+    # withholding only the 1-row cluster would leak it (sum-x minus the other's sum)
+    assert "cluster-residuals" not in stats
+    assert "cluster-residuals" in local_evaluation_stats(one_far_row, C, min_rows=1)
+    ok = local_evaluation_stats(one_far_row[:3], C, min_rows=2)
+    gain, used = lloyd_gain([stats, ok])
+    assert used == 1 and gain == pytest.approx(_pooled_lloyd_gain(one_far_row[:3], C))
+
+
+def test_a_poor_one_shot_model_is_reported_by_its_lloyd_gain(caplog):
+    """FeCA on breast cancer (IID, seed 0): well-formed clusters, SSE 1.37x k-means'."""
+    from sklearn.datasets import load_breast_cancer
+
+    from flwr_clustering.diagnostics import LLOYD_GAIN_RTOL
+
+    X = StandardScaler().fit_transform(load_breast_cancer().data)
+    est, lines = _fit(caplog, "feca", 2, _iid(X, 10), random_state=0)
+    d = est.diagnostics_
+    assert d["non-empty-clusters"] == 2 and d["distinct-centres"] == 2
+    C = est.cluster_centers_
+    assert d["lloyd-gain-clients"] == 10
+    assert d["lloyd-gain"] == pytest.approx(_pooled_lloyd_gain(X, C), rel=1e-9)
+    assert d["lloyd-gain"] > LLOYD_GAIN_RTOL
+    sse = float(np.min(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1).sum())
+    assert sse > 1.10 * KMeans(2, n_init=10, random_state=0).fit(X).inertia_
+    _warned_once(est, lines, "not at the means of their clusters", "'k-local'")

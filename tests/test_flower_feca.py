@@ -154,6 +154,18 @@ def test_mavg_client_with_a_tiny_cluster_withholds(caplog):
     np.testing.assert_array_equal(strategy.centroids, ref)
 
 
+def test_mavg_client_with_fewer_than_k_rows_is_left_out_by_loop_and_strategy():
+    data = _data()
+    data[2] = (data[2][0][:10], data[2][1][:10])  # 10 rows for k = 15
+    strategy = MAvg(15, min_nodes=5)
+    strategy.start(grid=InProcessGrid(_app(data, MAvgClient), 6))
+    assert strategy.history[0]["clients"] == 5
+    assert any("client 2" in c for c in strategy.diagnostics["absent"])
+    with pytest.warns(RuntimeWarning, match=r"client\(s\) 2 have fewer than k=15 rows"):
+        ref = run_mavg([x for x, _ in data], 15)
+    np.testing.assert_array_equal(strategy.centroids, ref)
+
+
 def test_mavg_below_min_nodes_because_of_the_privacy_threshold_says_so():
     data = _data()
     for i in range(5):  # five of six clients get an outlier: a one-point local cluster
@@ -235,13 +247,41 @@ def test_ffcm_with_initial_centres_skips_the_moments_exchange():
     data = _data(m=3)
     V0 = CENTRES + 3.0
     grid = InProcessGrid(_app(data, FFCMClient), 3)
-    strategy = FFCM(15, min_nodes=3, max_rounds=2, evaluate=False)
+    strategy = FFCM(15, min_nodes=3, max_rounds=2, evaluate=False, fuzzifier=2.0)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(V0)}))
-    ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0)
+    ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0, m=2.0)
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
-    # no moments QUERY: only the two ffcm rounds, then the final model (EVALUATE)
+    # a fixed fuzzifier: no moments QUERY, only the two ffcm rounds, then the final model
     assert [m.metadata.message_type for m in grid.sent] == ["train"] * 6 + ["evaluate"] * 3
     assert all(m.content["config"]["phase"] == "ffcm" for m in grid.sent[:6])
+    assert all(m.content["config"]["fuzzifier"] == 2.0 for m in grid.sent[:6])
+
+
+def test_ffcm_auto_fuzzifier_asks_for_the_moments_even_with_initial_centres():
+    from flwr.app import Array, ArrayRecord
+
+    from flwr_clustering.algorithms.ffcm import fuzzifier_from_dimension, run_ffcm
+    from flwr_clustering.clients import FFCMClient
+    from flwr_clustering.strategies import FFCM
+
+    data = _data(m=3)
+    V0 = CENTRES + 3.0
+    grid = InProcessGrid(_app(data, FFCMClient), 3)
+    strategy = FFCM(15, min_nodes=3, max_rounds=2, evaluate=False)  # fuzzifier 0: auto
+    strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(V0)}))
+    ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0)
+    n = sum(len(x) for x, _ in data)
+    m = fuzzifier_from_dimension(V0.shape[1], n)
+    assert ref.fuzzifier == m == strategy.fuzzifier
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+    # the moments QUERY (for n), then two ffcm rounds that carry the chosen m
+    assert [m.metadata.message_type for m in grid.sent][:3] == ["query"] * 3
+    assert all(m.content["config"]["phase"] == "moments" for m in grid.sent[:3])
+    assert all(msg.content["config"]["fuzzifier"] == m for msg in grid.sent[3:9])
+    # a second run of the same strategy chooses again (and gets the same m)
+    strategy.start(grid=InProcessGrid(_app(data, FFCMClient), 3),
+                   initial_arrays=ArrayRecord({"centroids": Array(V0)}))
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
     with pytest.raises(ValueError, match="expected k=15"):
         FFCM(15, min_nodes=3).start(grid=InProcessGrid(_app(data, FFCMClient), 3),
                                     initial_arrays=ArrayRecord({"centroids": Array(V0[:4])}))

@@ -123,3 +123,15 @@ def test_every_registered_algorithm_is_benchmarked():
 
     assert sorted(quality.ALGORITHMS) == registry.names()
     assert set(quality.LOOPS) == set(registry.names()) - {"deepfeca"}
+
+
+@pytest.mark.parametrize("split", ["iid", "dirichlet"])
+@pytest.mark.parametrize("dataset", ["iris", "wine", "breast-cancer", "digits", "moons",
+                                     "circles", "aniso", "varied"])
+def test_fkm_at_its_defaults_is_within_1_10_of_kmeans_with_no_warning(dataset, split):
+    """Issue 21, item 5: FKM through the App's classes, every small set of the benchmark."""
+    row = run_task(QualityTask(dataset, split, "fkm", 0, engine="app"))
+    assert row["error"] == ""
+    assert row["sse_ratio"] <= 1.10
+    assert row["nonempty"] == row["k"] == row["distinct"]
+    assert row["warnings"] == 0, row["warning_messages"]

@@ -239,9 +239,9 @@ def run_mavg(
     """Run M-Avg on in-memory client arrays, with no Flower (the reference loop).
 
     What the Flower run computes at the same options: a client whose k-means leaves a
-    cluster below ``privacy_threshold`` withholds its reply and the others are matched
-    (with a :class:`RuntimeWarning`), as long as ``min_clients`` (the App's ``min-nodes``)
-    remain.
+    cluster below ``privacy_threshold`` withholds its reply, a client with fewer than ``k``
+    rows refuses, and the others are matched (with a :class:`RuntimeWarning`), as long as
+    ``min_clients`` (the App's ``min-nodes``) remain.
 
     Parameters
     ----------
@@ -271,22 +271,20 @@ def run_mavg(
     Raises
     ------
     ValueError
-        If there is no client, a client has fewer than ``k`` points or bad data, the
-        clients' feature counts differ, or fewer than ``min_clients`` clients remain after
-        the privacy threshold (said in those words).
+        If there is no client, a client has bad data, the clients' feature counts differ,
+        or fewer than ``min_clients`` clients remain after the privacy threshold and the
+        clients with fewer than ``k`` rows are left out (said in those words).
     """
     if len(clients) == 0:
         raise ValueError("M-Avg needs at least one client, got none")
-    uploads, withheld = [], []
+    uploads, withheld, small = [], [], []
     d = None
     for i, X in enumerate(clients):
         X = check_data(X, name=f"client {i} data", n_features=d)
         d = X.shape[1]
-        if len(X) < k:
-            raise ValueError(
-                f"M-Avg needs at least k points per client: client {i} has n={len(X)} "
-                f"points for k={k}"
-            )
+        if len(X) < k:  # the App's client refuses (it uploads exactly k centroids)
+            small.append(i)
+            continue
         try:
             uploads.append(
                 mavg_client(X, k, client_rng(seed, i), init=init, n_init=n_init,
@@ -298,12 +296,22 @@ def run_mavg(
         warnings.warn(f"M-Avg: client(s) {', '.join(map(str, withheld))} withheld their reply "
                       f"under the privacy threshold ({privacy_threshold})", RuntimeWarning,
                       stacklevel=2)
+    if small:
+        warnings.warn(f"M-Avg: client(s) {', '.join(map(str, small))} have fewer than k={k} "
+                      "rows and are left out (M-Avg uploads exactly k local centroids)",
+                      RuntimeWarning, stacklevel=2)
     if len(uploads) < min_clients:
+        why = []
+        if withheld:
+            why.append(f"{len(withheld)} withheld their reply under the privacy threshold (a "
+                       f"local cluster of fewer than privacy-threshold={privacy_threshold} "
+                       f"points): clients {', '.join(map(str, withheld))}")
+        if small:
+            why.append(f"{len(small)} have fewer than k={k} rows: clients "
+                       f"{', '.join(map(str, small))}")
         raise ValueError(
             f"M-Avg: only {len(uploads)} client(s) sent centroids, fewer than min-nodes="
-            f"{min_clients}, because {len(withheld)} withheld their reply under the privacy "
-            f"threshold (a local cluster of fewer than privacy-threshold={privacy_threshold} "
-            f"points): clients {', '.join(map(str, withheld))}; lower privacy-threshold or k")
+            f"{min_clients}, because {'; and '.join(why)}; lower privacy-threshold or k")
     return mavg_server(uploads, reference=reference, max_iter=match_iter, metric=metric)
 
 

@@ -54,6 +54,11 @@ class FFCMClient(ClusteringClient):
             return [np.array([n], dtype=np.int64), total, sumsq], len(self.X), {}
         if phase != "ffcm":
             raise ValueError(f"client {self.client_id}: unknown FFCM phase {phase!r}")
+        if options.fuzzifier == 0:
+            raise ValueError(
+                f"client {self.client_id}: fuzzifier 0 (chosen from the dimension) must be "
+                "resolved by the server before the ffcm phase; send the chosen m"
+            )
         V = self.centroids_from(parameters)
         metrics = self.local_stats(V, config) if config.get("evaluate", True) else {}
         centres, supports = ffcm_client(

@@ -170,12 +170,12 @@ class ClusteringStrategy(Strategy):
     #: The options (field names of :attr:`Options`) that address each anomaly of
     #: :meth:`diagnose`; the warnings name their run-config keys. Fields the algorithm
     #: does not have are left out. Anomalies: ``non-finite``, ``fewer-centroids``,
-    #: ``collapse``, ``empty``, ``round-cap``, ``withheld``, ``dropped``, ``consensus``,
-    #: ``cores`` (see :func:`flwr_clustering.diagnostics.warnings_from`).
+    #: ``collapse``, ``empty``, ``lloyd-gain``, ``round-cap``, ``withheld``, ``dropped``,
+    #: ``consensus``, ``cores`` (see :func:`flwr_clustering.diagnostics.warnings_from`).
     advice: dict[str, tuple[str, ...]] = {
         "non-finite": ("k",), "fewer-centroids": ("k",), "collapse": ("k",),
         "empty": ("k",), "round-cap": ("max_rounds", "tol"),
-        "withheld": ("privacy_threshold",),
+        "withheld": ("privacy_threshold",), "lloyd-gain": ("max_rounds", "tol"),
     }
 
     def __init__(
@@ -978,7 +978,11 @@ class ClusteringStrategy(Strategy):
             converged = bool(self.converged(last))
         absent = dict(getattr(self, "run_absent", {}))
         withheld = sum("privacy" in why for why in absent.values())
+        gain, gain_clients = _diagnostics.lloyd_gain(stats)
         return {
+            "lloyd-gain": gain,
+            "lloyd-gain-clients": gain_clients,
+            "evaluated-clients": len(stats),
             "k": k,
             "centroids": 0 if C is None else int(len(C)),
             "non-finite-entries": _diagnostics.non_finite_entries(C),

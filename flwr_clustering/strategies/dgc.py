@@ -405,7 +405,8 @@ class DGC(ClusteringStrategy):
         return float(np.abs(self.node_history[-1] - self.node_history[-2]).max()) <= self.tol
 
     #: Consensus needs a stronger pull between neighbours (rho) or more iterations.
-    advice = {**ClusteringStrategy.advice, "consensus": ("rho", "iterations")}
+    advice = {**ClusteringStrategy.advice, "consensus": ("rho", "iterations"),
+              "lloyd-gain": ("rho", "iterations")}
 
     def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
         """The final consensus distance, absolute and relative to the data's scale.

@@ -55,7 +55,7 @@ class FeCA(ClusteringStrategy):
     name = "feca"
     Options = FeCAOptions
     advice = {**ClusteringStrategy.advice, "fewer-centroids": ("k_local", "k"),
-              "empty": ("k_local", "k")}
+              "empty": ("k_local", "k"), "lloyd-gain": ("k_local",)}
 
     def protocol_rounds(self) -> int:
         """One shot."""

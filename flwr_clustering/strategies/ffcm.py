@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 from flwr.serverapp import Grid
 
 from ..algorithms.ffcm import (
+    PAPER_FUZZIFIER,
     FFCMOptions,
     check_ffcm_uploads,
     ffcm_random_init,
     ffcm_server_v1,
     ffcm_server_v2,
+    fuzzifier_from_dimension,
     pooled_mean_std,
     run_ffcm,
 )
@@ -27,11 +30,12 @@ __all__ = ["FFCM"]
 class FFCM(ClusteringStrategy):
     """Federated fuzzy c-means, iterative; client side: ``FFCMClient``.
 
-    Before round 1 (unless ``initial_arrays`` are given) the clients send their feature
-    moments ``(n, sum, sum of squares)``; the server draws the ``k`` initial centres
-    uniformly in the box ``mean ± init_width * std`` of the pooled data. Every round the
-    server broadcasts the global centres, each client runs fuzzy c-means from them to
-    convergence and uploads its centres and supports ``s_j = sum_x u_xj``; the server
+    Before round 1 (unless ``initial_arrays`` are given and the fuzzifier is fixed) the
+    clients send their feature moments ``(n, sum, sum of squares)``; the server draws the
+    ``k`` initial centres uniformly in the box ``mean ± init_width * std`` of the pooled
+    data and, with ``fuzzifier=0``, chooses ``m`` from the dimension and the row count.
+    Every round the server broadcasts the global centres, each client runs fuzzy c-means
+    from them to convergence and uploads its centres and supports ``s_j = sum_x u_xj``; the server
     averages them by support (``version=1``) or runs k-means over all local centres
     (``version=2``). Stops after ``max_rounds`` or when the Hungarian-matched shift is
     ``<= tol`` (``tol < 0``: never).
@@ -42,8 +46,11 @@ class FFCM(ClusteringStrategy):
         Number of clusters.
     version : {1, 2}, default 1
         Server aggregation.
-    fuzzifier : float, default 2.0
-        ``m`` of fuzzy c-means (the paper's 2).
+    fuzzifier : float, default 0.0
+        ``m`` of fuzzy c-means. ``0`` (default) chooses it before round 1 from the
+        dimension and the federation's row count (from the moments exchange,
+        :func:`~flwr_clustering.algorithms.ffcm.fuzzifier_from_dimension`: 1.05 for 64
+        features, 1.3 for 10-13, the paper's 2 below 6); the paper's value is 2.
     local_max_iter : int, default 100
         Fuzzy c-means iterations at most per round.
     local_tol : float, default 1e-4
@@ -72,29 +79,63 @@ class FFCM(ClusteringStrategy):
     resumable = True
     #: Fuzzy c-means with m = 2 pulls the centres to the grand mean in high dimensions.
     advice = {**ClusteringStrategy.advice, "collapse": ("fuzzifier", "k"),
-              "empty": ("fuzzifier", "k")}
+              "empty": ("fuzzifier", "k"), "lloyd-gain": ("fuzzifier",)}
+
+    def configure(self) -> None:
+        """Remember the fuzzifier asked for (``0``: chosen before every new run)."""
+        self.requested_fuzzifier = float(self.options.fuzzifier)
+
+    def reset(self) -> None:
+        """Forget the run state, including a fuzzifier chosen for the last run."""
+        super().reset()
+        if getattr(self, "requested_fuzzifier", None) is not None:
+            self._use_fuzzifier(self.requested_fuzzifier)
 
     def state_dict(self) -> dict[str, Any]:
-        """The base state plus the initial centres (drawn from the moments exchange)."""
-        return {**super().state_dict(), "initial": getattr(self, "initial", None)}
+        """The base state plus the initial centres and the fuzzifier in use."""
+        return {**super().state_dict(), "initial": getattr(self, "initial", None),
+                "fuzzifier": float(self.fuzzifier)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (the moments exchange is not repeated)."""
         super().load_state_dict(state)
         if state.get("initial") is not None:
             self.initial = np.asarray(state["initial"])
+        if state.get("fuzzifier"):
+            self._use_fuzzifier(float(state["fuzzifier"]))
+
+    def _use_fuzzifier(self, m: float) -> None:
+        self.options = dataclasses.replace(self.options, fuzzifier=m)
+        self.fuzzifier = self.options.fuzzifier
 
     def initialize(self, grid: Grid, timeout: float) -> None:
-        """Draw the random initial centres from the clients' pooled feature moments."""
+        """Draw the initial centres and choose the fuzzifier from the clients' moments.
+
+        With given centroids and a fixed fuzzifier, nothing is exchanged. A resumed run
+        keeps the fuzzifier of its checkpoint.
+        """
         if self.centroids is not None:
             if len(self.centroids) != self.k:
                 raise ValueError(
                     f"initial centroids have {len(self.centroids)} rows, expected k={self.k}"
                 )
+        if self.fuzzifier != 0 and self.centroids is not None:
             return
-        valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
+        config = {**self.options.to_config(), "fuzzifier": PAPER_FUZZIFIER} \
+            if self.fuzzifier == 0 else self.options.to_config()
+        valid = self.exchange(grid, 0, "moments", config=config,
                               parse=self._parse_moments, timeout=timeout)
-        mean, std = pooled_mean_std([r.payload for r in valid])
+        moments = [r.payload for r in valid]
+        if self.fuzzifier == 0:
+            n = sum(mom[0] for mom in moments)
+            d = int(moments[0][1].shape[0])
+            self._use_fuzzifier(fuzzifier_from_dimension(d, n))
+            logger.info("fuzzifier m=%.4g chosen from d=%d features and n=%d rows "
+                        "(Schwaemmle & Jensen 2010; the paper's m: fuzzifier=2)",
+                        self.fuzzifier, d, n)
+        if self.centroids is not None:
+            return
+        mean, std = pooled_mean_std(moments)
         self.centroids = ffcm_random_init(mean, std, self.k, self.rng, width=self.init_width)
         self.initial = self.centroids
         logger.info("initial centres drawn from the moments of %d clients", len(valid))
@@ -154,14 +195,16 @@ register(AlgorithmSpec(
     name="ffcm", strategy=FFCM, client=FFCMClient, options=FFCMOptions, loop=run_ffcm,
     summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)",
     protocol=(
-        Phase("moments", "query", "round 0 (only when no initial centroids are given)",
+        Phase("moments", "query", "round 0 (unless initial centroids are given and the "
+              "fuzzifier is fixed)",
               sends=("nothing",),
               reply_arrays=("`n` (1,) int64: local rows",
                             "`sum` (d,) float64: per-feature sum",
                             "`sumsq` (d,) float64: per-feature sum of squares"),
               notes="The server draws the k initial centres uniformly in the box mean ± "
-                    "init-width · std of the pooled data; it rejects the moments of fewer "
-                    "than privacy-threshold rows."),
+                    "init-width · std of the pooled data and, with fuzzifier 0, chooses the "
+                    "fuzzifier from d and the pooled row count; it rejects the moments of "
+                    "fewer than privacy-threshold rows."),
         Phase("ffcm", "train", "every round",
               sends=("`centres` (k, d) float64: the global centres",),
               reply_arrays=("`centres` (k, d) float64: local fuzzy c-means from the global "

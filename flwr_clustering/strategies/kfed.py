@@ -38,7 +38,7 @@ class KFed(ClusteringStrategy):
 
     Options = KFedOptions
     advice = {**ClusteringStrategy.advice, "empty": ("k_local", "k"),
-              "collapse": ("k_local", "k")}
+              "collapse": ("k_local", "k"), "lloyd-gain": ("k_local",)}
 
     def protocol_rounds(self) -> int:
         """One shot."""

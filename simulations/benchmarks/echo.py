@@ -128,8 +128,9 @@ class EchoClient(ClusteringClient):
         -------
         dict
             ``"num-examples"``, ``"sse"`` (0.0), ``"silhouette-sum"`` (0.0),
-            ``"cluster-counts"`` (all points in cluster 0), ``"sum-x"`` (zeros) and
-            ``"sst-local"`` (0.0) and, with labels,
+            ``"cluster-counts"`` (all points in cluster 0), ``"sum-x"`` (zeros),
+            ``"sst-local"`` (0.0) and ``"cluster-residuals"`` (zeros, ``(k, d)``) and, with
+            labels,
             ``"contingency"`` (all points in cell (0, 0)) and ``"ari-local"`` (0.0).
         """
         n = len(self.X)
@@ -138,6 +139,7 @@ class EchoClient(ClusteringClient):
         stats: dict[str, Any] = {
             "num-examples": n, "sse": 0.0, "silhouette-sum": 0.0, "cluster-counts": counts,
             "sum-x": np.zeros(self.X.shape[1]), "sst-local": 0.0,
+            "cluster-residuals": np.zeros((k, self.X.shape[1])),
         }
         if self.y is not None:
             if config.get("n-classes"):

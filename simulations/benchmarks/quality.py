@@ -127,8 +127,6 @@ LOOP_NOTES = {
     "dgc": "run_dgc takes the graph and the initial centres: the benchmark builds them as "
            "the App does (ring, node-init=kmeans with the privacy threshold); the model is "
            "the network mean",
-    "mavg": "run_mavg raises when a client has fewer than k rows; the App drops such a client "
-            "(a client that withholds under the privacy threshold is left out by both)",
 }
 
 
