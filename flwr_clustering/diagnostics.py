@@ -18,8 +18,9 @@ What is checked, and the rule of each check:
   (the fraction of the variance the clustering leaves unexplained; 1 for one centre at
   the mean).
 - **Lloyd gain**: how much one Lloyd step from the model (each centre moved to the mean
-  of the rows nearest to it) would lower the SSE, relative to the SSE, exactly, from the
-  clients' per-cluster residual sums (:func:`lloyd_gain`). Above ``LLOYD_GAIN_RTOL`` the
+  of the rows nearest to it) would lower the SSE, relative to the SSE, from the clients'
+  per-cluster residual sums (:func:`lloyd_gain`; exact, or a lower bound over the
+  clusters no client withheld). Above ``LLOYD_GAIN_RTOL`` the
   centres are not where k-means would put them and a better clustering is known to exist
   (FKM's converged runs: below 0.001). This is what reveals a poor model whose clusters
   are all well formed.
@@ -136,43 +137,49 @@ def total_sum_of_squares(stats: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
-    """The SSE decrease of one Lloyd step from the model, relative to the SSE.
+    """A lower bound of the SSE decrease of one Lloyd step from the model, over the SSE.
 
-    Over the clients that sent ``cluster-residuals`` (``R_ij``, the sum of ``x - c_j`` over
-    their rows nearest to ``c_j``), with their ``cluster-counts`` ``n_ij`` and ``sse``:
-    ``gain = sum_j ||sum_i R_ij||^2 / sum_i n_ij``, exactly the decrease of the SSE of
-    those clients' rows when every centre moves to the mean of its rows (the assignment
-    fixed; reassigning can only lower it further). Returns ``gain / SSE`` of those clients.
+    With every client's ``cluster-residuals`` ``R_ij`` (the sum of ``x - c_j`` over its rows
+    nearest to ``c_j``), ``cluster-counts`` ``n_ij`` and ``sse``: moving every centre to the
+    mean of its rows (the assignment fixed; reassigning can only lower the SSE further)
+    lowers the SSE by exactly ``sum_j ||sum_i R_ij||^2 / sum_i n_ij``. A cluster enters the
+    sum only when every client holding rows of it sent its residual (a client withholds the
+    residuals of clusters under the privacy threshold, and clients of the masked algorithms
+    send none), so the result is exact when nothing is withheld and a lower bound
+    otherwise: it never overstates the gain. Divided by the federation's SSE.
 
     Returns
     -------
     gain : float or None
-        ``None`` when no client sent residuals or their SSE is 0.
-    clients : int
-        The clients it is computed over (a client with a cluster under the privacy
-        threshold sends none).
+        ``None`` when no cluster is complete or the SSE is 0.
+    clusters : int
+        The non-empty clusters the sum is over.
     """
-    used = [s for s in stats if "cluster-residuals" in s and "cluster-counts" in s
-            and "sse" in s]
-    if not used:
+    if not stats or any("cluster-counts" not in s or "sse" not in s for s in stats):
         return None, 0
+    counts = [np.asarray(s["cluster-counts"], dtype=np.float64).ravel() for s in stats]
+    k = len(counts[0])
+    if any(len(c) != k for c in counts):
+        return None, 0
+    n = np.sum(counts, axis=0)
+    complete = n > 0
     R = None
-    n = None
-    for s in used:
-        r = np.asarray(s["cluster-residuals"], dtype=np.float64)
-        c = np.asarray(s["cluster-counts"], dtype=np.float64).ravel()
-        if r.ndim != 2 or len(c) != len(r):
+    for s, c in zip(stats, counts, strict=True):
+        r = s.get("cluster-residuals")
+        r = None if r is None else np.asarray(r, dtype=np.float64)
+        if r is None or r.ndim != 2 or len(r) != k:
+            complete &= c == 0
+            continue
+        if R is not None and r.shape != R.shape:
             return None, 0
+        complete &= (c == 0) | np.isfinite(r).all(axis=1)
+        r = np.where(np.isfinite(r), r, 0.0)
         R = r if R is None else R + r
-        n = c if n is None else n + c
-        if R.shape != r.shape:
-            return None, 0
-    sse = math.fsum(float(s["sse"]) for s in used)
-    if sse <= 0:
-        return None, len(used)
-    seen = n > 0
-    gain = float(np.sum(np.sum(R[seen] ** 2, axis=1) / n[seen]))
-    return gain / sse, len(used)
+    sse = math.fsum(float(s["sse"]) for s in stats)
+    if R is None or not complete.any() or sse <= 0:
+        return None, int(complete.sum())
+    gain = float(np.sum(np.sum(R[complete] ** 2, axis=1) / n[complete]))
+    return gain / sse, int(complete.sum())
 
 
 def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) -> float | None:
@@ -290,8 +297,9 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
                 "empty one", "empty")
     gain = diag.get("lloyd-gain")
     if gain is not None and gain > LLOYD_GAIN_RTOL:
-        used, total = diag.get("lloyd-gain-clients"), diag.get("evaluated-clients")
-        over = f" (over {used} of {total} clients)" if used and total and used < total else ""
+        used, total = diag.get("lloyd-gain-clusters"), diag.get("non-empty-clusters")
+        over = (f" (at least: from {used} of {total} clusters, the others withheld under the "
+                "privacy threshold)" if used and total and used < total else "")
         say(f"the centres are not at the means of their clusters: one Lloyd step would lower "
             f"the SSE by {gain:.1%}{over}, so a clustering better than this model exists "
             "(fkm reaches it)", "lloyd-gain")

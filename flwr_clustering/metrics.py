@@ -471,9 +471,10 @@ def residual_stats(
     the clients, ``||R_j||^2 / n_j`` is exactly how much moving ``c_j`` to the mean of its
     rows would lower the SSE (:func:`flwr_clustering.diagnostics.lloyd_gain`). A residual
     sum with the cluster's count and centre gives the sum of the cluster's rows, so the
-    privacy threshold applies: a client with a non-empty cluster of fewer than
-    ``min_rows`` rows sends **no** residual at all (withholding that cluster alone would
-    not do: the total ``sum-x`` minus the other clusters' sums would be its rows).
+    privacy threshold applies: the row of a cluster with fewer than ``min_rows`` rows is
+    NaN (withheld). Withholding is not enough on its own: the client's total ``sum-x``
+    minus the clusters it sends would give the withheld clusters' row sum, so when those
+    hold fewer than ``min_rows`` rows together the smallest other cluster is withheld too.
 
     Parameters
     ----------
@@ -489,16 +490,22 @@ def residual_stats(
     Returns
     -------
     dict
-        ``{"cluster-residuals": (k, d) float64}``, or ``{}`` when a cluster is too small.
+        ``{"cluster-residuals": (k, d) float64}``, NaN rows for the withheld clusters.
     """
     X = np.asarray(X, dtype=np.float64)
     C = np.asarray(C, dtype=np.float64)
     if X.ndim != 2 or len(X) == 0:
         return {"cluster-residuals": np.zeros_like(C)}
+    p = max(int(min_rows), 1)
     sums, counts = cluster_sums(X, np.asarray(labels, dtype=np.int64), len(C))
-    if ((counts > 0) & (counts < max(int(min_rows), 1))).any():
-        return {}
-    return {"cluster-residuals": sums - counts[:, None] * C}
+    withheld = (counts > 0) & (counts < p)
+    if 0 < counts[withheld].sum() < p:
+        others = np.flatnonzero((counts > 0) & ~withheld)
+        if len(others):
+            withheld[others[np.argmin(counts[others])]] = True
+    residuals = sums - counts[:, None] * C
+    residuals[withheld] = np.nan
+    return {"cluster-residuals": residuals}
 
 
 def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarray]:

@@ -106,8 +106,8 @@ EVALUATION_STATS = (
     "`sum-x` (d,) float64: sum of the local rows (with `sst-local`, the pooled total sum "
     "of squares, exactly)",
     "`cluster-residuals` (k, d) float64: per cluster, the sum of (row - centroid) over its "
-    "rows (the Lloyd-step check); not sent when a non-empty local cluster is under the "
-    "privacy threshold",
+    "rows (the Lloyd-step check); NaN rows for clusters under the privacy threshold (and "
+    "the smallest other one when those hold fewer than privacy-threshold rows together)",
 )
 
 #: The messages every algorithm shares (unless its own protocol lists a variant).

@@ -296,8 +296,8 @@ def test_lloyd_gain_is_the_exact_sse_decrease_of_one_lloyd_step():
     C = np.array([[1.0, 0.5, 0.0], [5.0, 6.5, 6.0], [13.0, 12.0, 11.0]])
     parts = np.array_split(X[rng.permutation(len(X))], 4)
     stats = [local_evaluation_stats(p, C) for p in parts]
-    gain, used = lloyd_gain(stats)
-    assert used == 4
+    gain, clusters = lloyd_gain(stats)
+    assert clusters == 3
     assert gain == pytest.approx(_pooled_lloyd_gain(X, C), rel=1e-10)
     # at the means of the clusters (one Lloyd step done) there is nothing left to gain
     labels = (((X[:, None, :] - C[None]) ** 2).sum(-1)).argmin(1)
@@ -306,18 +306,31 @@ def test_lloyd_gain_is_the_exact_sse_decrease_of_one_lloyd_step():
     assert gain0 == pytest.approx(0.0, abs=1e-12)
 
 
-def test_a_client_with_a_cluster_under_the_threshold_sends_no_residual():
+def test_clusters_under_the_threshold_are_withheld_and_the_gain_is_a_lower_bound():
     from flwr_clustering.diagnostics import lloyd_gain
 
-    C = np.array([[0.0, 0.0], [10.0, 10.0]])
-    one_far_row = np.array([[0.1, 0.0], [0.0, 0.2], [-0.1, 0.1], [9.0, 11.0]])
-    stats = local_evaluation_stats(one_far_row, C, min_rows=2)
-    # withholding only the 1-row cluster would leak it (sum-x minus the other's sum)
-    assert "cluster-residuals" not in stats
-    assert "cluster-residuals" in local_evaluation_stats(one_far_row, C, min_rows=1)
-    ok = local_evaluation_stats(one_far_row[:3], C, min_rows=2)
-    gain, used = lloyd_gain([stats, ok])
-    assert used == 1 and gain == pytest.approx(_pooled_lloyd_gain(one_far_row[:3], C))
+    C = np.array([[0.0, 0.0], [10.0, 10.0], [20.0, 0.0]])
+    rows = np.array([[0.1, 0.0], [0.0, 0.2], [-0.1, 0.1], [9.0, 11.0], [19.0, 1.0],
+                     [21.0, 0.5], [20.5, -0.5]])
+    r = local_evaluation_stats(rows, C, min_rows=2)["cluster-residuals"]
+    # cluster 1 has one row: withheld; alone it would be sum-x minus the others, so the
+    # smallest other cluster (2 and 0 hold 3 rows each: the first, 0) is withheld with it
+    assert np.isnan(r[1]).all() and np.isnan(r[0]).all() and np.isfinite(r[2]).all()
+    r1 = local_evaluation_stats(rows, C, min_rows=1)["cluster-residuals"]
+    assert np.isfinite(r1).all()
+    other = np.array([[0.5, 0.5], [0.7, 0.1], [10.5, 9.0], [11.0, 10.0]])
+    stats = [local_evaluation_stats(rows, C), local_evaluation_stats(other, C)]
+    gain, clusters = lloyd_gain(stats)
+    assert clusters == 1  # only cluster 2 is complete
+    X = np.vstack([rows, other])
+    labels = (((X[:, None, :] - C[None]) ** 2).sum(-1)).argmin(1)
+    only2 = ((X[labels == 2] - C[2]).sum(0) ** 2).sum() / (labels == 2).sum()
+    sse = float(sum(s["sse"] for s in stats))
+    assert gain == pytest.approx(only2 / sse)
+    assert gain <= _pooled_lloyd_gain(X, C)  # never overstated
+    # a client that sends no residuals (masked clients) makes its clusters incomplete
+    bare = {k: v for k, v in stats[1].items() if k != "cluster-residuals"}
+    assert lloyd_gain([stats[0], bare]) == (gain, 1)
 
 
 def test_a_poor_one_shot_model_is_reported_by_its_lloyd_gain(caplog):
@@ -331,7 +344,7 @@ def test_a_poor_one_shot_model_is_reported_by_its_lloyd_gain(caplog):
     d = est.diagnostics_
     assert d["non-empty-clusters"] == 2 and d["distinct-centres"] == 2
     C = est.cluster_centers_
-    assert d["lloyd-gain-clients"] == 10
+    assert d["lloyd-gain-clusters"] == 2
     assert d["lloyd-gain"] == pytest.approx(_pooled_lloyd_gain(X, C), rel=1e-9)
     assert d["lloyd-gain"] > LLOYD_GAIN_RTOL
     sse = float(np.min(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1).sum())

@@ -978,11 +978,10 @@ class ClusteringStrategy(Strategy):
             converged = bool(self.converged(last))
         absent = dict(getattr(self, "run_absent", {}))
         withheld = sum("privacy" in why for why in absent.values())
-        gain, gain_clients = _diagnostics.lloyd_gain(stats)
+        gain, gain_clusters = _diagnostics.lloyd_gain(stats)
         return {
             "lloyd-gain": gain,
-            "lloyd-gain-clients": gain_clients,
-            "evaluated-clients": len(stats),
+            "lloyd-gain-clusters": gain_clusters,
             "k": k,
             "centroids": 0 if C is None else int(len(C)),
             "non-finite-entries": _diagnostics.non_finite_entries(C),
