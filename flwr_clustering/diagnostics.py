@@ -142,11 +142,13 @@ def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
     With every client's ``cluster-residuals`` ``R_ij`` (the sum of ``x - c_j`` over its rows
     nearest to ``c_j``), ``cluster-counts`` ``n_ij`` and ``sse``: moving every centre to the
     mean of its rows (the assignment fixed; reassigning can only lower the SSE further)
-    lowers the SSE by exactly ``sum_j ||sum_i R_ij||^2 / sum_i n_ij``. A cluster enters the
-    sum only when every client holding rows of it sent its residual (a client withholds the
-    residuals of clusters under the privacy threshold, and clients of the masked algorithms
-    send none), so the result is exact when nothing is withheld and a lower bound
-    otherwise: it never overstates the gain. Divided by the federation's SSE.
+    lowers the SSE by exactly ``sum_j ||sum_i R_ij||^2 / sum_i n_ij``; with masked clients,
+    feature by feature over the rows that observe it (a client's NaN residual columns are
+    the features it does not observe). A cluster enters the sum only when every client
+    holding rows of it sent its residual (a client withholds the residuals of clusters under
+    the privacy threshold, as a whole NaN row), so the result is exact when nothing is
+    withheld and a lower bound otherwise: it never overstates the gain. Divided by the
+    federation's SSE.
 
     Returns
     -------
@@ -161,9 +163,8 @@ def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
     k = len(counts[0])
     if any(len(c) != k for c in counts):
         return None, 0
-    n = np.sum(counts, axis=0)
-    complete = n > 0
-    R = None
+    complete = np.sum(counts, axis=0) > 0
+    R = N = None
     for s, c in zip(stats, counts, strict=True):
         r = s.get("cluster-residuals")
         r = None if r is None else np.asarray(r, dtype=np.float64)
@@ -172,13 +173,16 @@ def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
             continue
         if R is not None and r.shape != R.shape:
             return None, 0
-        complete &= (c == 0) | np.isfinite(r).all(axis=1)
-        r = np.where(np.isfinite(r), r, 0.0)
-        R = r if R is None else R + r
+        finite = np.isfinite(r)
+        complete &= (c == 0) | finite.any(axis=1)  # a whole NaN row: withheld
+        R = np.where(finite, r, 0.0) if R is None else R + np.where(finite, r, 0.0)
+        rows = finite * c[:, None]  # the client's rows, on the features it observes
+        N = rows if N is None else N + rows
     sse = math.fsum(float(s["sse"]) for s in stats)
     if R is None or not complete.any() or sse <= 0:
         return None, int(complete.sum())
-    gain = float(np.sum(np.sum(R[complete] ** 2, axis=1) / n[complete]))
+    Rc, Nc = R[complete], N[complete]
+    gain = float(np.sum(np.divide(Rc**2, Nc, out=np.zeros_like(Rc), where=Nc > 0)))
     return gain / sse, int(complete.sum())
 
 

@@ -157,7 +157,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         sums only: ``non-empty-clusters`` of ``k`` and ``cluster-counts``,
         ``distinct-centres`` (centres closer than 1e-6 times the data's RMS spread count as
         one), ``non-finite-entries``, ``sse``, ``sst`` and ``sse-ratio`` (SSE over the
-        total sum of squares), ``converged``/``round-cap-hit`` with ``last-shift``
+        total sum of squares), ``lloyd-gain`` (the SSE decrease of one Lloyd step from
+        the model over the SSE: a better clustering exists when it is large),
+        ``converged``/``round-cap-hit`` with ``last-shift``
         (iterative algorithms with a ``tol``), ``absent``/``withheld``/``dropped`` clients
         with the reason, and per algorithm DGC's ``consensus-distance`` and
         ``consensus-relative``, KDC's ``psi``, ``tau`` and ``cores``

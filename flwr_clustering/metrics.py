@@ -479,7 +479,9 @@ def residual_stats(
     Parameters
     ----------
     X : array_like of shape (n, d)
-        The client's complete rows.
+        The client's rows; a masked client's unobserved features are NaN columns, whose
+        residuals are NaN (the server then counts the client's rows on the features it
+        observes only).
     C : array_like of shape (k, d)
         Global centroids.
     labels : array_like of shape (n,)
@@ -490,20 +492,26 @@ def residual_stats(
     Returns
     -------
     dict
-        ``{"cluster-residuals": (k, d) float64}``, NaN rows for the withheld clusters.
+        ``{"cluster-residuals": (k, d) float64}``, whole NaN rows for the withheld
+        clusters, NaN columns for unobserved features.
     """
     X = np.asarray(X, dtype=np.float64)
     C = np.asarray(C, dtype=np.float64)
     if X.ndim != 2 or len(X) == 0:
         return {"cluster-residuals": np.zeros_like(C)}
     p = max(int(min_rows), 1)
-    sums, counts = cluster_sums(X, np.asarray(labels, dtype=np.int64), len(C))
+    seen = ~np.isnan(X).any(axis=0)  # a masked client's observed features
+    sums, counts = cluster_sums(X[:, seen], np.asarray(labels, dtype=np.int64), len(C))
     withheld = (counts > 0) & (counts < p)
     if 0 < counts[withheld].sum() < p:
         others = np.flatnonzero((counts > 0) & ~withheld)
         if len(others):
             withheld[others[np.argmin(counts[others])]] = True
-    residuals = sums - counts[:, None] * C
+    # a centre without a value on an observed feature was measured on fewer features
+    # (rescaled): its residual would not match the SSE, so it is left out as withheld
+    withheld |= (counts > 0) & np.isnan(C[:, seen]).any(axis=1)
+    residuals = np.full(C.shape, np.nan)
+    residuals[:, seen] = sums - counts[:, None] * C[:, seen]
     residuals[withheld] = np.nan
     return {"cluster-residuals": residuals}
 

@@ -350,3 +350,35 @@ def test_a_poor_one_shot_model_is_reported_by_its_lloyd_gain(caplog):
     sse = float(np.min(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1).sum())
     assert sse > 1.10 * KMeans(2, n_init=10, random_state=0).fit(X).inertia_
     _warned_once(est, lines, "not at the means of their clusters", "'k-local'")
+
+
+def test_lloyd_gain_with_masked_clients_is_exact_feature_by_feature():
+    """Masked clients: each feature's mean over the rows that observe it (masked SSE)."""
+    from flwr_clustering.algorithms.masked import masked_squared_distances
+    from flwr_clustering.clients.masked import MaskedFederatedClient
+    from flwr_clustering.diagnostics import lloyd_gain
+
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(c, 1.0, (40, 4)) for c in (0.0, 8.0)])
+    C = np.array([[1.0, -0.5, 0.3, 0.0], [7.0, 8.5, 9.0, 8.0]])
+    masks = [np.array([1, 1, 1, 0], bool), np.array([0, 1, 1, 1], bool),
+             np.array([1, 0, 1, 1], bool)]
+    parts = [np.where(m, p, np.nan) for m, p in
+             zip(masks, np.array_split(X[rng.permutation(len(X))], 3), strict=True)]
+    stats = [MaskedFederatedClient(p, client_id=i).local_stats(C, {})
+             for i, p in enumerate(parts)]
+    gain, clusters = lloyd_gain(stats)
+    # by hand: masked SSE before and after moving every observed coordinate to its mean
+    Xa = np.vstack(parts)
+    labels = np.concatenate([masked_squared_distances(p, C).argmin(1) for p in parts])
+    seen = ~np.isnan(Xa)
+    before = after = 0.0
+    for j in range(2):
+        rows, obs = Xa[labels == j], seen[labels == j]
+        for f in range(4):
+            v = rows[obs[:, f], f]
+            before += ((v - C[j, f]) ** 2).sum()
+            after += ((v - v.mean()) ** 2).sum() if len(v) else 0.0
+    assert clusters == 2
+    assert float(sum(s["sse"] for s in stats)) == pytest.approx(before, rel=1e-12)
+    assert gain == pytest.approx((before - after) / before, rel=1e-10)

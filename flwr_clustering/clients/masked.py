@@ -14,7 +14,7 @@ from ..algorithms.lloyd import client_rng
 from ..algorithms.masked import client_local_clusters, client_mask, masked_squared_distances
 from ..algorithms.masked_federated import MaskedFederatedOptions, masked_client_update
 from ..algorithms.masked_oneshot import MaskedOneShotOptions, fit_gaussians
-from ..metrics import evaluation_stats_from_distances
+from ..metrics import evaluation_stats_from_distances, residual_stats
 from .base import ClusteringClient
 
 __all__ = ["MaskedClient", "MaskedFederatedClient", "MaskedOneShotClient"]
@@ -83,8 +83,11 @@ class MaskedClient(ClusteringClient):
     def local_stats(self, G: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
         """Additive evaluation statistics of ``G`` on the observed features."""
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
-        return evaluation_stats_from_distances(masked_squared_distances(self.X, G), self.y,
-                                               n_classes)
+        d2 = masked_squared_distances(self.X, G)
+        stats = evaluation_stats_from_distances(d2, self.y, n_classes)
+        threshold = int(config.get("privacy-threshold", 2))
+        stats.update(residual_stats(self.X, G, np.argmin(d2, axis=1), threshold))
+        return stats
 
 
 class MaskedFederatedClient(MaskedClient):

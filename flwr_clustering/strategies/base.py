@@ -934,6 +934,8 @@ class ClusteringStrategy(Strategy):
             ``largest-cluster-share`` (rows of the largest cluster over all; reported,
             not warned about: some data has one dominant cluster); ``sse``,
             ``sst`` (total sum of squares) and ``sse-ratio`` (``sse / sst``);
+            ``lloyd-gain`` and ``lloyd-gain-clusters``
+            (:func:`~flwr_clustering.diagnostics.lloyd_gain`);
             ``rounds``, ``num-rounds``, ``iterative``, ``converged`` (``None`` where no
             tolerance applies), ``round-cap-hit``, ``last-shift``, ``tol``; ``absent``
             (``{client: reason}``), ``withheld`` and ``dropped`` (client counts),
