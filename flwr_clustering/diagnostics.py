@@ -19,8 +19,8 @@ What is checked, and the rule of each check:
   the mean).
 - **Lloyd gain**: how much one Lloyd step from the model (each centre moved to the mean
   of the rows nearest to it) would lower the SSE, relative to the SSE, from the clients'
-  per-cluster residual sums (:func:`lloyd_gain`; exact, or a lower bound over the
-  clusters no client withheld). Above ``LLOYD_GAIN_RTOL`` the
+  per-cluster residual sums (:func:`lloyd_gain`; exact, or a lower bound where clients
+  withheld a cluster under the privacy threshold). Above ``LLOYD_GAIN_RTOL`` the
   centres are not where k-means would put them and a better clustering is known to exist
   (FKM's converged runs: below 0.001). This is what reveals a poor model whose clusters
   are all well formed.
@@ -140,22 +140,26 @@ def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
     """A lower bound of the SSE decrease of one Lloyd step from the model, over the SSE.
 
     With every client's ``cluster-residuals`` ``R_ij`` (the sum of ``x - c_j`` over its rows
-    nearest to ``c_j``), ``cluster-counts`` ``n_ij`` and ``sse``: moving every centre to the
+    nearest to ``c_j``), ``cluster-counts`` ``n_ij`` and ``sse``, moving every centre to the
     mean of its rows (the assignment fixed; reassigning can only lower the SSE further)
-    lowers the SSE by exactly ``sum_j ||sum_i R_ij||^2 / sum_i n_ij``; with masked clients,
-    feature by feature over the rows that observe it (a client's NaN residual columns are
-    the features it does not observe). A cluster enters the sum only when every client
-    holding rows of it sent its residual (a client withholds the residuals of clusters under
-    the privacy threshold, as a whole NaN row), so the result is exact when nothing is
-    withheld and a lower bound otherwise: it never overstates the gain. Divided by the
-    federation's SSE.
+    lowers the SSE by exactly ``sum_j ||R_j||^2 / n_j`` with ``R_j = sum_i R_ij`` and
+    ``n_j = sum_i n_ij``; with masked clients, feature by feature over the rows that
+    observe it (a client's NaN residual columns are the features it does not observe).
+
+    A client withholds the residual of a cluster under the privacy threshold (a whole NaN
+    row). Its part is then bounded, not guessed: by Cauchy-Schwarz
+    ``||R_ij|| <= sqrt(n_ij * sse_i)``, so ``||R_j|| >= ||sum of the sent R_ij|| - sum of
+    those bounds``, and the cluster contributes the square of that (0 if negative) over
+    ``n_j``. With masked clients a cluster with a withheld part contributes 0 (the counts
+    per feature are then unknown). The result is exact when nothing is withheld and a
+    lower bound otherwise: it never overstates the gain. Divided by the federation's SSE.
 
     Returns
     -------
     gain : float or None
-        ``None`` when no cluster is complete or the SSE is 0.
-    clusters : int
-        The non-empty clusters the sum is over.
+        ``None`` when no client sent residuals or the SSE is 0.
+    exact : int
+        The non-empty clusters whose term is exact (no part withheld).
     """
     if not stats or any("cluster-counts" not in s or "sse" not in s for s in stats):
         return None, 0
@@ -163,27 +167,39 @@ def lloyd_gain(stats: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
     k = len(counts[0])
     if any(len(c) != k for c in counts):
         return None, 0
-    complete = np.sum(counts, axis=0) > 0
+    n = np.sum(counts, axis=0)
+    slack = np.zeros(k)
+    masked = False
     R = N = None
     for s, c in zip(stats, counts, strict=True):
+        sse_i = max(float(s["sse"]), 0.0)
         r = s.get("cluster-residuals")
         r = None if r is None else np.asarray(r, dtype=np.float64)
         if r is None or r.ndim != 2 or len(r) != k:
-            complete &= c == 0
+            slack += np.sqrt(c * sse_i)  # nothing sent: every cluster of it is bounded
             continue
         if R is not None and r.shape != R.shape:
             return None, 0
         finite = np.isfinite(r)
-        complete &= (c == 0) | finite.any(axis=1)  # a whole NaN row: withheld
-        R = np.where(finite, r, 0.0) if R is None else R + np.where(finite, r, 0.0)
-        rows = finite * c[:, None]  # the client's rows, on the features it observes
+        held = ~finite.any(axis=1) & (c > 0)
+        masked |= bool((finite.any(axis=1) & ~finite.all(axis=1)).any())
+        slack += np.where(held, np.sqrt(c * sse_i), 0.0)
+        part = np.where(finite, r, 0.0)
+        rows = np.where(finite | held[:, None], c[:, None], 0.0)
+        R = part if R is None else R + part
         N = rows if N is None else N + rows
     sse = math.fsum(float(s["sse"]) for s in stats)
-    if R is None or not complete.any() or sse <= 0:
-        return None, int(complete.sum())
-    Rc, Nc = R[complete], N[complete]
-    gain = float(np.sum(np.divide(Rc**2, Nc, out=np.zeros_like(Rc), where=Nc > 0)))
-    return gain / sse, int(complete.sum())
+    exact = (n > 0) & (slack == 0)
+    if R is None or sse <= 0:
+        return None, int(exact.sum())
+    if masked:
+        Rc, Nc = R[exact], N[exact]
+        gain = float(np.sum(np.divide(Rc**2, Nc, out=np.zeros_like(Rc), where=Nc > 0)))
+    else:
+        norm = np.sqrt(np.sum(R**2, axis=1))
+        bound = np.maximum(norm - slack, 0.0) ** 2
+        gain = float(np.sum(np.divide(bound, n, out=np.zeros_like(bound), where=n > 0)))
+    return gain / sse, int(exact.sum())
 
 
 def data_scale(sst: float | None, n: int | None, C: np.ndarray | None = None) -> float | None:
@@ -302,8 +318,9 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
     gain = diag.get("lloyd-gain")
     if gain is not None and gain > LLOYD_GAIN_RTOL:
         used, total = diag.get("lloyd-gain-clusters"), diag.get("non-empty-clusters")
-        over = (f" (at least: from {used} of {total} clusters, the others withheld under the "
-                "privacy threshold)" if used and total and used < total else "")
+        over = (f" (at least: {total - used} of {total} clusters were partly withheld under "
+                "the privacy threshold and only bounded)"
+                if used is not None and total and used < total else "")
         say(f"the centres are not at the means of their clusters: one Lloyd step would lower "
             f"the SSE by {gain:.1%}{over}, so a clustering better than this model exists "
             "(fkm reaches it)", "lloyd-gain")

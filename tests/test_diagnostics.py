@@ -318,19 +318,31 @@ def test_clusters_under_the_threshold_are_withheld_and_the_gain_is_a_lower_bound
     assert np.isnan(r[1]).all() and np.isnan(r[0]).all() and np.isfinite(r[2]).all()
     r1 = local_evaluation_stats(rows, C, min_rows=1)["cluster-residuals"]
     assert np.isfinite(r1).all()
-    other = np.array([[0.5, 0.5], [0.7, 0.1], [10.5, 9.0], [11.0, 10.0]])
+    # the other client's cluster-0 rows sit far off the centre: a large residual
+    other = np.array([[3.0, 3.0], [3.2, 2.8], [3.1, 3.3], [10.5, 9.0], [11.0, 10.0]])
     stats = [local_evaluation_stats(rows, C), local_evaluation_stats(other, C)]
-    gain, clusters = lloyd_gain(stats)
-    assert clusters == 1  # only cluster 2 is complete
+    gain, exact = lloyd_gain(stats)
+    assert exact == 1  # only cluster 2 has no withheld part
     X = np.vstack([rows, other])
     labels = (((X[:, None, :] - C[None]) ** 2).sum(-1)).argmin(1)
-    only2 = ((X[labels == 2] - C[2]).sum(0) ** 2).sum() / (labels == 2).sum()
+    n = np.bincount(labels, minlength=3)
     sse = float(sum(s["sse"] for s in stats))
-    assert gain == pytest.approx(only2 / sse)
-    assert gain <= _pooled_lloyd_gain(X, C)  # never overstated
-    # a client that sends no residuals (masked clients) makes its clusters incomplete
-    bare = {k: v for k, v in stats[1].items() if k != "cluster-residuals"}
-    assert lloyd_gain([stats[0], bare]) == (gain, 1)
+    # clusters 0 and 1: the sent part, less sqrt(n_i0 * sse_0) for client 0's withheld part
+    expected = ((X[labels == 2] - C[2]).sum(0) ** 2).sum() / n[2]
+    bounded = []
+    for j, held in ((0, 3), (1, 1)):
+        sent = np.linalg.norm((other[other_labels(other, C) == j] - C[j]).sum(0))
+        bounded.append(max(sent - np.sqrt(held * stats[0]["sse"]), 0.0) ** 2 / n[j])
+    assert bounded[0] > 0  # the far-off rows show through client 0's withheld part
+    assert gain == pytest.approx((expected + sum(bounded)) / sse)
+    assert 0 < gain <= _pooled_lloyd_gain(X, C)  # a lower bound, never overstated
+    # a client that sends no residuals at all is bounded the same way, cluster by cluster
+    bare = {k: v for k, v in stats[0].items() if k != "cluster-residuals"}
+    assert lloyd_gain([bare, stats[1]])[0] <= gain
+
+
+def other_labels(X, C):
+    return (((X[:, None, :] - C[None]) ** 2).sum(-1)).argmin(1)
 
 
 def test_a_poor_one_shot_model_is_reported_by_its_lloyd_gain(caplog):
