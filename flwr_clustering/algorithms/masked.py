@@ -325,7 +325,11 @@ def looks_like_one_cluster(Xo: np.ndarray, rng: np.random.Generator) -> bool:
     if not float(np.std(z)) > 0.0:
         return True
     n = len(z)
-    a2 = float(anderson((z - z.mean()) / z.std(), dist="norm", method="interpolate").statistic)
+    z = (z - z.mean()) / z.std()
+    try:  # SciPy >= 1.17 asks for a p-value method; only the statistic is used here
+        a2 = float(anderson(z, dist="norm", method="interpolate").statistic)
+    except TypeError:  # older SciPy: no ``method`` argument
+        a2 = float(anderson(z, dist="norm").statistic)
     return a2 * (1.0 + 4.0 / n - 25.0 / n**2) <= GMEANS_CRITICAL
 
 
