@@ -309,6 +309,11 @@ def looks_like_one_cluster(Xo: np.ndarray, rng: np.random.Generator) -> bool:
         Rows (observed features only).
     rng : numpy.random.Generator
         Draws the halves and the k-means seed.
+
+    Returns
+    -------
+    bool
+        ``True`` also for fewer than 16 rows (too few to test) or a constant projection.
     """
     from scipy.stats import anderson
     from sklearn.cluster import KMeans
@@ -349,7 +354,8 @@ def choose_local_clusters(
     the server can merge local clusters but never split one. (Silhouettes are low in
     high dimensions whatever the structure: on a 50-feature set every client's best was
     below 0.25, and with ``K_i = 1`` everywhere Algorithm 2's clusters were the clients.)
-    ``K_i = 1`` also when ``k_max = 1`` or the client has fewer than 3 rows.
+    ``K_i = 1`` also when ``k_max = 1`` or the client has fewer than 3 rows, and, below the
+    silhouette threshold, when it has fewer than 16 rows (too few to test).
 
     Returns
     -------

@@ -95,5 +95,6 @@ class DeepFeCAClient(ClusteringClient):
         weights, C = self._split(parameters)
         F = embed(build_model(spec, weights), self.X, spec)
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
-        stats = local_evaluation_stats(F, C, self.y, n_classes)
+        stats = local_evaluation_stats(F, C, self.y, n_classes,
+                                       min_rows=int(config.get("privacy-threshold", 2)))
         return float(stats["sse"]) / len(self.X), len(self.X), stats

@@ -9,7 +9,6 @@ import numpy as np
 from flwr.serverapp import Grid
 
 from ..algorithms.ffcm import (
-    PAPER_FUZZIFIER,
     FFCMOptions,
     check_ffcm_uploads,
     ffcm_random_init,
@@ -121,9 +120,7 @@ class FFCM(ClusteringStrategy):
                 )
         if self.fuzzifier != 0 and self.centroids is not None:
             return
-        config = {**self.options.to_config(), "fuzzifier": PAPER_FUZZIFIER} \
-            if self.fuzzifier == 0 else self.options.to_config()
-        valid = self.exchange(grid, 0, "moments", config=config,
+        valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
                               parse=self._parse_moments, timeout=timeout)
         moments = [r.payload for r in valid]
         if self.fuzzifier == 0:
