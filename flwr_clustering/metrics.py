@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ __all__ = [
     "ari_from_contingency",
     "assign_to_nearest",
     "centralized_metrics",
+    "check_evaluation_stats",
     "contingency",
     "evaluation_stats_from_distances",
     "accuracy_from_contingency",
@@ -611,6 +613,116 @@ def label_evaluation_stats(
         stats["contingency"] = table
         stats["ari-local"] = ari_from_contingency(table) if len(labels) else 0.0
     return stats
+
+
+def _count_array(stats: dict, key: str, ndim: int) -> np.ndarray:
+    """A statistic that holds counts: ``ndim``-D, integers, non-negative."""
+    a = np.asarray(stats[key])
+    if a.ndim != ndim:
+        raise ValueError(f"{key} must be {ndim}-D, got shape {a.shape}")
+    if a.dtype.kind not in "iub" and not (
+        a.dtype.kind == "f" and np.isfinite(a).all() and np.array_equal(a, np.round(a))
+    ):
+        raise ValueError(f"{key} must hold integers, got dtype {a.dtype}")
+    if a.size and a.min() < 0:
+        raise ValueError(f"{key} must be non-negative, got {a.min()}")
+    return a.astype(np.int64)
+
+
+def check_evaluation_stats(
+    stats: dict[str, Any], *, k_max: int | None = None, n_features: int | None = None
+) -> None:
+    """Check one client's evaluation statistics before they enter the global metrics.
+
+    The server trusts nothing a client says about itself beyond what it can check:
+    every count is a non-negative integer and no count, table or label list claims more
+    rows than the client's ``num-examples``; a per-cluster statistic has at most
+    ``k_max`` rows (the model's clusters) and ``n_features`` columns; sums and distances
+    are finite (NaN only where the protocol withholds a value: a residual row under the
+    privacy threshold, a masked client's unobserved feature). Unknown keys are left alone.
+
+    Parameters
+    ----------
+    stats : dict
+        The reply's statistics (``num-examples`` and any of the keys of
+        :func:`local_evaluation_stats` and :func:`label_evaluation_stats`, ``labels``,
+        ``model-contingency``).
+    k_max : int, optional
+        The most clusters the evaluated model has.
+    n_features : int, optional
+        The federation's feature dimension.
+
+    Raises
+    ------
+    ValueError
+        Naming the statistic and the rule it breaks.
+    """
+    n = stats.get("num-examples")
+    if n is None:
+        return
+    if isinstance(n, bool) or not float(n).is_integer() or float(n) < 0:
+        raise ValueError(f"num-examples must be a non-negative integer, got {n!r}")
+    n = int(n)
+    for key in ("sse", "sst-local"):
+        if key in stats:
+            v = float(stats[key])
+            if np.isinf(v) or v < 0:
+                raise ValueError(f"{key} must be finite and non-negative, got {v!r}")
+    if "silhouette-sum" in stats:
+        v = float(stats["silhouette-sum"])
+        if not np.isfinite(v) or abs(v) > n * (1 + 1e-9):
+            raise ValueError(f"silhouette-sum must be finite and at most num-examples={n} "
+                             f"in size (silhouettes lie in [-1, 1]), got {v!r}")
+    if "ari-local" in stats:
+        v = float(stats["ari-local"])
+        if not np.isfinite(v) or abs(v) > 1 + 1e-9:
+            raise ValueError(f"ari-local must lie in [-1, 1], got {v!r}")
+    k = None
+    if "cluster-counts" in stats:
+        counts = _count_array(stats, "cluster-counts", 1)
+        k = len(counts)
+        if counts.sum() > n:
+            raise ValueError(f"cluster-counts sum to {counts.sum()}, more than the client's "
+                             f"num-examples={n}")
+    if k_max is not None and k is not None and k > k_max:
+        raise ValueError(f"cluster-counts has {k} clusters, the model {k_max}")
+    tables = {"contingency": 2, "model-contingency": 3}
+    for key, ndim in tables.items():
+        if key not in stats:
+            continue
+        table = _count_array(stats, key, ndim)
+        per_model = table.reshape((-1, *table.shape[-2:])) if ndim == 3 else table[None]
+        if k is not None and table.shape[-2] != k:
+            raise ValueError(f"{key} has {table.shape[-2]} cluster rows, cluster-counts {k}")
+        if k_max is not None and table.shape[-2] > k_max:
+            raise ValueError(f"{key} has {table.shape[-2]} cluster rows, the model {k_max}")
+        if per_model.size and per_model.sum(axis=(1, 2)).max() > n:
+            raise ValueError(f"{key} counts {per_model.sum(axis=(1, 2)).max()} rows, more "
+                             f"than the client's num-examples={n}")
+    for key, ndim in (("sum-x", 1), ("cluster-residuals", 2)):
+        if key not in stats:
+            continue
+        a = np.asarray(stats[key])
+        if a.ndim != ndim or a.dtype.kind not in "fiu":
+            raise ValueError(f"{key} must be a {ndim}-D numeric array, got shape {a.shape} "
+                             f"({a.dtype})")
+        if np.isinf(a).any():
+            raise ValueError(f"{key} contains inf")
+        if n_features is not None and a.shape[-1] != n_features:
+            raise ValueError(f"{key} has {a.shape[-1]} features, the federation "
+                             f"{n_features}")
+        if ndim == 2 and ((k is not None and len(a) != k)
+                          or (k_max is not None and len(a) > k_max)):
+            raise ValueError(f"{key} has {len(a)} rows, expected {k if k is not None else k_max}"
+                             " (one per cluster)")
+    if "labels" in stats:
+        labels = _count_array(stats, "labels", 1)
+        if len(labels) != n:
+            raise ValueError(f"labels has {len(labels)} entries, the client's "
+                             f"num-examples={n}")
+        top = k if k is not None else k_max
+        if top is not None and labels.size and labels.max() >= top:
+            raise ValueError(f"labels must lie in [0, {top}), got {labels.max()}")
 
 
 #: The statistics every client's evaluation reply must carry to enter the global metrics

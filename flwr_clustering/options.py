@@ -22,11 +22,16 @@ import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
-__all__ = ["Options", "option"]
+__all__ = ["INT_CEILING", "Options", "option"]
 
 _SCALARS = (bool, int, float, str)
+
+#: The largest value of an integer option without its own ``maximum``: the options
+#: travel in the server's messages, and no size a client allocates from them (``k``,
+#: restarts, iterations, sample rows) may be unbounded.
+INT_CEILING = 1_000_000
 
 
 def option(
@@ -117,7 +122,12 @@ class Options:
 
     Subclasses are frozen dataclasses whose fields are made with :func:`option`; they
     may override :meth:`validate` for checks that involve several fields.
+
+    An integer field without its own ``maximum`` is at most :attr:`int_ceiling`
+    (:data:`INT_CEILING`; ``None`` in a subclass: unbounded, e.g. for seeds).
     """
+
+    int_ceiling: ClassVar[int | None] = INT_CEILING
 
     def __post_init__(self) -> None:
         """Coerce every field to its type, resolve ``auto`` and validate."""
@@ -139,6 +149,11 @@ class Options:
             if meta.get("maximum") is not None and value > meta["maximum"]:
                 raise ValueError(f"{name} must be at most {meta['maximum']}, got "
                                  f"{value!r}{where}")
+            if (types[name] is int and meta.get("maximum") is None
+                    and self.int_ceiling is not None and value > self.int_ceiling):
+                raise ValueError(f"{name} must be at most {self.int_ceiling}, got {value!r}"
+                                 f"{where}: no option needs more, and a larger value would "
+                                 "make every client allocate without bound")
             if meta.get("check") is not None and (msg := meta["check"](value)):
                 raise ValueError(f"{name} {msg}, got {value!r}{where}")
             object.__setattr__(self, name, value)

@@ -58,6 +58,7 @@ def check_local_centroids(
     n_features: int | None,
     privacy_threshold: int = 2,
     k: int | None = None,
+    max_centroids: int | None = None,
 ) -> LocalCentroids:
     """Validate an upload received from a client (server side).
 
@@ -71,6 +72,8 @@ def check_local_centroids(
         Every count must be at least this (and at least 1).
     k : int, optional
         Number of global centroids; ``index`` entries must be in ``[-1, k)``.
+    max_centroids : int, optional
+        The most local centroids the protocol lets a client send.
 
     Returns
     -------
@@ -82,6 +85,8 @@ def check_local_centroids(
     ValueError
         Naming what is malformed: shapes, non-finite values, counts below the threshold.
     """
+    if np.asarray(upload.means).dtype.kind not in "fiu":
+        raise ValueError(f"means must be a real array, got {np.asarray(upload.means).dtype}")
     means = np.asarray(upload.means, dtype=np.float64)
     counts = np.asarray(upload.counts)
     index = np.asarray(upload.index)
@@ -92,6 +97,12 @@ def check_local_centroids(
             f"counts {counts.shape} and index {index.shape} must have shape ({len(means)},) "
             f"to match means {means.shape}"
         )
+    if max_centroids is not None and len(means) > max_centroids:
+        raise ValueError(f"{len(means)} centroids sent, the protocol allows at most "
+                         f"{max_centroids}")
+    if counts.dtype.kind not in "iu" or index.dtype.kind not in "iu":
+        raise ValueError(f"counts and index must be integer arrays, got {counts.dtype} and "
+                         f"{index.dtype}")
     if n_features is not None and len(means) and means.shape[1] != n_features:
         raise ValueError(f"means have {means.shape[1]} features, expected {n_features}")
     if not np.isfinite(means).all():

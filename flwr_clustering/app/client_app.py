@@ -20,12 +20,13 @@ from .. import registry
 from ..clients import client_app
 from ..clients.base import ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
-from ..data.registry import load_partition
+from ..data.registry import DATASETS, load_partition
 from ..log import configure_console
 from .config import build_client, dataset_kwargs, merged_config
 from .data_source import NO_DATA_PATH
 
-__all__ = ["FILE_KEYS", "app", "client_fn", "load_node_file"]
+__all__ = ["ALLOW_ALGORITHMS_KEY", "FILE_KEYS", "app", "check_server_config", "client_fn",
+           "load_node_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,45 @@ FILE_KEYS: dict[str, str] = {
     "index-column": "index_column",
     "header": "header",
 }
+
+
+#: Node-config key: the ``module:ATTRIBUTE`` algorithms a SuperNode that reads its own
+#: file (``data-path``) lets the run config load (comma-separated; default none).
+ALLOW_ALGORITHMS_KEY = "allow-algorithms"
+
+
+def check_server_config(run_config: dict[str, Any], node_config: dict[str, Any],
+                        client_id: int) -> None:
+    """Refuse what a run config could make this node open or run (before anything loads).
+
+    The run config comes from whoever submitted the run, through the SuperLink: it is
+    read as data only. A path is read only from the node config (``data-path``), so a
+    ``dataset`` that is not a built-in data set's name is refused, never opened; and a
+    node that reads its own file imports an algorithm given as ``module:ATTRIBUTE`` only
+    if its node config lists it under ``allow-algorithms`` (a simulated node, which holds
+    a built-in partition, may load one: the benchmarks' echo strategy is loaded so).
+
+    Raises
+    ------
+    ValueError
+        Naming the client, the run-config value and the node-config key that would allow it.
+    """
+    dataset = run_config.get("dataset")
+    if dataset is not None and dataset != "local" and str(dataset) not in DATASETS:
+        raise ValueError(
+            f"client {client_id}: the run config's dataset={dataset!r} is not a built-in data "
+            f"set ({', '.join(DATASETS)}, or 'local'); a client never opens a path it is sent: "
+            "a SuperNode reads its own file from data-path in its node config "
+            "(dataset='local')")
+    algorithm = str(run_config.get("algorithm", ""))
+    if ":" in algorithm and "data-path" in node_config:
+        allowed = {a.strip() for a in str(node_config.get(ALLOW_ALGORITHMS_KEY, "")).split(",")}
+        if algorithm not in allowed:
+            raise ValueError(
+                f"client {client_id}: the run config asks this node to import "
+                f"algorithm={algorithm!r}; a node that reads its own data imports no module "
+                f"named by the server unless its node config allows it: start the SuperNode "
+                f"with --node-config \"... {ALLOW_ALGORITHMS_KEY}='{algorithm}'\"")
 
 
 @lru_cache(maxsize=4)
@@ -81,8 +121,9 @@ def client_fn(context: Context) -> ClusteringClient:
     ClusteringClient
         The algorithm's client around the node's local data.
     """
-    cfg = merged_config(context.run_config)
     cid = client_id_of(context)
+    check_server_config(dict(context.run_config), dict(context.node_config), cid)
+    cfg = merged_config(context.run_config)
     if "data-path" in context.node_config:
         # algorithms that read NaN as an unobserved feature (masked) keep it; for the
         # others a missing value is an error naming the file, the column and the row

@@ -36,6 +36,8 @@ __all__ = [
 class AppOptions(Options):
     """The App's own run-config keys (all algorithms)."""
 
+    int_ceiling = None  # seeds are any integer; min-nodes is bounded by the federation
+
     algorithm: str = option("fkm", help="a registered algorithm, or 'module:ATTRIBUTE' of an "
                             "AlgorithmSpec")
     min_nodes: int = option(2, minimum=1, help="nodes to wait for, and the fewest valid "
@@ -60,6 +62,8 @@ class DataOptions(Options):
 
     A SuperNode with a ``data-path`` in its node config reads its own file instead.
     """
+
+    int_ceiling = None  # data-seed is any integer; sizes of generated data sets are free
 
     dataset: str = option("garst-grid", help="a registry data set, or 'local'")
     partitioner: str = option("iid", help="iid, dirichlet, cluster-wise, sorted, or the data "

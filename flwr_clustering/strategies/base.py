@@ -44,7 +44,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from .. import diagnostics as _diagnostics
 from ..clients.base import DATA_SOURCE_PHASE
 from ..log import logger
-from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
+from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
@@ -265,6 +265,9 @@ class ClusteringStrategy(Strategy):
         self.run_absent: dict[str, str] = {}
         #: The clients' statistics of the last federated evaluation (counts and sums).
         self.evaluation_stats: list[dict[str, Any]] = []
+        #: ``{(client id, evaluate?): rows}``: the row count (``num-examples``) of each
+        #: client's first reply, which its later replies must repeat (:meth:`check_reply`).
+        self.client_rows: dict[tuple[int, bool], int] = {}
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -326,6 +329,61 @@ class ClusteringStrategy(Strategy):
     def payload_features(self, payload: Any) -> int | None:
         """Return the feature dimension a payload reveals (``None``: none)."""
         return None
+
+    def payload_counts(self, payload: Any) -> np.ndarray | None:
+        """Return the row counts an upload claims (``None``: it claims none).
+
+        :meth:`check_reply` refuses an upload whose counts are negative or sum to more
+        than the rows the client reported (``num-examples``); for a 2-D array (counts per
+        cluster and feature) every column is such a sum.
+        """
+        return None
+
+    def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
+                    stats: dict[str, Any]) -> None:
+        """The rules every reply must keep, whatever the algorithm (raise ``ValueError``).
+
+        * ``num-examples`` is a non-negative integer, and a client's replies repeat the row
+          count of its first one (evaluation replies are tracked apart, for clients that
+          evaluate on other rows);
+        * the upload's counts (:meth:`payload_counts`) are finite, non-negative and sum to
+          at most ``num-examples``;
+        * the evaluation statistics keep :func:`~flwr_clustering.metrics.check_evaluation_stats`
+          (counts within the rows, one row per cluster of the model, finite sums).
+
+        The shapes, dtypes and sizes of each protocol's arrays are checked by the
+        algorithm's parser (:meth:`parse_payload`). A client can still lie consistently
+        about its row count from its first reply on: the rules bound what it claims by
+        what it said before, not by its real data.
+        """
+        rows = metrics.get("num-examples")
+        if rows is not None:
+            if isinstance(rows, bool) or not float(rows).is_integer() or float(rows) < 0:
+                raise ValueError(f"num-examples must be a non-negative integer, got {rows!r}")
+            rows = int(rows)
+            first = self.client_rows.setdefault((int(client_id), kind == "evaluate"), rows)
+            if rows != first:
+                raise ValueError(f"its row count changed: num-examples={rows}, but {first} in "
+                                 "its first reply (a client's rows may not change during a "
+                                 "run)")
+        counts = None if payload is None else self.payload_counts(payload)
+        if counts is not None:
+            c = np.asarray(counts, dtype=np.float64)
+            if not np.isfinite(c).all() or (c < 0).any():
+                raise ValueError("its counts must be finite and non-negative")
+            if rows is None:
+                raise ValueError("it sent counts without num-examples")
+            total = float(c.sum(axis=0).max() if c.ndim == 2 and c.size else c.sum())
+            if total > rows * (1 + 1e-9):  # fuzzy supports are float sums
+                raise ValueError(f"its counts sum to {total:.0f}, more than the {rows} rows "
+                                 "it reported (num-examples)")
+        if any(key in stats for key in ("sse", "cluster-counts", "contingency", "labels")):
+            C = self.centroids
+            model = C if C is not None and np.ndim(C) == 2 else None
+            k_max = max([v for v in (getattr(self, "k", None),
+                                     None if model is None else len(model)) if v] or [0])
+            check_evaluation_stats(stats, k_max=k_max or None,
+                                   n_features=None if model is None else model.shape[1])
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Return the new global model from the valid replies, sorted by client id."""
@@ -660,6 +718,13 @@ class ClusteringStrategy(Strategy):
                     "round %d %s: dropping reply of %s: malformed payload: %s",
                     server_round, kind, self.who(node), ex,
                 )
+                continue
+            try:
+                self.check_reply(kind, cid, metrics, payload, stats)
+            except (KeyError, ValueError, TypeError) as ex:
+                problems[node] = f"invalid reply: {ex}"
+                logger.warning("round %d %s: dropping reply of %s: invalid reply: %s",
+                               server_round, kind, self.who(node), ex)
                 continue
             valid.append(Reply(cid, node, payload, metrics, stats))
         if parse is not None:

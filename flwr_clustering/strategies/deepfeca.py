@@ -41,6 +41,7 @@ from ..algorithms.deepfeca import (
     weight_names,
 )
 from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.local_centroids import LocalCentroids
 from ..clients.deepfeca import DeepFeCAClient
 from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, logger
@@ -162,6 +163,10 @@ class DeepFeCA(ClusteringStrategy):
     def payload_features(self, payload: Any) -> int | None:
         """The feature count of a describe reply (the others are checked elsewhere)."""
         return payload if isinstance(payload, int) else None
+
+    def payload_counts(self, payload: Any) -> np.ndarray | None:
+        """k-FED's labeller uploads carry the rows behind each local centre."""
+        return payload.counts if isinstance(payload, LocalCentroids) else None
 
     def _common_config(self, server_round: int, phase: str) -> dict[str, Any]:
         return {"phase": phase, "seed": self.seed, "server-round": server_round,

@@ -141,6 +141,8 @@ class FFCM(ClusteringStrategy):
         if len(arrays) != 3:
             raise ValueError(f"expected 3 arrays (n, sum, sum of squares), got {len(arrays)}")
         n, total, sumsq = (np.asarray(a) for a in arrays)
+        if n.dtype.kind not in "iu":
+            raise ValueError(f"the row count must be an integer array, got {n.dtype}")
         if n.shape != (1,) or total.ndim != 1 or sumsq.shape != total.shape:
             raise ValueError(f"malformed moments: shapes {n.shape}, {total.shape}, {sumsq.shape}")
         if not (np.isfinite(total).all() and np.isfinite(sumsq).all()):
@@ -148,6 +150,10 @@ class FFCM(ClusteringStrategy):
         if int(n[0]) < max(self.privacy_threshold, 1):
             raise ValueError(f"moments of {int(n[0])} points, below the privacy threshold")
         return int(n[0]), total.astype(np.float64), sumsq.astype(np.float64)
+
+    def payload_counts(self, payload: Any) -> np.ndarray:
+        """Moments: the client's row count; an update: its supports (sums of u^m <= 1)."""
+        return np.array([payload[0]]) if len(payload) == 3 else payload[1]
 
     def payload_features(self, payload: Any) -> int | None:
         """Return the dimension of an upload: moments ``(n, sum, sumsq)`` or ``(centres, s)``."""
@@ -163,7 +169,10 @@ class FFCM(ClusteringStrategy):
         """Decode ``[centres (k, d), supports (k,)]`` and check it."""
         if len(arrays) != 2:
             raise ValueError(f"expected 2 arrays (centres, supports), got {len(arrays)}")
-        centres, supports = check_ffcm_uploads([(arrays[0], arrays[1])], k=self.k)
+        try:
+            centres, supports = check_ffcm_uploads([(arrays[0], arrays[1])], k=self.k)
+        except ValueError as ex:  # one upload: "client 0" would name the wrong client
+            raise ValueError(str(ex).removeprefix("client 0 ")) from None
         if self.centroids is not None and centres.shape[2] != self.centroids.shape[1]:
             raise ValueError(
                 f"centres have {centres.shape[2]} features, expected {self.centroids.shape[1]}"

@@ -77,7 +77,13 @@ class FedKMeans(ClusteringStrategy):
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
             privacy_threshold=self.privacy_threshold,
             k=None if self.centroids is None else len(self.centroids),
+            # init: k seeds; update: one local centroid per global centroid at most
+            max_centroids=self.k if self.centroids is None else len(self.centroids),
         )
+
+    def payload_counts(self, payload: LocalCentroids) -> np.ndarray:
+        """The rows behind each local centroid."""
+        return payload.counts
 
     def payload_features(self, payload: LocalCentroids) -> int | None:
         """Return the dimension of a non-empty upload."""

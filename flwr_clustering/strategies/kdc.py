@@ -115,6 +115,12 @@ class KDC(ClusteringStrategy):
             raise ValueError(f"malformed min/max of shapes {lo.shape}, {hi.shape}")
         return int(n[0]), lo, hi
 
+    def payload_counts(self, payload: Any) -> np.ndarray:
+        """Statistics: the site's rows; a sample: its rows; the assign round: cluster counts."""
+        if isinstance(payload, tuple):
+            return np.array([payload[0]])
+        return np.array([len(payload)]) if payload.ndim == 2 else payload
+
     def payload_features(self, payload: Any) -> int | None:
         """Dimension of a stats (min) or sample upload."""
         if isinstance(payload, tuple):
@@ -148,7 +154,7 @@ class KDC(ClusteringStrategy):
             if a.ndim != 2 or not np.isfinite(a).all():
                 raise ValueError(f"the sample must be a finite 2-D array, got {a.shape}")
             return a
-        if a.shape != (self.k,) or (a < 0).any():
+        if a.shape != (self.k,) or a.dtype.kind not in "iu" or (a < 0).any():
             raise ValueError(f"counts must be {self.k} non-negative numbers, got {a.shape}")
         return a.astype(np.int64)
 

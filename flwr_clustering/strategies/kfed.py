@@ -62,6 +62,10 @@ class KFed(ClusteringStrategy):
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={self.k_local}")
         return upload
 
+    def payload_counts(self, payload: LocalCentroids) -> np.ndarray:
+        """The rows behind each local centre."""
+        return payload.counts
+
     def payload_features(self, payload: LocalCentroids) -> int | None:
         """Return the dimension of a non-empty upload."""
         return int(payload.means.shape[1]) if len(payload.means) else None

@@ -123,6 +123,10 @@ class MaskedFederated(ClusteringStrategy):
                              f"{self.centroids.shape}")
         return stats
 
+    def payload_counts(self, payload: MaskedStats) -> np.ndarray:
+        """Rows per cluster and feature: every feature's column sums to at most the rows."""
+        return payload.counts
+
     def payload_features(self, payload: MaskedStats) -> int | None:
         """Return the global dimension ``d``."""
         return int(payload.sums.shape[1])
@@ -220,7 +224,15 @@ class MaskedOneShot(ClusteringStrategy):
         limit = self.k_local or self.k_max
         if len(means) > limit:
             raise ValueError(f"{len(means)} clusters sent, more than {limit}")
+        if counts.dtype.kind not in "iu":
+            raise ValueError(f"counts must be an integer array, got {counts.dtype}")
+        if not (np.isfinite(means).all() and np.isfinite(covs).all()):
+            raise ValueError("means or covariances contain NaN or inf")
         return GaussianUpload(mask, means.astype(np.float64), covs.astype(np.float64), counts)
+
+    def payload_counts(self, payload: GaussianUpload) -> np.ndarray:
+        """The rows behind each local Gaussian."""
+        return payload.counts
 
     def payload_features(self, payload: GaussianUpload) -> int | None:
         """Return the global dimension ``d``."""

@@ -1,0 +1,265 @@
+"""The server trusts no client's word about itself: replies are validated and bounded.
+
+A client decides its own weight through the counts it reports (FKM's server k-means,
+every average) and could send arrays of any size. Every rule is checked on the server,
+for every algorithm: the arrays have the protocol's shapes and at most its sizes, counts
+are non-negative integers that sum to at most the rows the client reported
+(``num-examples``), that row count does not change during the run, and values are finite.
+A reply that breaks a rule is dropped with a WARNING naming the client and the rule, and
+recorded in the round's history; the run's result is then exactly the run without that
+client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from flwr_clustering import registry
+from flwr_clustering.clients import client_app
+from flwr_clustering.data.synthetic import garst_beta_split
+from flwr_clustering.metrics import check_evaluation_stats, local_evaluation_stats
+from flwr_clustering.testing import InProcessGrid
+
+#: Client 1 claims counts 10^9 times its rows; client 3 sends an oversized array.
+LIAR, FLOODER = 1, 3
+OVERSIZED_ROWS = 1_000_000
+
+
+def _clients(beta=10.0):
+    X, y, c = garst_beta_split(beta)
+    return [(X[c == i], y[c == i]) for i in range(5)]
+
+
+#: For every algorithm whose replies carry counts: which array of a train reply holds
+#: them (by phase, when the phases differ), and which holds a (rows, d) matrix.
+COUNTS = {
+    "fkm": {"counts": 1, "matrix": 0},
+    "kfed": {"counts": 1, "matrix": 0},
+    "masked-federated": {"counts": 1, "matrix": 0},
+    "masked-oneshot": {"counts": 3, "matrix": 1},
+    "ffcm": {"counts": 1, "matrix": 0, "moments": {"counts": 0, "matrix": 1}},
+}
+
+
+def _tampered(cls, algorithm, how):
+    """A client class of ``algorithm`` whose train replies break one rule (``how``)."""
+    class Tampered(cls):
+        def fit(self, parameters, config):
+            arrays, n, metrics = super().fit(parameters, config)
+            where = COUNTS.get(algorithm, {"matrix": 0})
+            where = where.get(config.get("phase"), where)
+            arrays = [np.array(a, copy=True) for a in arrays]
+            if how == "counts":
+                c = arrays[where["counts"]]
+                arrays[where["counts"]] = c * (10**9 if c.dtype.kind in "iu" else 1e9)
+            elif how == "oversized":
+                m = arrays[where["matrix"]]
+                rows = OVERSIZED_ROWS
+                big = np.ones((rows, *m.shape[1:]), dtype=m.dtype)
+                # the arrays that go with the matrix row by row grow with it
+                arrays = [big if i == where["matrix"] else
+                          (np.full((rows, *a.shape[1:]), 2, dtype=a.dtype)
+                           if a.ndim >= 1 and len(a) == len(m) else a)
+                          for i, a in enumerate(arrays)]
+            elif how == "rows":
+                n = n + 1 if config.get("phase") not in ("init", "kfed", "feca", "oneshot",
+                                                          "moments") else n
+            elif how == "fail":
+                raise RuntimeError("left out")
+            return arrays, n, metrics
+
+    return Tampered
+
+
+def _app(algorithm, data, bad: dict[int, str]):
+    cls = registry.get(algorithm).client
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        X, y = data[i]
+        if i in bad:
+            return _tampered(cls, algorithm, bad[i])(X, y, client_id=i)
+        return cls(X, y, client_id=i)
+
+    return client_app(client_fn)
+
+
+def _run(algorithm, data, bad, caplog=None, **config):
+    spec = registry.get(algorithm)
+    cfg = {**spec.options.run_config_defaults(), "k": 16, **config}
+    strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
+    logger = logging.getLogger("flwr_clustering")
+    if caplog is not None:
+        logger.addHandler(caplog.handler)
+    try:
+        strategy.start(grid=InProcessGrid(_app(algorithm, data, bad), 5))
+    finally:
+        if caplog is not None:
+            logger.removeHandler(caplog.handler)
+    return strategy
+
+
+@pytest.mark.parametrize("algorithm, config", [
+    ("fkm", {"max-rounds": 4, "tol": -1.0}),
+    ("fkm", {"max-rounds": 4, "tol": -1.0, "server-update": "lloyd"}),
+    ("kfed", {}),
+    ("masked-federated", {"federated-rounds": 2, "tol": -1.0}),
+    ("masked-oneshot", {}),
+    ("ffcm", {"max-rounds": 3, "tol": -1.0}),
+])
+def test_a_client_claiming_1e9_times_its_rows_and_one_flooding_are_dropped(
+        algorithm, config, caplog):
+    data = _clients()
+    strategy = _run(algorithm, data, {LIAR: "counts", FLOODER: "oversized"}, caplog, **config)
+    reference = _run(algorithm, data, {LIAR: "fail", FLOODER: "fail"}, **config)
+    # the result is exactly the run of the three other clients
+    np.testing.assert_array_equal(strategy.centroids, reference.centroids)
+    assert [h["clients"] for h in strategy.history] == [3] * len(strategy.history)
+    # each rule broken is logged at WARNING, naming the client ...
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    liar = [w for w in warnings if f"client {LIAR} " in w and "dropping reply" in w]
+    flood = [w for w in warnings if f"client {FLOODER} " in w and "dropping reply" in w]
+    assert liar and flood, warnings
+    assert "more than the" in liar[0] and "rows it reported (num-examples)" in liar[0], liar
+    assert any(s in flood[0] for s in ("at most", "more than", "expected k=16")), flood
+    # ... and recorded in the history of the round
+    absent = {a["client"]: a["reason"] for a in strategy.history[-1]["absent"]}
+    assert set(absent) == {LIAR, FLOODER}, absent
+    assert "num-examples" in absent[LIAR]
+
+
+def test_kdc_sample_larger_than_the_site_is_refused():
+    """A KDC site's sample may not hold more rows than the site reported."""
+    data = _clients()
+    cls = registry.get("kdc").client
+
+    class Flooding(cls):
+        def fit(self, parameters, config):
+            arrays, n, metrics = super().fit(parameters, config)
+            if config.get("phase") == "sample":
+                arrays = [np.ones((OVERSIZED_ROWS, arrays[0].shape[1]))]
+            return arrays, n, metrics
+
+    class Failing(cls):
+        def fit(self, parameters, config):
+            if config.get("phase") == "sample":
+                raise RuntimeError("left out")
+            return super().fit(parameters, config)
+
+    def app(bad_cls):
+        def client_fn(ctx):
+            i = int(ctx.node_config["partition-id"])
+            return (bad_cls if i == FLOODER else cls)(*data[i], client_id=i)
+        return client_app(client_fn)
+
+    spec = registry.get("kdc")
+    cfg = {**spec.options.run_config_defaults(), "k": 16, "sample-size": 400, "ik-t": 50,
+           "kdc-auto": False, "kdc-step2": "kernel-kmeans"}
+    runs = []
+    for bad_cls in (Flooding, Failing):
+        strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
+        strategy.start(grid=InProcessGrid(app(bad_cls), 5))
+        runs.append(strategy)
+    assert runs[0].history[0]["clients"] == 4
+    reasons = [a["reason"] for a in runs[0].history[0]["absent"]]
+    assert any("rows it reported" in r for r in reasons), reasons
+    np.testing.assert_array_equal(runs[0].centroids, runs[1].centroids)
+
+
+@pytest.mark.parametrize("algorithm, config, rows", [
+    ("feca", {}, "at most"),
+    ("mavg", {}, "exactly"),
+])
+def test_oversized_uploads_of_algorithms_without_counts_are_dropped(algorithm, config, rows):
+    data = _clients()
+    strategy = _run(algorithm, data, {FLOODER: "oversized"}, **config)
+    reference = _run(algorithm, data, {FLOODER: "fail"}, **config)
+    np.testing.assert_array_equal(strategy.centroids, reference.centroids)
+    (absent,) = strategy.history[0]["absent"]
+    assert absent["client"] == FLOODER and "centroids" in absent["reason"], absent
+
+
+def test_a_client_whose_row_count_changes_is_dropped(caplog):
+    data = _clients()
+    strategy = _run("fkm", data, {LIAR: "rows"}, caplog, **{"max-rounds": 3, "tol": -1.0})
+    # round 1 (init) reports the true rows; from round 2 on the client says one more
+    assert [h["clients"] for h in strategy.history] == [5, 4, 4]
+    (absent,) = strategy.history[1]["absent"]
+    assert absent["client"] == LIAR
+    assert "row count changed" in absent["reason"], absent
+    assert "round 2 train: dropping reply of client 1" in caplog.text
+
+
+def test_a_dgc_node_that_breaks_a_rule_stops_the_run_naming_it():
+    """DGC needs every node of its graph: a bad reply cannot be left out, the run stops."""
+    data = _clients()
+    with pytest.raises(RuntimeError, match=r"client 3 .*invalid reply|client 3 .*malformed"):
+        _run("dgc", data, {FLOODER: "oversized"}, iterations=2)
+
+
+# ----------------------------------------------------------------- evaluation statistics
+
+
+def _stats(n_rows=50, k=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_rows, 2))
+    C = X[:k]
+    y = rng.integers(0, 3, n_rows)
+    return local_evaluation_stats(X, C, y)
+
+
+def test_honest_evaluation_statistics_pass():
+    check_evaluation_stats(_stats(), k_max=4, n_features=2)
+
+
+@pytest.mark.parametrize("key, value, rule", [
+    ("cluster-counts", lambda s: s["cluster-counts"] * 10**9, "more than the client's"),
+    ("cluster-counts", lambda s: s["cluster-counts"].astype(float) + 0.5, "integers"),
+    ("cluster-counts", lambda s: -s["cluster-counts"], "non-negative"),
+    ("contingency", lambda s: s["contingency"] * 10**9, "more than the client's"),
+    ("contingency", lambda s: np.ones((OVERSIZED_ROWS, 3), dtype=np.int64), "cluster rows"),
+    ("cluster-residuals", lambda s: np.ones((OVERSIZED_ROWS, 2)), "one per cluster"),
+    ("sum-x", lambda s: np.ones(7), "features"),
+    ("sse", lambda s: float("inf"), "finite"),
+    ("silhouette-sum", lambda s: 1e12, "silhouettes"),
+    ("num-examples", lambda s: -1, "non-negative integer"),
+])
+def test_evaluation_statistics_that_break_a_rule_are_refused(key, value, rule):
+    stats = _stats()
+    stats[key] = value(stats)
+    with pytest.raises(ValueError, match=rule):
+        check_evaluation_stats(stats, k_max=4, n_features=2)
+
+
+def test_a_client_inflating_its_evaluation_counts_is_left_out_of_the_metrics(caplog):
+    data = _clients()
+    cls = registry.get("fkm").client
+
+    class Inflating(cls):
+        def evaluate(self, parameters, config):
+            loss, n, stats = super().evaluate(parameters, config)
+            stats["contingency"] = stats["contingency"] * 10**9
+            return loss, n, stats
+
+    def app(i_bad_cls):
+        def client_fn(ctx):
+            i = int(ctx.node_config["partition-id"])
+            return (i_bad_cls if i == LIAR else cls)(*data[i], client_id=i)
+        return client_app(client_fn)
+
+    spec = registry.get("fkm")
+    cfg = {**spec.options.run_config_defaults(), "k": 16, "max-rounds": 2}
+    strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
+    logger = logging.getLogger("flwr_clustering")
+    logger.addHandler(caplog.handler)
+    try:
+        strategy.start(grid=InProcessGrid(app(Inflating), 5))
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert strategy.final_metrics["num-examples"] == sum(
+        len(x) for i, (x, _) in enumerate(data) if i != LIAR)
+    assert "evaluate: dropping reply of client 1" in caplog.text
+    assert "contingency counts" in caplog.text
