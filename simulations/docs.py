@@ -92,23 +92,23 @@ with `flwr_clustering.clients.base.pack_reply`):
 
 ### Errors and dropped replies
 
-A client that cannot or will not answer (bad data, too few rows for the protocol, a
-privacy refusal) replies with `Message(Error(code=1, reason="client <id>: ..."),
-reply_to=msg)`; the library's handlers turn every client exception into such a reply. The
-server logs the reason and drops the reply. It also drops, with a logged reason, a reply
-without `"metrics"`, a payload its parser rejects (wrong number of arrays, shapes, non-finite
-values, counts below the privacy threshold, more rows than the protocol allows: `k` or
-`k'` centroids, not a million), and a payload whose feature count differs from the
-federation's (the majority). Whatever the algorithm, the server trusts no client's word
-about itself beyond what it can check (`ClusteringStrategy.check_reply`): `num-examples`
-is a non-negative integer that repeats the client's first reply (a client's rows may not
-change during a run; evaluation replies are tracked apart), every count of an upload or
-of the evaluation statistics is a non-negative integer, and together they claim at most
-`num-examples` rows (a client that says its 100 rows weigh 10^11 is dropped), and the
-statistics have one row per cluster of the model. The WARNING names the client and the
-rule, and the round's history lists it under `absent` with the reason. A client that lies
-consistently from its first reply on is not caught. Logs name a node by client id once a reply has told it
-(`client 3 (node 123…) failed: …`, `… did not reply within round-timeout=5 s`). If fewer
+A client that cannot or will not answer (bad data, too few rows for the protocol, a privacy
+refusal) replies with `Message(Error(code=1, reason="client <id>: ..."), reply_to=msg)`;
+the library's handlers turn every client exception into such a reply. The server logs the
+reason and drops the reply. It also drops, with a logged reason, a reply without
+`"metrics"`, a payload its parser rejects (wrong number of arrays, shapes, non-finite
+values, counts below the privacy threshold, more rows than the protocol allows: `k` or `k'`
+centroids, not a million), and a payload whose feature count differs from the federation's
+(the majority). Whatever the algorithm, the server trusts no client's word about itself
+beyond what it can check (`ClusteringStrategy.check_reply`): `num-examples` is a non-
+negative integer that repeats the client's first reply (a client's rows may not change
+during a run; evaluation replies are tracked apart), every count of an upload or of the
+evaluation statistics is a non-negative integer, and together they claim at most `num-
+examples` rows (a client that says its 100 rows weigh 10^11 is dropped), and the statistics
+have one row per cluster of the model. The WARNING names the client and the rule, and the
+round's history lists it under `absent` with the reason. A client that lies consistently
+from its first reply on is not caught. Logs name a node by client id once a reply has told
+it (`client 3 (node 123…) failed: …`, `… did not reply within round-timeout=5 s`). If fewer
 valid replies than `min_nodes` (or the phase's own minimum) remain, the run stops with a
 `RuntimeError` that names the round timeout, the missing clients and the dropped ones. When
 the clients that replied hold fewer rows than `k` (sum of `num-examples`), the run stops
