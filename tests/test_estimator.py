@@ -73,7 +73,10 @@ def _app_run(tmp_path, run_config, parts, ys, monkeypatch):
         save_local_file(files[-1], X, y)
     rc = {**run_config, "dataset": "local", "out-dir": str(tmp_path / "out")}
     grid = InProcessGrid(client_app, len(parts), run_config=rc,
-                         node_configs=[{"data-path": str(f)} for f in files])
+                         # the estimator's rows are the caller's own: raw-row steps
+                         # (KDC's sample) are allowed, as the estimator allows them
+                         node_configs=[{"data-path": str(f), "allow-raw-rows": True}
+                                       for f in files])
     out = run_server(grid, rc)
     return out, [stored_labels(grid.contexts[100 + i]) for i in range(len(parts))]
 

@@ -18,7 +18,7 @@ from flwr.app import Context
 
 from .. import registry
 from ..clients import client_app
-from ..clients.base import ClusteringClient, client_id_of
+from ..clients.base import RAW_ROWS_KEY, ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, load_partition
 from ..log import configure_console
@@ -76,6 +76,24 @@ def check_server_config(run_config: dict[str, Any], node_config: dict[str, Any],
                 f"algorithm={algorithm!r}; a node that reads its own data imports no module "
                 f"named by the server unless its node config allows it: start the SuperNode "
                 f"with --node-config \"... {ALLOW_ALGORITHMS_KEY}='{algorithm}'\"")
+
+
+def node_flag(node_config: dict[str, Any], key: str, *, default: bool) -> bool:
+    """A true/false node-config value (TOML ``true``/``false``, 1/0 or the strings).
+
+    Raises
+    ------
+    ValueError
+        For anything else, naming the key.
+    """
+    value = node_config.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"node config {key} must be true or false, got {value!r}")
 
 
 @lru_cache(maxsize=4)
@@ -141,6 +159,8 @@ def client_fn(context: Context) -> ClusteringClient:
     client = build_client(cfg, X, y, cid)
     # told to the server in the library's data-source phase (clients.base.DATA_SOURCE_PHASE)
     client.data_source = source
+    client.allow_raw_rows = node_flag(context.node_config, RAW_ROWS_KEY,
+                                      default=not source["local"])
     return client
 
 

@@ -24,7 +24,7 @@ from ..data.registry import load_partition
 from ..log import logger
 from .config import dataset_kwargs
 
-__all__ = ["NO_DATA_PATH", "check_data_sources", "query_data_sources"]
+__all__ = ["NO_DATA_PATH", "check_data_sources", "check_raw_row_consent", "query_data_sources"]
 
 #: Part of a client's error when the run config says ``dataset='local'`` and its node has
 #: no ``data-path`` (the server refuses the run on it).
@@ -54,7 +54,7 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
             "features": int(r.metrics.get("num-features", -1)),
             "hash": int(r.metrics.get("data-hash", -1)),
         }
-        for key in ("partition-id", "num-partitions"):
+        for key in ("partition-id", "num-partitions", "allow-raw-rows"):
             if key in r.metrics:
                 record[key] = int(r.metrics[key])
         sources.append(record)
@@ -155,3 +155,30 @@ def describe(sources: list[dict]) -> None:
     logger.info("data sources: %s", "; ".join(
         f"client {s['client-id']} {s['source']} {s['rows']}x{s['features']}"
         for s in sources))
+
+
+def check_raw_row_consent(strategy, sources: list[dict]) -> None:
+    """Stop before round 1 when the run would send raw rows from a node that refuses them.
+
+    The strategy names the setting that sends raw rows (:meth:`raw_rows_option`, e.g.
+    FKM's ``init='paper'``, KDC's sample); every client said in the ``data-source`` phase
+    whether its node allows raw rows (node config ``allow-raw-rows``; a node that reads its
+    own file refuses by default). The client would refuse the step itself; this says so
+    once, before any training message, naming the clients and the two ways out.
+
+    Raises
+    ------
+    PermissionError
+        Naming the option, the refusing clients and the node-config key.
+    """
+    option = strategy.raw_rows_option()
+    refusing = [s for s in sources if s.get("allow-raw-rows") == 0]
+    if option is None or not refusing:
+        return
+    raise PermissionError(
+        f"{option} sends raw rows, and {_clients(refusing)} "
+        f"{_verb(refusing, 'does', 'do')} not allow raw rows to leave "
+        f"{_verb(refusing, 'its node', 'their nodes')} (a SuperNode that reads its own "
+        "data-path refuses them unless its node config says allow-raw-rows=true): run "
+        f"without {option}, or start {_verb(refusing, 'that SuperNode', 'those SuperNodes')}"
+        " with --node-config \"... allow-raw-rows=true\" if the data owners agree")

@@ -35,7 +35,12 @@ from ..metrics import (
 )
 from .checkpoint import RoundWriter, check_out_dir, check_resume, load_checkpoint, write_failure
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
-from .data_source import check_data_sources, describe, query_data_sources
+from .data_source import (
+    check_data_sources,
+    check_raw_row_consent,
+    describe,
+    query_data_sources,
+)
 from .results import save_results
 
 __all__ = ["app", "run_server"]
@@ -113,6 +118,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     sources, absent = query_data_sources(grid, strategy, nodes)
     describe(sources)
     not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
+    check_raw_row_consent(strategy, sources)
     if not_pooled is not None:
         logger.warning("no pooled or centralized results: %s", not_pooled)
     if cfg["dataset"] != "local" and not_pooled is None:

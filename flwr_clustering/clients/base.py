@@ -38,6 +38,7 @@ from ..metrics import local_evaluation_stats
 __all__ = [
     "DATA_SOURCE_PHASE",
     "LABELS_PATH_KEY",
+    "RAW_ROWS_KEY",
     "ClusteringClient",
     "client_app",
     "client_id_of",
@@ -57,6 +58,11 @@ CLIENT_ERROR_CODE = 1
 
 #: Node-config key of the file where a node writes the labels of its rows at the end of a run.
 LABELS_PATH_KEY = "labels-path"
+
+#: Node-config key: whether the data owner lets a protocol step send this node's raw rows
+#: (or deliver other sites' rows to it). The App's default: false on a node that reads its
+#: own file (``data-path``), true on a simulated node that holds a built-in partition.
+RAW_ROWS_KEY = "allow-raw-rows"
 
 #: Name of the ``context.state`` record that keeps a node's labels.
 _STATE_KEY = "flwr-clustering.labels"
@@ -94,7 +100,9 @@ def data_source_metrics(client: Any) -> tuple[int, dict[str, int]]:
     """
     source = getattr(client, "data_source", None)
     metrics: dict[str, int] = {"data-local": -1 if source is None
-                               else int(bool(source.get("local")))}
+                               else int(bool(source.get("local"))),
+                               "allow-raw-rows": int(bool(getattr(client, "allow_raw_rows",
+                                                                  True)))}
     for key in ("partition-id", "num-partitions"):
         if source is not None and source.get(key) is not None:
             metrics[key] = int(source[key])
@@ -153,6 +161,32 @@ class ClusteringClient(NumPyClient):
     #: "num-partitions": n}`` (a built-in partition); set by the App's ``client_fn``.
     #: ``None``: not said (the reply's ``data-local`` is -1).
     data_source: dict[str, Any] | None = None
+
+    #: Whether this client may send raw rows (or receive other sites' rows) when an
+    #: option asks for it (:meth:`consent_to_raw_rows`). The App sets it from the node
+    #: config's ``allow-raw-rows``; set it to False in your own ClientApp to refuse.
+    allow_raw_rows: bool = True
+
+    def consent_to_raw_rows(self, option: str, what: str) -> None:
+        """Refuse a step that sends raw rows unless this node allows it.
+
+        Parameters
+        ----------
+        option : str
+            The run-config setting that causes it (``"init='paper'"``).
+        what : str
+            What would be sent (``"the k-means++ seeds, 16 raw rows"``).
+
+        Raises
+        ------
+        PermissionError
+            When :attr:`allow_raw_rows` is False, naming the option and the node-config key.
+        """
+        if not self.allow_raw_rows:
+            raise PermissionError(
+                f"client {self.client_id}: {option} would send {what}; this node does not "
+                f"allow raw rows to leave it. The data owner may allow it (flower-supernode "
+                f"--node-config \"... {RAW_ROWS_KEY}=true\"), or run without {option}")
 
     def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0):
         self.client_id = int(client_id)
@@ -371,6 +405,30 @@ def _keep_labels(context: Context, labels: np.ndarray, cid: int) -> None:
         logger.info("client %d: wrote the labels of its %d rows to %s", cid, len(labels), path)
 
 
+def _phase_name(msg: Message, config: dict[str, Any]) -> str:
+    return (f"round {msg.metadata.group_id} {msg.metadata.message_type}"
+            + (f" ({config['phase']})" if config.get("phase") else ""))
+
+
+def sent_summary(reply: Message) -> str:
+    """What a reply carries, for the node's log: arrays, floats, integers and raw rows.
+
+    The raw rows are the ones the client declared in its ``raw-rows`` metric (KDC's
+    sample, FKM's ``init='paper'`` seeds, ...); every other float is a mean, a sum or a
+    statistic of several rows.
+    """
+    arrays = []
+    for name in ("arrays", "stats"):
+        if name in reply.content:
+            arrays += reply.content[name].to_numpy_ndarrays()
+    floats = sum(int(a.size) for a in arrays if a.dtype.kind == "f")
+    ints = sum(int(a.size) for a in arrays if a.dtype.kind in "iub")
+    metrics = dict(reply.content["metrics"]) if "metrics" in reply.content else {}
+    raw = int(metrics.get("raw-rows", 0))
+    return (f"sent {len(arrays)} arrays ({floats} floats, {ints} integers), "
+            f"{len(metrics)} scalars, {raw} raw rows")
+
+
 def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind: str
             ) -> Message:
     cid = client_id_of(context)
@@ -388,14 +446,18 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
                 n = len(getattr(client, "X", ()))
                 return pack_reply(msg, None, n, {}, cid)
             loss, n, metrics = client.evaluate(params, config)
-            return pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
+            reply = pack_reply(msg, None, n, {**metrics, "loss": float(loss)}, cid)
+            logger.info("client %d %s: %s", cid, _phase_name(msg, config), sent_summary(reply))
+            return reply
         # a plain NumPyClient has no ``query``: it answers every phase in ``fit``
         step = getattr(client, "query", client.fit) if kind == "query" else client.fit
         arrays, n, metrics = step(params, config)
         final = getattr(client, "final_labels", None)
         if final is not None:  # a protocol whose last train round labels the rows (KDC)
             _keep_labels(context, final, cid)
-        return pack_reply(msg, arrays, n, metrics, cid)
+        reply = pack_reply(msg, arrays, n, metrics, cid)
+        logger.info("client %d %s: %s", cid, _phase_name(msg, config), sent_summary(reply))
+        return reply
     except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
         reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
         logger.warning("%s (%s)", reason, type(ex).__name__)

@@ -42,10 +42,14 @@ class DGCClient(ClusteringClient):
         """Initialise, or take one consensus + innovation step."""
         options = DGCOptions.from_config(config)
         if config.get("phase") == "init":
+            if options.init == "random":
+                self.consent_to_raw_rows("node-init='random'",
+                                         f"{options.k} raw rows as the first centres")
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             C = local_init(self.X, options.k, rng, options.init,
                            privacy_threshold=options.privacy_threshold)
-            return [C], len(self.X), {}
+            return [C], len(self.X), ({"raw-rows": int(len(C))} if options.init == "random"
+                                      else {})
         if len(parameters) not in (2, 3):
             raise ValueError(f"client {self.client_id}: expected [centres, neighbour sum] "
                              f"or [centres, neighbour sum, anchor], got {len(parameters)} "

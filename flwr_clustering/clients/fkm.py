@@ -66,8 +66,13 @@ class FedKMeansClient(ClusteringClient):
                     "client %d has %d rows, fewer than k=%d: it seeds %d local clusters",
                     self.client_id, len(self.X), k, len(self.X),
                 )
+            if options.init == "paper":
+                self.consent_to_raw_rows("init='paper'",
+                                         f"the k-means++ seeds, up to {k} raw rows")
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             upload = fkm_client_init(self.X, k, rng, init=options.init, **opts)
+            if options.init == "paper":
+                metrics["raw-rows"] = int(len(upload.means))
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

@@ -58,11 +58,15 @@ class KDCClient(ClusteringClient):
                 out += [self.X.min(axis=0), self.X.max(axis=0)]
             return out, n, {}
         if phase == "sample":
+            self.consent_to_raw_rows("KDC's sample", f"{int(config['size'])} raw rows "
+                                     "(KDC uploads a sample of every site's rows by design)")
             lo, hi, _ = self._scaling(parameters, options)
             rng = client_rng(int(config.get("seed", 0)), self.client_id)
             B, _ = kdc_site_sample(self.X, int(config["size"]), rng, lo, hi)
-            return [B], n, {"sample-rows": len(B)}
+            return [B], n, {"sample-rows": len(B), "raw-rows": int(len(B))}
         if phase == "assign":
+            self.consent_to_raw_rows("KDC's assign round", "this node the sample rows of every "
+                                     "site (they are the kernel model)")
             lo, hi, rest = self._scaling(parameters, options)
             if len(rest) not in (2, 3):
                 raise ValueError(f"client {self.client_id}: expected [maps, centres(, radii)], "

@@ -105,6 +105,9 @@ class MaskedFederatedClient(MaskedClient):
         options = MaskedFederatedOptions.from_config(config)
         p = options.privacy_threshold
         metrics: dict[str, Any] = {}
+        if options.local_algorithm == "kmedoids":
+            self.consent_to_raw_rows("local-algorithm='kmedoids'",
+                                     "its medoids, which are raw rows")
         if config.get("phase") == "init":
             _, stats = self.local_clusters(options, options.k, int(config.get("seed", 0)))
             stats = stats.take(np.flatnonzero(stats.sizes >= max(p, 1)))
@@ -116,6 +119,8 @@ class MaskedFederatedClient(MaskedClient):
                 self.X, G, local_iterations=options.local_iterations,
                 privacy_threshold=p, algorithm=options.local_algorithm,
             )
+        if options.local_algorithm == "kmedoids":
+            metrics["raw-rows"] = int(np.count_nonzero(stats.counts.max(axis=1) > 0))
         return [stats.sums, stats.counts], len(self.X), metrics
 
 

@@ -330,6 +330,14 @@ class ClusteringStrategy(Strategy):
         """Return the feature dimension a payload reveals (``None``: none)."""
         return None
 
+    def raw_rows_option(self) -> str | None:
+        """The setting of this run that sends raw rows, if any (``"init='paper'"``).
+
+        The App stops before round 1 when a node refuses raw rows (node config
+        ``allow-raw-rows``) and this is not ``None``; the clients refuse the step anyway.
+        """
+        return None
+
     def payload_counts(self, payload: Any) -> np.ndarray | None:
         """Return the row counts an upload claims (``None``: it claims none).
 

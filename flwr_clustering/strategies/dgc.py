@@ -277,6 +277,10 @@ class DGC(ClusteringStrategy):
                                    "node ids no longer hold the clients the relay knows)")
         return valid
 
+    def raw_rows_option(self) -> str | None:
+        """``node-init='random'`` starts every node at its own raw rows."""
+        return "node-init='random'" if self.options.init == "random" else None
+
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
         """One ``(k, d)`` finite centre matrix."""
         if len(arrays) != 1:

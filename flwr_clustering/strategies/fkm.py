@@ -71,6 +71,10 @@ class FedKMeans(ClusteringStrategy):
         return {"phase": "init" if self.centroids is None else "update",
                 **self.options.to_config()}
 
+    def raw_rows_option(self) -> str | None:
+        """``init='paper'`` uploads the k-means++ seeds, raw rows."""
+        return "init='paper'" if self.options.init == "paper" else None
+
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
         """Decode ``[means, counts, index]`` and check shapes, finiteness, counts."""
         return check_local_centroids(

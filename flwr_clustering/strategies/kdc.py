@@ -115,6 +115,10 @@ class KDC(ClusteringStrategy):
             raise ValueError(f"malformed min/max of shapes {lo.shape}, {hi.shape}")
         return int(n[0]), lo, hi
 
+    def raw_rows_option(self) -> str:
+        """KDC uploads a sample of every site's rows and broadcasts them in its model."""
+        return "algorithm='kdc'"
+
     def payload_counts(self, payload: Any) -> np.ndarray:
         """Statistics: the site's rows; a sample: its rows; the assign round: cluster counts."""
         if isinstance(payload, tuple):

@@ -110,6 +110,11 @@ class MaskedFederated(ClusteringStrategy):
         return {"phase": "init" if self.centroids is None else "update",
                 **self.options.to_config()}
 
+    def raw_rows_option(self) -> str | None:
+        """k-medoids' representatives are medoids, raw rows."""
+        return ("local-algorithm='kmedoids'" if self.options.local_algorithm == "kmedoids"
+                else None)
+
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MaskedStats:
         """Decode ``[sums, counts]``.
 
