@@ -124,6 +124,9 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
             "`num-features` int: features per row",
             "`data-hash` int: first 8 bytes of sha256 over the float64 rows, "
             "non-negative (below 2**63)",
+            "`allow-raw-rows` int: 1 if the node lets raw-row steps send its rows (node "
+            "config `allow-raw-rows`; a node reading `data-path` says 0 by default); the App "
+            "stops before round 1 when a raw-row setting meets a 0",
         ),
         notes="Answered by the library (`clients.base`) for every client, without the "
               "algorithm's code; `num-examples` is the row count. The server refuses a run "

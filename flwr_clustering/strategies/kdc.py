@@ -293,7 +293,7 @@ register(AlgorithmSpec(
                       "message)", "no `evaluate` key"),
               reply_arrays=("`sample` (s_l, d) float64: s_l rows drawn uniformly without "
                             "replacement, scaled to [0, 1]",),
-              reply_metrics=("`sample-rows` int: s_l",),
+              reply_metrics=("`sample-rows` int: s_l", "`raw-rows` int: s_l, the raw rows sent"),
               notes="**Raw rows leave the site**: KDC needs them. The server pools the "
                     "samples in client-id order and builds the Isolation Kernel and the k "
                     "initial clusters; a sample of the wrong length is dropped."),
