@@ -8,6 +8,12 @@ a federation what a crash or a lost machine does.
 
 The CLI (``flwr``) has its own ``FLWR_HOME`` with one connection, :data:`CONNECTION`, to
 the SuperLink's Control API.
+
+By default every process runs with ``--insecure``. A production-shaped deployment (TLS,
+SuperNode authentication) passes its own command lines instead: ``superlink_args`` (the
+SuperLink's argv), ``supernode_args`` (SuperNode ``i``'s argv) and ``cli_config`` (the
+CLI's ``config.toml``, whose connection is named ``connection``);
+``tests/test_deployment_secure.py`` takes them from the commands of docs/deployment.md.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +75,25 @@ class LocalDeployment:
         How many SuperNode slots (ports) to reserve.
     node_configs : list of dict
         The node config of each SuperNode (``partition-id``, ``data-path``, ...).
+    superlink_args : list of str, optional
+        The SuperLink's whole argv (program first, e.g. from :func:`executable`); by default
+        an ``--insecure`` SuperLink on ``127.0.0.1:link_port`` with its database in its home.
+        It must listen on ``127.0.0.1:link_port`` (the start waits for that port).
+    supernode_args : callable, optional
+        ``supernode_args(i)`` is SuperNode ``i``'s whole argv; by default an ``--insecure``
+        SuperNode with ``node_configs[i]`` on ``node_ports[i]``.
+    cli_config : str, optional
+        The text of the CLI's ``config.toml``; by default one insecure connection,
+        ``connection``, to ``127.0.0.1:link_port``.
+    connection : str
+        The name of the CLI's connection that :meth:`online_nodes`, :meth:`submit`,
+        :meth:`finished` and :meth:`run_log` use.
+    cwd : Path, optional
+        The working folder of every process (relative paths in the argvs); ``tmp`` by default.
+
+    The ports are reserved before the argvs are needed: build ``superlink_args`` and
+    ``cli_config`` after construction from ``link_port`` (then :meth:`configure_cli`), or
+    make the ports first with :func:`free_ports` and pass ``link_port`` / ``node_ports``.
     """
 
     tmp: Path
@@ -75,6 +101,11 @@ class LocalDeployment:
     node_configs: list[dict[str, Any]]
     link_port: int = 0
     node_ports: list[int] = field(default_factory=list)
+    superlink_args: list[str] | None = None
+    supernode_args: Callable[[int], list[str]] | None = None
+    cli_config: str | None = None
+    connection: str = CONNECTION
+    cwd: Path | None = None
     superlink: ManagedProcess | None = None
     supernodes: dict[int, ManagedProcess] = field(default_factory=dict)
     #: Every process ever started (restarts included), for stopping and logs.
@@ -82,27 +113,38 @@ class LocalDeployment:
     cli_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.link_port, *self.node_ports = free_ports(self.num_nodes + 1)
-        cli_home = self.tmp / "cli-home"
-        self.cli_env = flower_env(cli_home)
-        (cli_home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.link_port}"\n'
-            "insecure = true\n"
-        )
+        if not self.link_port:
+            self.link_port, *self.node_ports = free_ports(self.num_nodes + 1)
+        elif len(self.node_ports) < self.num_nodes:
+            raise ValueError(f"{self.num_nodes} SuperNodes but node_ports={self.node_ports}")
+        self.cwd = self.cwd or self.tmp
+        self.cli_env = flower_env(self.tmp / "cli-home")
+        self.configure_cli(self.cli_config)
+
+    def configure_cli(self, text: str | None = None, connection: str | None = None) -> None:
+        """Write the CLI's ``config.toml`` (``None``: one insecure connection to the SuperLink)."""
+        if connection is not None:
+            self.connection = connection
+        if text is None:
+            text = (f'[superlink]\ndefault = "{self.connection}"\n\n'
+                    f'[superlink.{self.connection}]\naddress = "127.0.0.1:{self.link_port}"\n'
+                    "insecure = true\n")
+        self.cli_config = text
+        (Path(self.cli_env["FLWR_HOME"]) / "config.toml").write_text(text)
 
     # ------------------------------------------------------------------ processes
     def start_superlink(self, timeout: float = 60.0) -> ManagedProcess:
         """Start (or restart) the SuperLink on its ports and database; wait for its ports."""
         home = self.tmp / "superlink-home"
         n = sum(p.name.startswith("superlink") for p in self.started)
+        args = self.superlink_args or [
+            executable("flower-superlink"), "--insecure",
+            "--disable-runtime-dependency-installation",
+            "--host", "127.0.0.1", "--port", str(self.link_port),
+            "--database", str(home / "state.db")]
         proc = ManagedProcess(
-            f"superlink#{n}",
-            [executable("flower-superlink"), "--insecure",
-             "--disable-runtime-dependency-installation",
-             "--host", "127.0.0.1", "--port", str(self.link_port),
-             "--database", str(home / "state.db")],
-            flower_env(home), self.tmp / "logs" / f"superlink{n}.log", cwd=self.tmp,
+            f"superlink#{n}", list(args), flower_env(home),
+            self.tmp / "logs" / f"superlink{n}.log", cwd=self.cwd,
         ).start()
         self.superlink = proc
         self.started.append(proc)
@@ -113,18 +155,37 @@ class LocalDeployment:
         return proc
 
     def start_supernode(self, i: int) -> ManagedProcess:
-        """Start (or restart) SuperNode ``i`` with its node config."""
+        """Start (or restart) SuperNode ``i`` with its node config (or ``supernode_args(i)``)."""
         n = sum(p.name.startswith(f"supernode{i}#") for p in self.started)
+        if self.supernode_args is not None:
+            args = self.supernode_args(i)
+        else:
+            args = [executable("flower-supernode"), "--insecure",
+                    "--superlink", f"127.0.0.1:{self.link_port}",
+                    "--host", "127.0.0.1", "--port", str(self.node_ports[i]),
+                    "--node-config", node_config(self.node_configs[i])]
         proc = ManagedProcess(
-            f"supernode{i}#{n}",
-            [executable("flower-supernode"), "--insecure",
-             "--superlink", f"127.0.0.1:{self.link_port}",
-             "--host", "127.0.0.1", "--port", str(self.node_ports[i]),
-             "--node-config", node_config(self.node_configs[i])],
-            flower_env(self.tmp / f"supernode{i}-home"),
-            self.tmp / "logs" / f"supernode{i}-{n}.log", cwd=self.tmp,
+            f"supernode{i}#{n}", list(args), flower_env(self.tmp / f"supernode{i}-home"),
+            self.tmp / "logs" / f"supernode{i}-{n}.log", cwd=self.cwd,
         ).start()
         self.supernodes[i] = proc
+        self.started.append(proc)
+        return proc
+
+    def start_process(self, name: str, args: list[str], cwd: Path | None = None,
+                      env: dict[str, str] | None = None) -> ManagedProcess:
+        """Start one more process (e.g. a SuperNode that must be refused), outside the slots.
+
+        It gets its own ``FLWR_HOME`` and log, is not one of :attr:`supernodes` (so
+        :meth:`wait_online` does not require it to live), and :meth:`stop` stops it by pid.
+        """
+        if name.startswith("superlink"):
+            raise ValueError(f"{name!r}: names starting with 'superlink' are the SuperLink's")
+        n = sum(p.name.startswith(f"{name}#") for p in self.started)
+        proc = ManagedProcess(
+            f"{name}#{n}", list(args), env or flower_env(self.tmp / f"{name}-home"),
+            self.tmp / "logs" / f"{name}-{n}.log", cwd=cwd or self.cwd,
+        ).start()
         self.started.append(proc)
         return proc
 
@@ -154,9 +215,9 @@ class LocalDeployment:
 
     @property
     def processes(self) -> list[ManagedProcess]:
-        """Every process started, SuperNodes first."""
-        nodes = [p for p in self.started if p.name.startswith("supernode")]
-        return [*nodes, *[p for p in self.started if p.name.startswith("superlink")]]
+        """Every process started, the SuperLink's last (SuperNodes and others first)."""
+        links = [p for p in self.started if p.name.startswith("superlink")]
+        return [*[p for p in self.started if p not in links], *links]
 
     def logs(self) -> str:
         """Every process log, for assertion messages."""
@@ -180,14 +241,17 @@ class LocalDeployment:
 
     def online_nodes(self) -> list[dict]:
         """The SuperNodes that ``flwr supernode list`` reports online."""
-        res = self.cli("supernode", "list", CONNECTION, "--format", "json")
+        return [n for n in self.supernode_list() if n.get("status") == "online"]
+
+    def supernode_list(self) -> list[dict]:
+        """Every SuperNode ``flwr supernode list`` reports (any status; [] if it fails)."""
+        res = self.cli("supernode", "list", self.connection, "--format", "json")
         if res.returncode != 0:
             return []
         try:
-            nodes = parse_cli_json(res.stdout).get("nodes", [])
+            return parse_cli_json(res.stdout).get("nodes", [])
         except ValueError:
             return []
-        return [n for n in nodes if n.get("status") == "online"]
 
     def wait_online(self, n: int, timeout: float = 120.0) -> None:
         """Wait until ``n`` SuperNodes are online (raise if a process died)."""
@@ -199,7 +263,7 @@ class LocalDeployment:
     def submit(self, app: Path, run_config: str, stream: bool = False,
                timeout: float = 300.0) -> tuple[int, CliResult]:
         """``flwr run <app> deploy [--stream] --run-config ...``; return (run id, CLI result)."""
-        args = ["run", str(app), CONNECTION, *(["--stream"] if stream else []),
+        args = ["run", str(app), self.connection, *(["--stream"] if stream else []),
                 "--run-config", run_config]
         res = self.cli(*args, timeout=timeout, cwd=app)
         if res.returncode != 0:
@@ -208,18 +272,23 @@ class LocalDeployment:
 
     def finished(self, run_id: int, timeout: float = 300.0) -> dict[str, Any]:
         """Wait until the run has finished; return its ``flwr ls`` record."""
-        return wait_for_run_finished(run_id, self.cli_env, self.tmp, connection=CONNECTION,
+        return wait_for_run_finished(run_id, self.cli_env, self.tmp, connection=self.connection,
                                      timeout=timeout, context=self.logs)
 
     def run_log(self, run_id: int, timeout: float = 60.0) -> str:
         """The ServerApp's log of a run (``flwr log <id>``, without following it)."""
-        res = self.cli("log", str(run_id), CONNECTION, "--show", timeout=timeout)
+        res = self.cli("log", str(run_id), self.connection, "--show", timeout=timeout)
         return res.output
 
 
 def read_json(path: Path) -> Any:
     """Load a JSON file."""
     return json.loads(Path(path).read_text())
+
+
+def round_seconds(out_dir: Path) -> list[float]:
+    """The seconds of every finished round of a run (``seconds`` in its ``history.json``)."""
+    return [float(h["seconds"]) for h in read_json(Path(out_dir) / "history.json")]
 
 
 def wait_for_file(path: Path, timeout: float, message=lambda: "") -> float:
