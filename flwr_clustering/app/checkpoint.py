@@ -32,6 +32,7 @@ from ..reporting import atomic_savez, atomic_write_text, to_jsonable
 
 __all__ = [
     "CHECKPOINT",
+    "PRIVACY_LEDGER",
     "RESUME_FREE_KEYS",
     "RoundWriter",
     "check_out_dir",
@@ -41,6 +42,10 @@ __all__ = [
     "unpack",
     "write_failure",
 ]
+
+#: The privacy ledger of a run (``ClusteringStrategy.privacy_ledger``), written at its end
+#: and when it fails; a resumed run continues it (the checkpoint carries it).
+PRIVACY_LEDGER = "privacy.json"
 
 #: The checkpoint file in ``out-dir``.
 CHECKPOINT = "checkpoint.npz"
@@ -187,6 +192,9 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
         })
     summary["run-config"] = run_config
     path = Path(out_dir) / "result.json"
+    if strategy is not None and hasattr(strategy, "privacy_ledger"):
+        atomic_write_text(Path(out_dir) / PRIVACY_LEDGER,
+                          json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
     atomic_write_text(path, json.dumps(to_jsonable(summary), indent=2))
     logger.error("run failed after round %d: %s (written to %s)", last_round,
                  summary["reason"], path)

@@ -12,13 +12,14 @@ series in ``curves``, ``training.png``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..log import logger
-from ..reporting import plot_curves, save_run
+from ..reporting import atomic_write_text, plot_curves, save_run, to_jsonable
 
 __all__ = ["save_results"]
 
@@ -58,6 +59,10 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
     }
     paths = save_run(out_dir, strategy.centroids, strategy.centroid_history, strategy.history,
                      summary, X, labels)
+    if hasattr(strategy, "privacy_ledger"):
+        paths["privacy"] = str(Path(out_dir) / "privacy.json")
+        atomic_write_text(paths["privacy"],
+                          json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
     for filename, arrays in strategy.artifacts().items():
         paths[Path(filename).stem] = str(Path(out_dir) / filename)
         np.savez(paths[Path(filename).stem], **arrays)

@@ -116,6 +116,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # config that names another source than the nodes read is refused; pooled side results
     # only where the pooled data is the clients' data.
     sources, absent = query_data_sources(grid, strategy, nodes)
+    # its replies belong to the run's privacy ledger (start() resets the strategy's own)
+    strategy.pre_run_ledger = list(strategy.ledger)
     describe(sources)
     not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
     check_raw_row_consent(strategy, sources)

@@ -106,6 +106,45 @@ def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int
     return out
 
 
+def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
+                 metrics: dict[str, Any]) -> dict[str, Any]:
+    """What one reply carried, for the privacy ledger (see ``privacy_ledger``)."""
+    arrays: list[np.ndarray] = []
+    for name in ("arrays", "stats"):
+        if name in msg.content:
+            arrays += msg.content[name].to_numpy_ndarrays()
+    return {
+        "round": int(server_round), "phase": kind, "client": int(client_id),
+        "floats": int(sum(a.size for a in arrays if a.dtype.kind == "f")),
+        "integers": int(sum(a.size for a in arrays if a.dtype.kind in "iub")),
+        "scalars": len(metrics),
+        "raw-rows": int(metrics.get("raw-rows", 0)),
+        "min-count": None,
+    }
+
+
+def _min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
+    """The fewest rows behind a sum or mean of a reply (``None``: none the server sees).
+
+    An upload's counts (:meth:`ClusteringStrategy.payload_counts`) give the rows behind
+    each mean; in the evaluation statistics a residual row stands for its cluster's rows,
+    and ``sse``, ``sum-x`` and the silhouette sum for all the client's rows.
+    """
+    found: list[float] = []
+    if counts is not None:
+        c = np.asarray(counts, dtype=np.float64).ravel()
+        found += c[c > 0].tolist()
+    if "cluster-residuals" in stats and "cluster-counts" in stats:
+        R = np.asarray(stats["cluster-residuals"], dtype=np.float64)
+        n = np.asarray(stats["cluster-counts"], dtype=np.float64)
+        if R.ndim == 2 and len(R) == len(n):
+            sent = ~np.isnan(R).all(axis=1) & (n > 0)
+            found += n[sent].tolist()
+    if any(k in stats for k in ("sse", "sum-x")) and stats.get("num-examples"):
+        found.append(float(stats["num-examples"]))
+    return int(min(found)) if found else None
+
+
 class ClusteringStrategy(Strategy):
     """Base class of the clustering strategies.
 
@@ -268,6 +307,9 @@ class ClusteringStrategy(Strategy):
         #: ``{(client id, evaluate?): rows}``: the row count (``num-examples``) of each
         #: client's first reply, which its later replies must repeat (:meth:`check_reply`).
         self.client_rows: dict[tuple[int, bool], int] = {}
+        #: One entry per client reply received (valid or not): what it carried
+        #: (:meth:`privacy_ledger`).
+        self.ledger: list[dict[str, Any]] = []
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -297,6 +339,7 @@ class ClusteringStrategy(Strategy):
             "last_shift": float(self.last_shift),
             "rng": self.rng.bit_generator.state,
             "sample_rng": self._sample_rng.bit_generator.state,
+            "ledger": self.ledger,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -310,6 +353,7 @@ class ClusteringStrategy(Strategy):
         self.last_shift = float(state["last_shift"])
         self.rng.bit_generator.state = state["rng"]
         self._sample_rng.bit_generator.state = state["sample_rng"]
+        self.ledger = [dict(e) for e in state.get("ledger", [])]
         self.num_rounds = int(state["num_rounds"])
         self.stopped = bool(state["stopped"])
 
@@ -329,6 +373,47 @@ class ClusteringStrategy(Strategy):
     def payload_features(self, payload: Any) -> int | None:
         """Return the feature dimension a payload reveals (``None``: none)."""
         return None
+
+    def privacy_ledger(self) -> dict[str, Any]:
+        """What the clients sent in this run, as the server received it (``privacy.json``).
+
+        Returns
+        -------
+        dict
+            ``secure-aggregation`` (false: the server saw every reply on its own),
+            ``differential-privacy`` (``None``: none; so ``epsilon`` and ``delta`` are
+            ``None``, meaning unbounded), ``privacy-threshold``, ``raw-rows-setting``
+            (:meth:`raw_rows_option`), ``totals`` over the run, ``clients`` (the same per
+            client) and ``messages``: one entry per reply received (dropped ones too) with
+            its round, phase, client, ``floats`` and ``integers`` (array entries),
+            ``scalars``, ``raw-rows`` (declared by the client) and ``min-count``: the fewest
+            rows behind any sum or mean it carried (``None``: the reply carries no counts
+            the server can check, e.g. FeCA's centroids or DGC's centres).
+        """
+        keys = ("floats", "integers", "scalars", "raw-rows")
+
+        def total(entries: list[dict[str, Any]]) -> dict[str, Any]:
+            out: dict[str, Any] = {k: int(sum(e[k] for e in entries)) for k in keys}
+            out["replies"] = len(entries)
+            counts = [e["min-count"] for e in entries if e.get("min-count") is not None]
+            out["min-count"] = min(counts) if counts else None
+            return out
+
+        # the App's data-source exchange runs before start() (which resets the run state)
+        ledger = [*getattr(self, "pre_run_ledger", []), *self.ledger]
+        clients = sorted({e["client"] for e in ledger})
+        return {
+            "secure-aggregation": False,
+            "differential-privacy": None,
+            "epsilon": None,
+            "delta": None,
+            "privacy-threshold": getattr(self, "privacy_threshold", None),
+            "raw-rows-setting": self.raw_rows_option(),
+            "totals": total(ledger),
+            "clients": {str(c): total([e for e in ledger if e["client"] == c])
+                        for c in clients},
+            "messages": ledger,
+        }
 
     def raw_rows_option(self) -> str | None:
         """The setting of this run that sends raw rows, if any (``"init='paper'"``).
@@ -713,6 +798,8 @@ class ClusteringStrategy(Strategy):
         valid: list[Reply] = []
         for cid, node, msg, metrics in sorted(decoded, key=lambda t: t[0]):
             self.client_of[node] = cid
+            entry = ledger_entry(server_round, kind, cid, msg, metrics)
+            self.ledger.append(entry)
             try:
                 stats = dict(metrics)
                 if "stats" in msg.content:
@@ -727,6 +814,8 @@ class ClusteringStrategy(Strategy):
                     server_round, kind, self.who(node), ex,
                 )
                 continue
+            entry["min-count"] = _min_count(
+                None if payload is None else self.payload_counts(payload), stats)
             try:
                 self.check_reply(kind, cid, metrics, payload, stats)
             except (KeyError, ValueError, TypeError) as ex:
