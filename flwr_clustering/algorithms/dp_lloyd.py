@@ -43,6 +43,7 @@ from .lloyd import assign_to_nearest, check_data, cluster_sums
 __all__ = [
     "NOISE_PLACEMENTS",
     "DPLloydResult",
+    "client_noise_rng",
     "clip_rows",
     "dp_client_stats",
     "dp_epsilon",
@@ -127,6 +128,11 @@ def noise_multiplier_for(epsilon: float, delta: float, rounds: int, *,
         else:
             lo = mid
     return hi
+
+
+def client_noise_rng(seed: int, client_id: int, server_round: int) -> np.random.Generator:
+    """The generator of client ``client_id``'s noise in round ``server_round`` (1-based)."""
+    return np.random.default_rng([int(seed), int(client_id), int(server_round), 7])
 
 
 def clip_rows(X: np.ndarray, bound: float) -> np.ndarray:
@@ -231,8 +237,8 @@ def run_dp_lloyd(clients: Sequence[np.ndarray], k: int, *, epsilon: float, delta
     rounds : int
         ``T``, every one of which is paid for.
     seed : int, default 0
-        Server generator (initial centroids, central noise); client ``i`` uses
-        ``default_rng([seed, i, 7])``.
+        Server generator (initial centroids, central noise); client ``i``'s noise in round
+        ``r`` comes from :func:`client_noise_rng`.
     placement : {"distributed", "central"}
         Where the noise is added.
     initial : numpy.ndarray, optional
@@ -248,14 +254,14 @@ def run_dp_lloyd(clients: Sequence[np.ndarray], k: int, *, epsilon: float, delta
     sigma = z * sensitivity(bound)
     m = len(data)
     rng = np.random.default_rng(seed)
-    client_rngs = [np.random.default_rng([seed, i, 7]) for i in range(m)]
     C = (dp_initial_centroids(k, d, bound, rng) if initial is None
          else np.array(initial, dtype=np.float64))
     per_client = sigma / math.sqrt(m) if placement == "distributed" else 0.0
     uploads = []
-    for _ in range(rounds):
-        stats = [dp_client_stats(X, C, bound=bound, sigma=per_client, rng=r)
-                 for X, r in zip(data, client_rngs, strict=True)]
+    for r in range(1, rounds + 1):
+        stats = [dp_client_stats(X, C, bound=bound, sigma=per_client,
+                                 rng=client_noise_rng(seed, i, r))
+                 for i, X in enumerate(data)]
         uploads.append(stats)
         C = dp_server_step(sum(s for s, _ in stats), sum(c for _, c in stats), C,
                            bound=bound, sigma=sigma if placement == "central" else 0.0,

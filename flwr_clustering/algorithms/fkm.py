@@ -372,3 +372,26 @@ class FKMOptions(Options):
     max_rounds: int = option(20, minimum=1, help="round cap")
     tol: float = option(1e-6, help="stop when the Hungarian-matched centroid shift is <= tol "
                         "(negative: never)")
+    dp_epsilon: float = option(0.0, minimum=0.0, help="differential privacy: epsilon of the "
+                               "released model over max-rounds (0: off; needs "
+                               "server-update='lloyd' and data-bound)")
+    dp_delta: float = option(1e-5, minimum=0.0, maximum=0.5, help="differential privacy: "
+                             "delta")
+    data_bound: float = option(0.0, minimum=0.0, help="differential privacy: the L2 norm "
+                               "every row is clipped to (B)")
+    dp_placement: str = option("distributed", choices=("distributed", "central"),
+                               help="differential privacy: each client adds its share of the "
+                               "noise, or the (trusted) server adds it")
+
+    def validate(self) -> None:
+        """Differential privacy runs federated Lloyd on clipped rows: it needs both."""
+        if self.dp_epsilon > 0:
+            if self.server_update != "lloyd":
+                raise ValueError("dp-epsilon needs server-update='lloyd' (differentially "
+                                 "private federated Lloyd: the server uses only sums and "
+                                 f"counts), got server-update={self.server_update!r}")
+            if not self.data_bound > 0:
+                raise ValueError("dp-epsilon needs data-bound > 0: the L2 norm every row is "
+                                 "clipped to (the sensitivity of the sums)")
+            if not 0 < self.dp_delta < 1:
+                raise ValueError(f"dp-delta must lie in (0, 1), got {self.dp_delta}")

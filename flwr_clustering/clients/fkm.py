@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+from functools import lru_cache
 
 from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
 from ..algorithms.lloyd import client_rng
@@ -11,6 +13,18 @@ from .base import ClusteringClient
 __all__ = ["FedKMeansClient"]
 
 logger = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=32)
+def _client_sigma(epsilon: float, delta: float, rounds: int, bound: float, clients: int,
+                  placement: str) -> float:
+    """A client's own noise level, from the options (not from a number the server sends)."""
+    from ..algorithms.dp_lloyd import noise_multiplier_for, sensitivity
+
+    if placement == "central":
+        return 0.0
+    z = noise_multiplier_for(epsilon, delta, rounds)
+    return z * sensitivity(bound) / math.sqrt(max(int(clients), 1))
 
 
 class FedKMeansClient(ClusteringClient):
@@ -73,6 +87,19 @@ class FedKMeansClient(ClusteringClient):
             upload = fkm_client_init(self.X, k, rng, init=options.init, **opts)
             if options.init == "paper":
                 metrics["raw-rows"] = int(len(upload.means))
+        elif phase == "dp-update":
+            # differentially private federated Lloyd: clipped rows, noisy sums and counts
+            from ..algorithms.dp_lloyd import client_noise_rng, dp_client_stats
+
+            C = self.centroids_from(parameters)
+            clients = int(config["dp-clients"])
+            sigma = _client_sigma(options.dp_epsilon, options.dp_delta, options.max_rounds,
+                                  options.data_bound, clients, options.dp_placement)
+            rng = client_noise_rng(int(config.get("seed", 0)), self.client_id,
+                                   int(config["dp-round"]))
+            sums, counts = dp_client_stats(self.X, C, bound=options.data_bound, sigma=sigma,
+                                           rng=rng)
+            return [sums, counts], len(self.X), {"dp-sigma": float(sigma)}
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

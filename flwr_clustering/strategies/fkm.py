@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from flwr.serverapp import Grid
 
 from ..algorithms.fkm import FKMOptions, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
+from ..clients.base import DATA_SOURCE_PHASE
 from ..clients.fkm import FedKMeansClient
 from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
@@ -66,17 +68,111 @@ class FedKMeans(ClusteringStrategy):
     Options = FKMOptions
     resumable = True  # the base state (centroids, generators) is all it carries
 
+    def raw_rows_option(self) -> str | None:
+        """``init='paper'`` uploads the k-means++ seeds, raw rows (not with DP)."""
+        return ("init='paper'" if self.options.init == "paper"
+                and not getattr(self, "dp", False) else None)
+
+    # ------------------------------------------------------ differential privacy
+    def configure(self) -> None:
+        """With ``dp-epsilon``: the noise of differentially private federated Lloyd."""
+        self.dp = self.options.dp_epsilon > 0
+        if self.dp:
+            from ..algorithms.dp_lloyd import noise_multiplier_for, sensitivity
+
+            self.noise_multiplier = noise_multiplier_for(
+                self.options.dp_epsilon, self.options.dp_delta, self.options.max_rounds)
+            self.sigma = self.noise_multiplier * sensitivity(self.options.data_bound)
+            # the clients' evaluation statistics are exact: a DP run does not ask for them
+            self.evaluate = False
+
+    def initialize(self, grid: Grid, timeout: float) -> None:
+        """DP: draw data-independent initial centroids in the data ball (no privacy cost).
+
+        The feature count and the number of clients come from one ``data-source`` query
+        (counts and a hash of each client's rows, no statistic of them); the clients'
+        noise is calibrated for that many clients.
+        """
+        if not self.dp:
+            return
+        from ..algorithms.dp_lloyd import dp_initial_centroids
+
+        valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
+                              timeout=timeout)
+        dims = sorted({int(r.metrics.get("num-features", -1)) for r in valid})
+        if len(dims) != 1 or dims[0] < 1:
+            raise ValueError(f"DP FKM: the clients report feature counts {dims}, not one")
+        self.dp_clients = len(valid)
+        self.n_features = dims[0]
+        if self.centroids is None:
+            self.centroids = dp_initial_centroids(self.k, dims[0], self.options.data_bound,
+                                                  self.rng)
+        logger.info("DP federated Lloyd: epsilon=%g, delta=%g over %d rounds, data bound "
+                    "%g: noise multiplier %.4g, sigma %.4g on the totals (%s, %d clients)",
+                    self.options.dp_epsilon, self.options.dp_delta, self.max_rounds,
+                    self.options.data_bound, self.noise_multiplier, self.sigma,
+                    self.options.dp_placement, self.dp_clients)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base state, plus the DP run's client count."""
+        return {**super().state_dict(), "dp_clients": getattr(self, "dp_clients", None)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        if state.get("dp_clients") is not None:
+            self.dp_clients = int(state["dp_clients"])
+
+    def privacy_ledger(self) -> dict[str, Any]:
+        """The base ledger; with DP, its parameters and the epsilon of the rounds run."""
+        ledger = super().privacy_ledger()
+        if not self.dp:
+            return ledger
+        from ..algorithms.dp_lloyd import dp_epsilon, server_epsilon
+
+        rounds = len(self.history)
+        o = self.options
+        clients = getattr(self, "dp_clients", 1)
+        ledger.update({
+            "differential-privacy": {
+                "mechanism": "Gaussian on clipped sums and counts, Renyi-DP accounting "
+                             "(dp-accounting RdpAccountant)",
+                "placement": o.dp_placement, "data-bound": o.data_bound,
+                "noise-multiplier": self.noise_multiplier, "sigma": self.sigma,
+                "target-epsilon": o.dp_epsilon, "calibrated-rounds": self.max_rounds,
+                "rounds-run": rounds, "clients": clients,
+            },
+            "epsilon": dp_epsilon(self.noise_multiplier, rounds, o.dp_delta),
+            "delta": o.dp_delta,
+            "server-epsilon": server_epsilon(self.noise_multiplier, rounds, o.dp_delta,
+                                             clients, o.dp_placement),
+        })
+        return ledger
+
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options; ``phase`` is ``init`` until centroids exist."""
+        if getattr(self, "dp", False):  # (the echo benchmark borrows this method)
+            return {"phase": "dp-update", "dp-round": server_round,
+                    "dp-clients": int(self.dp_clients), **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",
                 **self.options.to_config()}
 
-    def raw_rows_option(self) -> str | None:
-        """``init='paper'`` uploads the k-means++ seeds, raw rows."""
-        return "init='paper'" if self.options.init == "paper" else None
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> Any:
+        """Decode ``[means, counts, index]`` and check shapes, finiteness, counts.
 
-    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
-        """Decode ``[means, counts, index]`` and check shapes, finiteness, counts."""
+        DP: ``[sums (k, d), counts (k,)]``, noisy floats (no count rule applies).
+        """
+        if self.dp:
+            if len(arrays) != 2:
+                raise ValueError(f"expected 2 arrays (noisy sums, counts), got {len(arrays)}")
+            sums, counts = (np.asarray(a) for a in arrays)
+            if sums.shape != self.centroids.shape or counts.shape != (self.k,):
+                raise ValueError(f"noisy sums {sums.shape} and counts {counts.shape}, "
+                                 f"expected {self.centroids.shape} and ({self.k},)")
+            if sums.dtype.kind != "f" or counts.dtype.kind != "f" or not (
+                    np.isfinite(sums).all() and np.isfinite(counts).all()):
+                raise ValueError("noisy sums and counts must be finite floats")
+            return sums.astype(np.float64), counts.astype(np.float64)
         return check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
             privacy_threshold=self.privacy_threshold,
@@ -85,17 +181,27 @@ class FedKMeans(ClusteringStrategy):
             max_centroids=self.k if self.centroids is None else len(self.centroids),
         )
 
-    def payload_counts(self, payload: LocalCentroids) -> np.ndarray:
-        """The rows behind each local centroid."""
-        return payload.counts
+    def payload_counts(self, payload: Any) -> np.ndarray | None:
+        """The rows behind each local centroid (DP: noisy, so none to check)."""
+        return None if self.dp else payload.counts
 
-    def payload_features(self, payload: LocalCentroids) -> int | None:
+    def payload_features(self, payload: Any) -> int | None:
         """Return the dimension of a non-empty upload."""
+        if self.dp:
+            return int(payload[0].shape[1])
         return int(payload.means.shape[1]) if len(payload.means) else None
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Run the FKM server step on the uploads in client-id order."""
         previous = self.centroids
+        if self.dp:
+            from ..algorithms.dp_lloyd import dp_server_step
+
+            sums = sum(r.payload[0] for r in replies)  # client-id order, as run_dp_lloyd
+            counts = sum(r.payload[1] for r in replies)
+            central = self.options.dp_placement == "central"
+            return dp_server_step(sums, counts, previous, bound=self.options.data_bound,
+                                  sigma=self.sigma if central else 0.0, rng=self.rng)
         update = self.server_update if previous is not None else "kmeans"
         new = fkm_server_aggregate(
             [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
@@ -115,6 +221,8 @@ class FedKMeans(ClusteringStrategy):
         cluster being smaller than the privacy threshold; :meth:`diagnose` warns when the
         last round has any.
         """
+        if self.dp:
+            return {"dp-clients": len(replies)}
         info: dict[str, Any] = {
             "uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
         empty = sum(len(r.payload.means) == 0 for r in replies)
@@ -158,4 +266,25 @@ register(AlgorithmSpec(
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="With `evaluate` true the reply also scores the received centroids "
                     "(before the local step), so the rounds need no evaluation message."),
+        Phase("data-source (DP)", "query", "round 0, with dp-epsilon > 0",
+              sends=("none",),
+              reply_arrays=("none",),
+              notes="The library's data-source query (below): its `num-features` and the "
+                    "number of replies set the initial centroids' dimension and the "
+                    "clients' share of the noise."),
+        Phase("dp-update", "train", "every round, with dp-epsilon > 0 (differential "
+              "privacy; server-update 'lloyd')",
+              sends=("`centroids` (k, d) float64: the global centroids (round 1: drawn "
+                     "uniformly in the data ball)",),
+              config=("`dp-round` int: the round (the client's noise generator)",
+                      "`dp-clients` int: m, the clients the noise is shared by"),
+              reply_arrays=("`sums` (k, d) float64: per global centroid, the sum of the "
+                            "rows nearest to it, clipped to data-bound, plus Gaussian "
+                            "noise (distributed placement)",
+                            "`counts` (k,) float64: their counts, plus noise"),
+              reply_metrics=("`dp-sigma` float: the noise standard deviation this client "
+                             "added",),
+              notes="No evaluation statistics (they would be exact). The server sums the "
+                    "replies in client-id order, adds the noise itself with placement "
+                    "'central', and divides."),
     )))

@@ -1,0 +1,106 @@
+"""Differentially private FKM through Flower (in-process grid): the loop, the ledger, the attack."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from flwr_clustering.algorithms.dp_lloyd import dp_epsilon, run_dp_lloyd
+from flwr_clustering.algorithms.fkm import FKMOptions
+from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.data.synthetic import garst_beta_split
+from flwr_clustering.strategies import FedKMeans
+from flwr_clustering.testing import InProcessGrid
+
+pytest.importorskip("dp_accounting")
+
+DP = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "data_bound": 15.0,
+      "max_rounds": 6, "tol": -1.0}
+
+
+def _clients():
+    X, y, c = garst_beta_split(1.0)
+    X = X - X.mean(axis=0)
+    return [(X[c == i], y[c == i]) for i in range(5)]
+
+
+def _app(data):
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return FedKMeansClient(*data[i], client_id=i)
+    return client_app(client_fn)
+
+
+@pytest.mark.parametrize("placement", ["distributed", "central"])
+def test_dp_fkm_through_flower_equals_the_loop_and_reports_the_accountants_epsilon(placement):
+    data = _clients()
+    grid = InProcessGrid(_app(data), 5)
+    strategy = FedKMeans(16, min_nodes=5, seed=3, dp_placement=placement, **DP)
+    strategy.start(grid=grid)
+    ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
+                       rounds=6, seed=3, placement=placement)
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+    ledger = strategy.privacy_ledger()
+    assert ledger["epsilon"] == ref.epsilon == dp_epsilon(strategy.noise_multiplier, 6, 1e-5)
+    assert ledger["epsilon"] <= 2.0 and ledger["delta"] == 1e-5
+    assert ledger["server-epsilon"] == ref.server_epsilon
+    assert ledger["differential-privacy"]["placement"] == placement
+    # no exact evaluation statistic left a client: only the noisy sums and counts
+    train = [m for m in grid.received if m.metadata.message_type == "train"]
+    assert all("stats" not in m.content for m in train)
+    assert all(e["phase"] != "evaluate" or e["floats"] == 0 for e in ledger["messages"])
+
+
+def test_early_stop_reports_the_epsilon_of_the_rounds_run():
+    data = _clients()
+    strategy = FedKMeans(16, min_nodes=5, **{**DP, "max_rounds": 20, "tol": 1e9})
+    strategy.start(grid=InProcessGrid(_app(data), 5))
+    assert len(strategy.history) == 1  # tol 1e9: converged after round 1
+    ledger = strategy.privacy_ledger()
+    assert ledger["epsilon"] == dp_epsilon(strategy.noise_multiplier, 1, 1e-5) < 2.0
+
+
+def test_the_differencing_attack_finds_no_row_in_what_the_dp_server_received():
+    from flwr_clustering.algorithms.local_centroids import LocalCentroids
+    from simulations.privacy import differencing_attack, recovered_rows
+
+    data = _clients()
+    grid = InProcessGrid(_app(data), 5)
+    FedKMeans(16, min_nodes=5, **{**DP, "data_bound": 50.0, "max_rounds": 20}).start(grid=grid)
+    for cid, (X, _) in enumerate(data):
+        rounds = []
+        for m in sorted((m for m in grid.received if m.metadata.message_type == "train"
+                         and int(m.content["metrics"]["client-id"]) == cid),
+                        key=lambda m: int(m.metadata.group_id)):
+            sums, counts = m.content["arrays"].to_numpy_ndarrays()
+            rounds.append(LocalCentroids(sums / np.maximum(counts, 1e-12)[:, None],
+                                         np.rint(counts).astype(np.int64),
+                                         np.arange(16, dtype=np.int64)))
+        assert len(rounds) == 20
+        assert recovered_rows(differencing_attack(rounds), X) == 0
+
+
+def test_dp_options_are_checked():
+    with pytest.raises(ValueError, match="server-update='lloyd'"):
+        FKMOptions(dp_epsilon=1.0, data_bound=1.0)
+    with pytest.raises(ValueError, match="data-bound > 0"):
+        FKMOptions(dp_epsilon=1.0, server_update="lloyd")
+    assert not FedKMeans(4).dp and math.isinf(dp_epsilon(0.0, 3, 1e-5))
+
+
+def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    run_config = {"server-update": "lloyd", "dp-epsilon": 4.0, "data-bound": 20.0,
+                  "max-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path)}
+    out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
+    ledger = json.loads((tmp_path / "privacy.json").read_text())
+    assert 0 < ledger["epsilon"] <= 4.0 and ledger["differential-privacy"]["rounds-run"] == 5
+    assert ledger["server-epsilon"] > ledger["epsilon"]
+    assert out["centroids"].shape == (16, 2)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "completed"
