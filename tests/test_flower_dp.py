@@ -104,3 +104,41 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     assert out["centroids"].shape == (16, 2)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "completed"
+
+
+def _app_run(tmp_path, node_configs, **config):
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    run_config = {"beta": 10.0, "out-dir": str(tmp_path), "min-nodes": 4, **config}
+    grid = InProcessGrid(app, 5, run_config=run_config, node_configs=node_configs)
+    return run_server(grid, run_config), grid
+
+
+def test_a_node_can_require_dp_up_to_an_epsilon(tmp_path):
+    """Node config dp-max-epsilon: the data owner's ceiling, not the server's word."""
+    strict = [{"dp-max-epsilon": 1.0}] + [{}] * 4
+    dp = {"server-update": "lloyd", "data-bound": 20.0, "max-rounds": 3, "tol": -1.0}
+    # a DP run within the ceiling: all five take part
+    out, _ = _app_run(tmp_path / "a", strict, **{**dp, "dp-epsilon": 1.0})
+    history = json.loads((tmp_path / "a" / "history.json").read_text())
+    assert [h["clients"] for h in history] == [5, 5, 5]
+    # above the ceiling, or without DP: node 0 refuses every train message, naming the key
+    for name, extra in (("b", {**dp, "dp-epsilon": 4.0}), ("c", {"max-rounds": 2})):
+        out, grid = _app_run(tmp_path / name, strict, **extra)
+        history = json.loads((tmp_path / name / "history.json").read_text())
+        assert all(h["clients"] == 4 for h in history)
+        reasons = {m.error.reason for m in grid.received if m.has_error()}
+        assert any(r.startswith("client 0: this node accepts differential privacy with "
+                                "epsilon at most 1") and "dp-max-epsilon" in r
+                   for r in reasons), reasons
+
+
+def test_a_dp_only_node_refuses_algorithms_without_dp(tmp_path):
+    strict = [{"dp-max-epsilon": 1.0}] + [{}] * 4
+    out, grid = _app_run(tmp_path, strict, algorithm="kfed")
+    reasons = {m.error.reason for m in grid.received if m.has_error()}
+    assert any("takes part only in differentially private runs" in r
+               and "algorithm='kfed'" in r for r in reasons), reasons
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "completed" and result["federated"]["num-examples"] < 800

@@ -18,7 +18,7 @@ from flwr.app import Context
 
 from .. import registry
 from ..clients import client_app
-from ..clients.base import RAW_ROWS_KEY, ClusteringClient, client_id_of
+from ..clients.base import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, load_partition
 from ..log import configure_console
@@ -161,6 +161,13 @@ def client_fn(context: Context) -> ClusteringClient:
     client.data_source = source
     client.allow_raw_rows = node_flag(context.node_config, RAW_ROWS_KEY,
                                       default=not source["local"])
+    if DP_MAX_EPSILON_KEY in context.node_config:
+        if not hasattr(client, "dp_phases"):
+            raise PermissionError(
+                f"client {cid}: this node takes part only in differentially private runs "
+                f"(node config {DP_MAX_EPSILON_KEY}), and algorithm={cfg['algorithm']!r} "
+                "has none: run algorithm='fkm' with server-update='lloyd' and dp-epsilon")
+        client.dp_max_epsilon = float(context.node_config[DP_MAX_EPSILON_KEY])
     return client
 
 

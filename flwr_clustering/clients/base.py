@@ -38,6 +38,7 @@ from ..metrics import local_evaluation_stats
 __all__ = [
     "DATA_SOURCE_PHASE",
     "LABELS_PATH_KEY",
+    "DP_MAX_EPSILON_KEY",
     "RAW_ROWS_KEY",
     "ClusteringClient",
     "client_app",
@@ -63,6 +64,10 @@ LABELS_PATH_KEY = "labels-path"
 #: (or deliver other sites' rows to it). The App's default: false on a node that reads its
 #: own file (``data-path``), true on a simulated node that holds a built-in partition.
 RAW_ROWS_KEY = "allow-raw-rows"
+
+#: Node-config key: the largest differential-privacy epsilon this node accepts (a DP run
+#: asking for more, or no DP at all where an algorithm offers it, is refused). Unset: any.
+DP_MAX_EPSILON_KEY = "dp-max-epsilon"
 
 #: Name of the ``context.state`` record that keeps a node's labels.
 _STATE_KEY = "flwr-clustering.labels"
@@ -166,6 +171,10 @@ class ClusteringClient(NumPyClient):
     #: option asks for it (:meth:`consent_to_raw_rows`). The App sets it from the node
     #: config's ``allow-raw-rows``; set it to False in your own ClientApp to refuse.
     allow_raw_rows: bool = True
+
+    #: The largest epsilon this node accepts in a differentially private run (node config
+    #: ``dp-max-epsilon``); ``None``: any. See :meth:`FedKMeansClient.fit`.
+    dp_max_epsilon: float | None = None
 
     def consent_to_raw_rows(self, option: str, what: str) -> None:
         """Refuse a step that sends raw rows unless this node allows it.

@@ -53,6 +53,10 @@ class FedKMeansClient(ClusteringClient):
         See :class:`~flwr_clustering.clients.base.ClusteringClient`.
     """
 
+    #: The phases that are differentially private (a node with ``dp-max-epsilon`` in its
+    #: node config answers no other train phase).
+    dp_phases = ("dp-update",)
+
     def fit(self, parameters, config):
         """Run the FKM client step named by ``config["phase"]``.
 
@@ -73,6 +77,15 @@ class FedKMeansClient(ClusteringClient):
         opts = dict(privacy_threshold=options.privacy_threshold,
                     local_iters=options.local_iterations, recount=options.recount)
         metrics: dict = {}
+        if self.dp_max_epsilon is not None and (
+                phase != "dp-update" or options.dp_epsilon > self.dp_max_epsilon):
+            asked = (f"dp-epsilon={options.dp_epsilon:g}" if phase == "dp-update"
+                     else "a run without differential privacy")
+            raise PermissionError(
+                f"client {self.client_id}: this node accepts differential privacy with "
+                f"epsilon at most {self.dp_max_epsilon:g} (node config dp-max-epsilon), the "
+                f"run asks for {asked}: run FKM with server-update='lloyd' and "
+                f"dp-epsilon <= {self.dp_max_epsilon:g}")
         if phase == "init":
             k = options.k
             if len(self.X) < k:
