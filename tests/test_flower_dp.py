@@ -142,3 +142,36 @@ def test_a_dp_only_node_refuses_algorithms_without_dp(tmp_path):
                and "algorithm='kfed'" in r for r in reasons), reasons
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "completed" and result["federated"]["num-examples"] < 800
+
+
+def test_a_missing_client_makes_its_round_cost_more_and_the_ledger_says_so(caplog):
+    """Distributed noise: a dropped client's share of the noise is missing from the totals."""
+    import logging
+
+    from flwr_clustering.algorithms.dp_lloyd import dp_epsilon_of
+
+    data = _clients()
+
+    class Dropping(FedKMeansClient):
+        def fit(self, parameters, config):
+            if int(config.get("dp-round", 0)) == 2:
+                raise RuntimeError("gone for a round")
+            return super().fit(parameters, config)
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return (Dropping if i == 4 else FedKMeansClient)(*data[i], client_id=i)
+
+    strategy = FedKMeans(16, min_nodes=4, **{**DP, "max_rounds": 3})
+    logger = logging.getLogger("flwr_clustering")
+    logger.addHandler(caplog.handler)
+    try:
+        strategy.start(grid=InProcessGrid(client_app(client_fn), 5))
+    finally:
+        logger.removeHandler(caplog.handler)
+    z = strategy.noise_multiplier
+    zs = [h["dp-noise-multiplier"] for h in strategy.history]
+    assert zs == [z, z * math.sqrt(4 / 5), z]
+    ledger = strategy.privacy_ledger()
+    assert ledger["epsilon"] == dp_epsilon_of(zs, 1e-5) > dp_epsilon(z, 3, 1e-5)
+    assert "only 4 of 5 clients' noise is in the totals" in caplog.text

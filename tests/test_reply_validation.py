@@ -74,15 +74,19 @@ def _tampered(cls, algorithm, how):
     return Tampered
 
 
-def _app(algorithm, data, bad: dict[int, str]):
+def _app(algorithm, data, bad: dict[int, str | type]):
+    """The clients of ``algorithm``; ``bad`` maps a client id to a tampering (a rule it
+    breaks, see :func:`_tampered`) or to a client class of its own."""
     cls = registry.get(algorithm).client
 
     def client_fn(ctx):
         i = int(ctx.node_config["partition-id"])
         X, y = data[i]
-        if i in bad:
-            return _tampered(cls, algorithm, bad[i])(X, y, client_id=i)
-        return cls(X, y, client_id=i)
+        how = bad.get(i)
+        if how is None:
+            return cls(X, y, client_id=i)
+        own = how if isinstance(how, type) else _tampered(cls, algorithm, how)
+        return own(X, y, client_id=i)
 
     return client_app(client_fn)
 
@@ -149,20 +153,10 @@ def test_kdc_sample_larger_than_the_site_is_refused():
                 raise RuntimeError("left out")
             return super().fit(parameters, config)
 
-    def app(bad_cls):
-        def client_fn(ctx):
-            i = int(ctx.node_config["partition-id"])
-            return (bad_cls if i == FLOODER else cls)(*data[i], client_id=i)
-        return client_app(client_fn)
-
-    spec = registry.get("kdc")
-    cfg = {**spec.options.run_config_defaults(), "k": 16, "sample-size": 400, "ik-t": 50,
-           "kdc-auto": False, "kdc-step2": "kernel-kmeans"}
-    runs = []
-    for bad_cls in (Flooding, Failing):
-        strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
-        strategy.start(grid=InProcessGrid(app(bad_cls), 5))
-        runs.append(strategy)
+    runs = [_run("kdc", data, {FLOODER: bad_cls}, **{"sample-size": 400, "ik-t": 50,
+                                                    "kdc-auto": False,
+                                                    "kdc-step2": "kernel-kmeans"})
+            for bad_cls in (Flooding, Failing)]
     assert runs[0].history[0]["clients"] == 4
     reasons = [a["reason"] for a in runs[0].history[0]["absent"]]
     assert any("rows it reported" in r for r in reasons), reasons
@@ -170,7 +164,7 @@ def test_kdc_sample_larger_than_the_site_is_refused():
 
 
 @pytest.mark.parametrize("algorithm, config, rows", [
-    ("feca", {}, "at most"),
+    ("feca", {}, "more than k'"),
     ("mavg", {}, "exactly"),
 ])
 def test_oversized_uploads_of_algorithms_without_counts_are_dropped(algorithm, config, rows):
@@ -180,6 +174,7 @@ def test_oversized_uploads_of_algorithms_without_counts_are_dropped(algorithm, c
     np.testing.assert_array_equal(strategy.centroids, reference.centroids)
     (absent,) = strategy.history[0]["absent"]
     assert absent["client"] == FLOODER and "centroids" in absent["reason"], absent
+    assert rows in absent["reason"], absent
 
 
 def test_a_client_whose_row_count_changes_is_dropped(caplog):
@@ -244,21 +239,7 @@ def test_a_client_inflating_its_evaluation_counts_is_left_out_of_the_metrics(cap
             stats["contingency"] = stats["contingency"] * 10**9
             return loss, n, stats
 
-    def app(i_bad_cls):
-        def client_fn(ctx):
-            i = int(ctx.node_config["partition-id"])
-            return (i_bad_cls if i == LIAR else cls)(*data[i], client_id=i)
-        return client_app(client_fn)
-
-    spec = registry.get("fkm")
-    cfg = {**spec.options.run_config_defaults(), "k": 16, "max-rounds": 2}
-    strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
-    logger = logging.getLogger("flwr_clustering")
-    logger.addHandler(caplog.handler)
-    try:
-        strategy.start(grid=InProcessGrid(app(Inflating), 5))
-    finally:
-        logger.removeHandler(caplog.handler)
+    strategy = _run("fkm", data, {LIAR: Inflating}, caplog, **{"max-rounds": 2})
     assert strategy.final_metrics["num-examples"] == sum(
         len(x) for i, (x, _) in enumerate(data) if i != LIAR)
     assert "evaluate: dropping reply of client 1" in caplog.text

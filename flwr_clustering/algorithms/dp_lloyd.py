@@ -17,7 +17,9 @@ Where the noise is added decides who it protects against:
   own (no secure aggregation yet), faces only ``sigma / sqrt(m)`` per client: against it
   the guarantee is the weaker one of noise multiplier ``z / sqrt(m)``
   (:func:`server_epsilon`). With secure aggregation it would see only the totals.
-  Clients that drop out lower the total noise: the guarantee assumes all ``m`` answer.
+  Clients that drop out lower the total noise: a round with ``m' < m`` replies has noise
+  multiplier ``z sqrt(m'/m)``, which :func:`dp_epsilon_of` composes (the FKM strategy
+  records it per round).
 * ``"central"``: the clients send exact sums and counts and the server adds
   ``N(0, sigma^2)``; the model is ``(epsilon, delta)``-DP for everyone but the server,
   which must be trusted.
@@ -47,6 +49,7 @@ __all__ = [
     "clip_rows",
     "dp_client_stats",
     "dp_epsilon",
+    "dp_epsilon_of",
     "dp_initial_centroids",
     "dp_server_step",
     "noise_multiplier_for",
@@ -88,6 +91,24 @@ def dp_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float:
     acc = rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(noise_multiplier=float(noise_multiplier)), int(rounds)))
+    return float(acc.get_epsilon(float(delta)))
+
+
+def dp_epsilon_of(noise_multipliers: Sequence[float], delta: float) -> float:
+    """The ``epsilon`` of Gaussian mechanisms of different noise multipliers, composed.
+
+    Equal multipliers give exactly :func:`dp_epsilon`; a round whose totals carried less
+    noise (distributed noise with clients missing) is composed with its own multiplier.
+    """
+    zs = [float(z) for z in noise_multipliers]
+    if len(set(zs)) <= 1:
+        return dp_epsilon(zs[0] if zs else 1.0, len(zs), delta)
+    if min(zs) <= 0:
+        return math.inf
+    dp_accounting, rdp = _accountant()
+    acc = rdp.RdpAccountant()
+    for z in zs:
+        acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=z))
     return float(acc.get_epsilon(float(delta)))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -128,7 +129,7 @@ class FedKMeans(ClusteringStrategy):
         ledger = super().privacy_ledger()
         if not self.dp:
             return ledger
-        from ..algorithms.dp_lloyd import dp_epsilon, server_epsilon
+        from ..algorithms.dp_lloyd import dp_epsilon_of, server_epsilon
 
         rounds = len(self.history)
         o = self.options
@@ -142,7 +143,8 @@ class FedKMeans(ClusteringStrategy):
                 "target-epsilon": o.dp_epsilon, "calibrated-rounds": self.max_rounds,
                 "rounds-run": rounds, "clients": clients,
             },
-            "epsilon": dp_epsilon(self.noise_multiplier, rounds, o.dp_delta),
+            "epsilon": dp_epsilon_of([h.get("dp-noise-multiplier", self.noise_multiplier)
+                                      for h in self.history], o.dp_delta),
             "delta": o.dp_delta,
             "server-epsilon": server_epsilon(self.noise_multiplier, rounds, o.dp_delta,
                                              clients, o.dp_placement),
@@ -222,7 +224,18 @@ class FedKMeans(ClusteringStrategy):
         last round has any.
         """
         if self.dp:
-            return {"dp-clients": len(replies)}
+            # distributed noise: each client brought 1/sqrt(m) of it; a missing client's
+            # share is missing from the totals, and the round costs more than planned
+            z = self.noise_multiplier
+            if self.options.dp_placement == "distributed" and len(replies) < self.dp_clients:
+                z *= math.sqrt(len(replies) / self.dp_clients)
+                message = (f"round {server_round}: only {len(replies)} of {self.dp_clients} "
+                           "clients' noise is in the totals (distributed placement): this "
+                           f"round's noise multiplier is {z:.4g}, not "
+                           f"{self.noise_multiplier:.4g}; privacy.json's epsilon counts it")
+                logger.warning(message)
+                self.run_warnings.append(message)
+            return {"dp-clients": len(replies), "dp-noise-multiplier": z}
         info: dict[str, Any] = {
             "uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
         empty = sum(len(r.payload.means) == 0 for r in replies)
