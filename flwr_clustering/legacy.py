@@ -251,6 +251,12 @@ def legacy_problem(strategy: ClusteringStrategy | type) -> str | None:
     cls = strategy if isinstance(strategy, type) else type(strategy)
     if not issubclass(cls, ClusteringStrategy):
         return f"{cls.__name__} is not a ClusteringStrategy"
+    if getattr(strategy, "secure_aggregation", False) is True:
+        return (f"{cls.__name__} with secure aggregation cannot run on Flower's legacy "
+                "Strategy API: a secure round is four exchanges (SecAgg+). Use the Message "
+                "API: a flwr.serverapp.ServerApp whose main calls strategy.start(grid=grid), "
+                "with flwr_clustering.clients.client_app(client_fn) as the ClientApp "
+                "(see docs/privacy.md).")
     custom = [h for h in MESSAGE_API_HOOKS if getattr(cls, h) is not getattr(ClusteringStrategy, h)]
     if not custom:
         return None

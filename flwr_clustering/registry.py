@@ -159,6 +159,22 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         reply_stats=("with `evaluate` true: as the evaluation message",),
         notes="Delivers the final model to every client; the client labels its rows with "
               "it and keeps the per-row labels locally (they are not sent)."),
+    Phase(
+        "secure-evaluate", "train", "with secure-aggregation (and `evaluate`): after the "
+        "last round, in place of the evaluation's statistics (then `final` without them)",
+        sends=("`centroids` (k, d) float64: the model",),
+        config=("`n-classes` int, optional: the contingency table's width",),
+        reply_arrays=("`head` (5,) float64: rows, SSE, silhouette sum, has labels (0/1), "
+                      "sum of squares of the rows",
+                      "`cluster-counts` (k,) float64", "`sum-x` (d,) float64",
+                      "`cluster-residuals` (k, d) float64: nothing withheld (only totals "
+                      "reach the server)",
+                      "`contingency` (k, n-classes) float64: only with `n-classes` (zeros "
+                      "from a client without labels)"),
+        notes="Answered by the library (`clients.base.secure_evaluation_arrays`) through "
+              "SecAgg+ (four TRAIN messages, as FKM's `secure-update`): the server "
+              "receives the federation's totals only and computes the metrics of "
+              "`evaluate` from them, except `ari-client-weighted` (per client)."),
 )
 
 

@@ -7,6 +7,7 @@ grid, with ``partition-id``/``num-partitions`` in every node's ``node_config``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from uuid import uuid4
 
@@ -101,7 +102,9 @@ class InProcessGrid(Grid):
             msg.metadata.__dict__["_message_id"] = uuid4().hex
             self.sent.append(msg)
             try:
-                reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
+                # the node gets its own copy, as off the wire (a mod may edit the content)
+                delivered = copy.deepcopy(msg)
+                reply = self.app(delivered, self.contexts[msg.metadata.dst_node_id])
             except Exception as ex:  # noqa: BLE001 - the runtime turns these into error replies
                 reply = Message(Error(code=0, reason=repr(ex)), reply_to=msg)
             out.append(reply)

@@ -10,6 +10,7 @@ Usage, from the repository root::
     python -m simulations quality [--quick] [--out DIR] ...  # simulations.benchmarks.quality
     python -m simulations docs [--check]               # regenerate docs/protocol.md
     python -m simulations dp-utility [--runs N] [--rounds R] [--out DIR]  # DP's cost
+    python -m simulations secagg [--clients N ...] [--rounds R] [--out DIR]  # SecAgg+'s
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
 ``experiment, method, setting, metric, ours_mean, ours_std, paper, runs`` and more),
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         "arguments pass through", add_help=False,
     )
     sub.add_parser(
+        "secagg", help="secure aggregation's cost per round and the differencing attack "
+        "(simulations.secagg); arguments pass through", add_help=False,
+    )
+    sub.add_parser(
         "dp-utility", help="what differential privacy costs: DP federated Lloyd against "
         "k-means (simulations.dp_utility); arguments pass through", add_help=False,
     )
@@ -226,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bench(argv[1:])
     if argv and argv[0] == "quality":
         return _quality(argv[1:])
+    if argv and argv[0] == "secagg":
+        return int(importlib.import_module("simulations.secagg").main(argv[1:]) or 0)
     if argv and argv[0] == "dp-utility":
         return int(importlib.import_module("simulations.dp_utility").main(argv[1:]) or 0)
     parser = build_parser()

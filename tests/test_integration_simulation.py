@@ -367,6 +367,35 @@ def test_dgc_relay_in_simulation_matches_reference(fkm_run, local_superlink):
     assert res["federated"]["user-accuracy-mean"] == pytest.approx(expected, abs=1e-12)
 
 
+def test_secure_aggregation_in_simulation_matches_federated_lloyd(fkm_run, local_superlink,
+                                                                    client_data):
+    """SecAgg+ through Ray: node state carries the protocol across its four messages."""
+    from flwr_clustering.algorithms.fkm import dense_totals, fkm_client_update, lloyd_from_totals
+
+    run = local_superlink.run("fkm", "server-update='lloyd' secure-aggregation=true "
+                                     "max-rounds=4 tol=-1.0")
+    history = json.loads((run.out_dir / "history.json").read_text())
+    assert [h["clients"] for h in history] == [NUM_SUPERNODES] * 4
+    assert all(h["secure-aggregation"] for h in history)
+    ledger = json.loads((run.out_dir / "privacy.json").read_text())
+    assert ledger["secure-aggregation"] is True
+    assert [t["phase"] for t in ledger["secure-totals"]] == (
+        ["secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
+    # the pure loop: the start from the pooled moments (the strategy's generator, seed 0),
+    # then 4 federated Lloyd rounds on the same partitions
+    from flwr_clustering.algorithms.fkm import moment_init
+
+    X = np.vstack(client_data)
+    C = moment_init(len(X), X.sum(0), np.square(X).sum(0), 16, np.random.default_rng(0))
+    for _ in range(4):
+        totals = [dense_totals(fkm_client_update(x, C), 16, X.shape[1])
+                  for x in client_data]
+        C = lloyd_from_totals(sum(t[0] for t in totals), sum(t[1] for t in totals), C)
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        np.testing.assert_allclose(npz["centroids"], C, rtol=0, atol=1e-8)
+    assert run.result["federated"]["num-examples"] == len(X)
+
+
 def test_kdc_in_simulation_matches_reference(fkm_run, local_superlink):
     """KDC on two moons over the 5 Ray nodes: the sites' statistics equal run_kdc's."""
     from sklearn.metrics import normalized_mutual_info_score

@@ -30,6 +30,9 @@ from .lloyd import (
 from .local_centroids import LocalCentroids
 
 __all__ = [
+    "dense_totals",
+    "lloyd_from_totals",
+    "moment_init",
     "FKMOptions",
     "FKMResult",
     "fkm_client_init",
@@ -170,6 +173,54 @@ def fkm_client_update(
         X, C[present], present.astype(np.int64), privacy_threshold, local_iters, recount,
         renumber[labels],
     )
+
+
+def dense_totals(upload: LocalCentroids, k: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """An upload as per-global-centroid sums ``(k, d)`` and counts ``(k,)``, float64.
+
+    What a client of federated Lloyd (``server_update='lloyd'``) sends under secure
+    aggregation, where only the federation's totals reach the server: the sum of the rows
+    behind each local mean (``mean * count``) at its ``index``, zero elsewhere.
+    """
+    sums = np.zeros((int(k), int(d)), dtype=np.float64)
+    counts = np.zeros(int(k), dtype=np.float64)
+    index = np.asarray(upload.index, dtype=np.int64)
+    if len(index):
+        sums[index] = np.asarray(upload.means, dtype=np.float64) * np.asarray(
+            upload.counts, dtype=np.float64)[:, None]
+        counts[index] = upload.counts
+    return sums, counts
+
+
+def lloyd_from_totals(sums: np.ndarray, counts: np.ndarray,
+                      previous: np.ndarray) -> np.ndarray:
+    """Federated Lloyd's server step from the totals: ``sum / count`` where ``count > 0``.
+
+    A global centroid no client kept stays where it was, as in
+    :func:`fkm_server_aggregate` with ``update='lloyd'``, whose count-weighted mean of the
+    local means is the same quotient (up to float rounding).
+    """
+    new = np.array(previous, dtype=np.float64, copy=True)
+    counts = np.asarray(counts, dtype=np.float64)
+    ok = counts > 0
+    new[ok] = np.asarray(sums, dtype=np.float64)[ok] / counts[ok, None]
+    return new
+
+
+def moment_init(n: float, sum_x: np.ndarray, sum_sq: np.ndarray, k: int,
+                rng: np.random.Generator) -> np.ndarray:
+    """``k`` starting centroids drawn from the federation's per-feature mean and spread.
+
+    Uses only totals (rows, sum and sum of squares of each feature), so it runs under
+    secure aggregation: ``N(mean_j, var_j)`` independently per feature. A start without
+    any row's position; it lacks k-means++'s spread, so Lloyd may end in a poorer local
+    optimum than FKM's default start (the diagnostics then say so).
+    """
+    if not n > 0:
+        raise ValueError("no rows to draw starting centroids from (the totals hold 0 rows)")
+    mean = np.asarray(sum_x, dtype=np.float64) / n
+    var = np.maximum(np.asarray(sum_sq, dtype=np.float64) / n - mean**2, 0.0)
+    return mean + np.sqrt(var) * rng.standard_normal((int(k), len(mean)))
 
 
 def fkm_server_aggregate(

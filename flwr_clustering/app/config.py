@@ -54,6 +54,13 @@ class AppOptions(Options):
                                         "round (the final model is always evaluated)")
     resume_from: str = option("", help="continue the interrupted iterative run whose "
                               "out-dir (absolute) holds checkpoint.npz; empty: a new run")
+    secure_aggregation: bool = option(False, help="the server receives only the sum of "
+                                      "the clients' replies (SecAgg+; fkm with "
+                                      "server-update='lloyd', ffcm version 1, "
+                                      "masked-federated); see docs/privacy.md")
+    secagg_threshold: float = option(0.6, minimum=0.0, maximum=1.0, help="secure "
+                                     "aggregation: the fraction of a round's clients whose "
+                                     "key shares rebuild a key (the others may drop out)")
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,8 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
     return registry.get(app.algorithm).build_strategy(
         cfg, min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
         **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
+           "secure_aggregation": app.secure_aggregation,
+           "secagg_threshold": app.secagg_threshold,
            **overrides})
 
 

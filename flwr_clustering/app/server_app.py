@@ -18,7 +18,7 @@ interrupted iterative run from its checkpoint.
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import Context, MetricRecord
+from flwr.app import ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from .. import registry
@@ -151,7 +151,12 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
                 metrics.update(per_model_metrics(model_contingencies(X, models, y)))
             return MetricRecord(metrics)
 
+    evaluate_config = None
+    if pooled is not None and pooled[1] is not None and strategy.secure_aggregation:
+        # a secure evaluation sums equal-width contingency tables: the simulation's classes
+        evaluate_config = ConfigRecord({"n-classes": int(np.max(pooled[1])) + 1})
     result = strategy.start(grid=grid, evaluate_fn=evaluate_fn, on_round=writer,
+                            evaluate_config=evaluate_config,
                             resume=None if checkpoint is None else checkpoint["state"])
     if writer.write_seconds:
         logger.info("per-round files: %.1f ms per round (mean of %d)",

@@ -75,6 +75,8 @@ _STATE_KEY = "flwr-clustering.labels"
 #: The library's ``QUERY`` phase (round 0) where every client tells where its data came
 #: from; :func:`handle_query` answers it for any client, without the algorithm's code.
 DATA_SOURCE_PHASE = "data-source"
+#: The federated evaluation under secure aggregation (a ``TRAIN`` message: SecAgg+'s).
+SECURE_EVALUATE_PHASE = "secure-evaluate"
 
 
 def data_hash(X: np.ndarray) -> int:
@@ -324,6 +326,44 @@ class ClusteringClient(NumPyClient):
         return float(stats["sse"]) / len(self.X), len(self.X), stats
 
 
+def secure_evaluation_arrays(client: Any, C: np.ndarray, config: dict[str, Any]
+                             ) -> list[np.ndarray]:
+    """A client's evaluation statistics as the arrays secure aggregation sums.
+
+    ``[head (5,), cluster-counts (k,), sum-x (d,), cluster-residuals (k, d)]`` and, with
+    ``config["n-classes"]``, ``contingency (k, n_classes)``; ``head`` is rows, SSE,
+    silhouette sum, whether the client has labels (0 or 1) and the sum of squares of its
+    rows. The client's own :meth:`ClusteringClient.local_stats` computes them (a masked
+    client's on its observed features; unobserved entries count 0), with nothing
+    withheld under the privacy threshold: only the federation's totals reach the server
+    (:mod:`flwr_clustering.secure`).
+    """
+    X = np.asarray(client.X, dtype=np.float64)
+    C = np.asarray(C, dtype=np.float64)
+    k, d = C.shape
+    width = int(config.get("n-classes") or 0)
+    labelled = width > 0 and getattr(client, "y", None) is not None
+    cfg = {key: v for key, v in config.items() if key != "n-classes"}
+    if labelled:
+        cfg["n-classes"] = width
+    stats = client.local_stats(C, {**cfg, "privacy-threshold": 0})
+    n = int(stats["num-examples"])
+    head = np.array([n, stats["sse"], stats["silhouette-sum"], float(labelled),
+                     float(np.nansum(np.square(X)))], dtype=np.float64)
+    out = [head, np.asarray(stats["cluster-counts"], dtype=np.float64),
+           np.nan_to_num(np.nansum(X, axis=0) if n else np.zeros(d)),
+           np.nan_to_num(np.asarray(stats.get("cluster-residuals", np.zeros((k, d))),
+                                    dtype=np.float64))]
+    if width:
+        table = np.zeros((k, width))
+        if labelled:
+            table = np.asarray(stats["contingency"], dtype=np.float64)
+            if table.shape != (k, width):
+                raise ValueError(f"labels outside the {width} classes of n-classes")
+        out.append(table)
+    return out
+
+
 def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     scalars, arrays = {}, {}
     for key, value in metrics.items():
@@ -445,6 +485,9 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if not isinstance(client, NumPyClient):
             client = client(context)
         params, config = _unpack(msg)
+        if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:
+            arrays = secure_evaluation_arrays(client, params[0], config)
+            return pack_reply(msg, arrays, len(client.X), {}, cid)
         if kind == "query" and config.get("phase") == DATA_SOURCE_PHASE:
             n, metrics = data_source_metrics(client)  # the library's phase, for any client
             return pack_reply(msg, None, n, metrics, cid)
@@ -530,9 +573,13 @@ def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
     flwr.clientapp.ClientApp
         Handles ``train`` messages with :func:`handle_train`, ``query`` messages (the
         phases of a protocol that are not training: sizes, moments, feature counts, ...)
-        with :func:`handle_query` and ``evaluate`` messages with :func:`handle_evaluate`.
+        with :func:`handle_query` and ``evaluate`` messages with :func:`handle_evaluate`;
+        its mod :func:`~flwr_clustering.secure.secure_aggregation_mod` answers the
+        SecAgg+ stages of a run with ``secure-aggregation`` (other messages pass through).
     """
-    app = ClientApp()
+    from ..secure import secure_aggregation_mod
+
+    app = ClientApp(mods=[secure_aggregation_mod])
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

@@ -52,7 +52,7 @@ class FFCMClient(ClusteringClient):
         if phase == "moments":
             n, total, sumsq = feature_moments(self.X)
             return [np.array([n], dtype=np.int64), total, sumsq], len(self.X), {}
-        if phase != "ffcm":
+        if phase not in ("ffcm", "secure-ffcm"):
             raise ValueError(f"client {self.client_id}: unknown FFCM phase {phase!r}")
         if options.fuzzifier == 0:
             raise ValueError(
@@ -65,4 +65,6 @@ class FFCMClient(ClusteringClient):
             self.X, V, m=options.fuzzifier, max_iter=options.local_max_iter,
             tol=options.local_tol, criterion=options.criterion,
         )
+        if phase == "secure-ffcm":  # secure aggregation: summable, s V and s
+            return [centres * supports[:, None], supports], len(self.X), {}
         return [centres, supports], len(self.X), metrics

@@ -6,6 +6,8 @@ import logging
 import math
 from functools import lru_cache
 
+import numpy as np
+
 from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
 from ..algorithms.lloyd import client_rng
 from .base import ClusteringClient
@@ -35,7 +37,10 @@ class FedKMeansClient(ClusteringClient):
     ``phase``
         ``"init"`` (round 0: seed ``min(n, k)`` local clusters) or ``"update"`` (keep
         the received global centroids that attract a local point, run the local
-        Lloyd steps).
+        Lloyd steps); ``"dp-update"`` (noisy clipped sums and counts, differential
+        privacy); under secure aggregation ``"secure-moments"`` (rows, sum and sum of
+        squares per feature) and ``"secure-update"`` (the ``"update"`` upload as dense
+        per-centroid sums and counts), which reach the server only summed.
     the keys of :class:`~flwr_clustering.algorithms.fkm.FKMOptions` and ``seed``
         See :func:`flwr_clustering.algorithms.fkm.fkm_client_init`.
     ``evaluate``
@@ -113,6 +118,20 @@ class FedKMeansClient(ClusteringClient):
             sums, counts = dp_client_stats(self.X, C, bound=options.data_bound, sigma=sigma,
                                            rng=rng)
             return [sums, counts], len(self.X), {"dp-sigma": float(sigma)}
+        elif phase == "secure-moments":
+            # secure aggregation's start: rows, sum and sum of squares per feature
+            if len(self.X) < options.privacy_threshold:
+                d = self.X.shape[1]
+                return [np.zeros(1), np.zeros(d), np.zeros(d)], len(self.X), {}
+            return ([np.array([float(len(self.X))]), self.X.sum(axis=0),
+                     np.square(self.X).sum(axis=0)], len(self.X), {})
+        elif phase == "secure-update":
+            # federated Lloyd under secure aggregation: the same upload, as dense totals
+            from ..algorithms.fkm import dense_totals
+
+            C = self.centroids_from(parameters)
+            upload = fkm_client_update(self.X, C, **opts)
+            return list(dense_totals(upload, len(C), C.shape[1])), len(self.X), {}
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

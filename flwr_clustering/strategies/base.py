@@ -230,6 +230,8 @@ class ClusteringStrategy(Strategy):
         evaluate: bool = True,
         evaluate_every_round: bool = False,
         early_stop: bool = True,
+        secure_aggregation: bool = False,
+        secagg_threshold: float = 0.6,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)
@@ -263,7 +265,20 @@ class ClusteringStrategy(Strategy):
         self.evaluate = bool(evaluate)
         self.evaluate_every_round = bool(evaluate_every_round)
         self.early_stop = bool(early_stop)
+        self.secure_aggregation = bool(secure_aggregation)
+        if not 0.0 < float(secagg_threshold) <= 1.0:
+            raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
+        self.secagg_threshold = float(secagg_threshold)
+        if self.secure_aggregation:
+            problem = self.secure_aggregation_problem()
+            if problem is not None:
+                raise ValueError(f"secure-aggregation=true: {problem}")
         self.configure()
+        #: Under secure aggregation the evaluation statistics are summed securely too
+        #: (:meth:`secure_evaluation`); no EVALUATE message asks for them.
+        self.secure_evaluate = self.secure_aggregation and self.evaluate
+        if self.secure_aggregation:
+            self.evaluate = False
         fixed = self.protocol_rounds()
         self.max_rounds = int(fixed if fixed is not None else options.max_rounds)
         if self.max_rounds < 1:
@@ -310,6 +325,8 @@ class ClusteringStrategy(Strategy):
         #: One entry per client reply received (valid or not): what it carried
         #: (:meth:`privacy_ledger`).
         self.ledger: list[dict[str, Any]] = []
+        #: One entry per secure exchange: what the server learned (the federation's totals).
+        self.secure_totals: list[dict[str, Any]] = []
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -340,6 +357,7 @@ class ClusteringStrategy(Strategy):
             "rng": self.rng.bit_generator.state,
             "sample_rng": self._sample_rng.bit_generator.state,
             "ledger": self.ledger,
+            "secure_totals": self.secure_totals,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -354,6 +372,7 @@ class ClusteringStrategy(Strategy):
         self.rng.bit_generator.state = state["rng"]
         self._sample_rng.bit_generator.state = state["sample_rng"]
         self.ledger = [dict(e) for e in state.get("ledger", [])]
+        self.secure_totals = [dict(e) for e in state.get("secure_totals", [])]
         self.num_rounds = int(state["num_rounds"])
         self.stopped = bool(state["stopped"])
 
@@ -403,7 +422,8 @@ class ClusteringStrategy(Strategy):
         ledger = [*getattr(self, "pre_run_ledger", []), *self.ledger]
         clients = sorted({e["client"] for e in ledger})
         return {
-            "secure-aggregation": False,
+            "secure-aggregation": self.secure_aggregation,
+            "secure-totals": list(getattr(self, "secure_totals", [])),
             "differential-privacy": None,
             "epsilon": None,
             "delta": None,
@@ -422,6 +442,121 @@ class ClusteringStrategy(Strategy):
         ``allow-raw-rows``) and this is not ``None``; the clients refuse the step anyway.
         """
         return None
+
+    #: Whether the secure evaluation's row sums and residual sums give the pooled total
+    #: sum of squares and the Lloyd-step check (not for rows with unobserved features).
+    secure_row_moments = True
+
+    def secure_round(self, server_round: int) -> bool:
+        """Whether round ``server_round`` runs under secure aggregation (with the option).
+
+        Every round by default; a protocol whose first round needs individual uploads
+        (the masked Algorithm 1's grouping) runs that one in the clear and says so.
+        """
+        return True
+
+    def secure_aggregation_problem(self) -> str | None:
+        """Why this configuration cannot run under secure aggregation (``None``: it can).
+
+        Secure aggregation gives the server only the sum of the clients' replies; a
+        server step that needs each client's own upload cannot use it.
+        """
+        return (f"{self.name}'s server step needs each client's own upload, which secure "
+                "aggregation hides from it; secure modes: fkm with server-update='lloyd', "
+                "ffcm with ffcm-version=1, masked-federated")
+
+    def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
+        """The new model from a secure round's totals.
+
+        ``totals`` is a :class:`~flwr_clustering.secure.SecureSum` (its ``sums``).
+        """
+        raise NotImplementedError(f"{self.name} has no secure aggregation")
+
+    def secure_round_info(self, server_round: int, totals) -> dict[str, Any]:
+        """Extra per-round numbers of a secure round for the history (override to add)."""
+        return {}
+
+    def secure_exchange(self, grid: Grid, server_round: int, phase: str,
+                        arrays: list[np.ndarray] | tuple = (),
+                        config: dict[str, Any] | None = None, *,
+                        timeout: float | None = None):
+        """One exchange whose replies reach the server only as their sum (SecAgg+).
+
+        The sampled nodes answer ``phase`` as usual; :func:`flwr_clustering.secure.secure_sum`
+        masks and sums their reply arrays. Failed clients are logged (WARNING) and left in
+        ``last_absent``; fewer than ``min_nodes`` contributors end the run.
+
+        Returns
+        -------
+        flwr_clustering.secure.SecureSum
+        """
+        from ..secure import secure_sum
+
+        nodes = self.sample_nodes(grid)
+        cfg = {**dict(config or {}), "phase": phase, "seed": self.seed}
+        timeout = getattr(self, "_run_timeout", self.round_timeout) if timeout is None \
+            else timeout
+        totals = secure_sum(grid, nodes, list(arrays), cfg, server_round=server_round,
+                            threshold=self.secagg_threshold, timeout=timeout)
+        self.last_absent = {}
+        for node, why in sorted(totals.failed.items()):
+            self.last_absent[node] = f"failed: {why}"
+            logger.warning("round %d %s (secure aggregation): %s failed: %s", server_round,
+                           phase, self.who(node), why)
+        if not hasattr(self, "run_absent"):
+            self.run_absent = {}
+        for node, why in self.last_absent.items():
+            self.run_absent[self.who(node)] = f"round {server_round} {phase}: {why}"
+        for node in totals.nodes:
+            self.ledger.append({
+                "round": int(server_round), "phase": f"{phase} (secure)",
+                "client": int(self.client_of.get(node, node)), "floats": 0, "integers": 0,
+                "scalars": 0, "raw-rows": 0, "min-count": None,
+                "masked-bytes": int(totals.received.get(node, 0))})
+        self.secure_totals.append({
+            "round": int(server_round), "phase": phase, "clients": len(totals.nodes),
+            "floats": int(sum(a.size for a in totals.sums)),
+            "error-bound": totals.error_bound})
+        if len(totals.nodes) < self.min_nodes:
+            raise RuntimeError(
+                f"round {server_round} {phase}: only {len(totals.nodes)} clients completed "
+                f"secure aggregation, fewer than min_nodes={self.min_nodes}; failed: "
+                + "; ".join(f"{self.who(n)} {why}" for n, why in self.last_absent.items()))
+        logger.info("round %d %s: secure aggregation of %d clients (%d arrays summed; "
+                    "each total within %.3g of the exact sum)", server_round, phase,
+                    len(totals.nodes), len(totals.sums), totals.error_bound)
+        return totals
+
+    def secure_train(self, server_round: int, grid: Grid, config: ConfigRecord | None,
+                     timeout: float) -> tuple[ArrayRecord, MetricRecord]:
+        """A training round under secure aggregation: one secure exchange, the new model."""
+        cfg = {**dict(config or {}), **self.train_config(server_round), "evaluate": False}
+        phase = str(cfg.pop("phase"))
+        totals = self.secure_exchange(grid, server_round, phase,
+                                      self.train_arrays(server_round), cfg, timeout=timeout)
+        previous = self.centroids
+        new = np.asarray(self.aggregate_sums(server_round, totals), dtype=np.float64)
+        self.last_shift = self.shift(previous, new)
+        self.centroids = new
+        self.centroid_history.append(new)
+        record = {
+            "round": server_round, "clients": len(totals.nodes),
+            "dropped": len(totals.failed), "num-centroids": int(len(new)),
+            "shift": self.last_shift, "secure-aggregation": True,
+            "sum-error-bound": totals.error_bound,
+            **self.secure_round_info(server_round, totals),
+        }
+        if self.last_absent:
+            record["absent"] = [
+                {"client": self.client_of.get(node), "node": node, "reason": why}
+                for node, why in self.last_absent.items()]
+        self.history.append(record)
+        logger.info("round %d: %d clients (secure aggregation), %d centroids, shift %.3g",
+                    server_round, len(totals.nodes), len(new), self.last_shift)
+        metrics = {k: v for k, v in record.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        return self.model_record(), MetricRecord(
+            {k: (v if np.isfinite(v) else -1.0) for k, v in metrics.items()})
 
     def payload_counts(self, payload: Any) -> np.ndarray | None:
         """Return the row counts an upload claims (``None``: it claims none).
@@ -1023,6 +1158,43 @@ class ClusteringStrategy(Strategy):
         logger.info("round %d evaluation: %s", server_round, _fmt(metrics))
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
+    def secure_evaluation(self, grid: Grid, server_round: int,
+                          config: ConfigRecord | None, timeout: float) -> dict[str, float]:
+        """The federated evaluation's statistics, summed under secure aggregation.
+
+        One secure exchange (:func:`~flwr_clustering.clients.base.secure_evaluation_arrays`):
+        the server learns the federation's rows, SSE, silhouette sum, cluster counts, sum
+        and sum of squares of the rows, per-cluster residual sums and (with ``n-classes``
+        in ``config`` and labels on every client) the contingency table, never one
+        client's. The metrics are :func:`~flwr_clustering.metrics.aggregate_evaluation_stats`
+        of the totals, without ``ari-client-weighted`` (it needs each client's ARI).
+        """
+        from ..clients.base import SECURE_EVALUATE_PHASE
+
+        cfg = {k: v for k, v in dict(config or {}).items() if k not in ("phase", "seed")}
+        totals = self.secure_exchange(grid, server_round, SECURE_EVALUATE_PHASE,
+                                      [self.centroids], cfg, timeout=timeout)
+        head, counts, sum_x, residuals, *table = totals.sums
+        n = int(np.rint(head[0]))
+        stats: dict[str, Any] = {
+            "num-examples": n, "sse": float(head[1]), "silhouette-sum": float(head[2]),
+            "cluster-counts": np.rint(counts).astype(np.int64)}
+        if self.secure_row_moments:  # (a masked federation's rows miss features)
+            stats.update({"sum-x": sum_x, "cluster-residuals": residuals,
+                          "sst-local": float(head[4] - sum_x @ sum_x / n) if n else 0.0})
+        labelled = int(np.rint(head[3]))
+        if table and labelled == len(totals.nodes):
+            stats["contingency"] = np.rint(table[0]).astype(np.int64)
+        elif table:
+            logger.info("round %d secure evaluation: %d of %d clients have labels; no "
+                        "contingency metrics", server_round, labelled, len(totals.nodes))
+        metrics = aggregate_evaluation_stats([stats])
+        metrics.pop("ari-client-weighted", None)
+        self._secure_stats = stats
+        logger.info("round %d evaluation (secure aggregation): %s", server_round,
+                    _fmt(metrics))
+        return metrics
+
     def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
         """Return protocol-specific metrics of the federated evaluation (override to add)."""
         return {}
@@ -1232,14 +1404,35 @@ class ClusteringStrategy(Strategy):
         delivery to every node) asks for them only with ``evaluate``. Sets what
         :meth:`aggregate_evaluate` expects back.
         """
-        self._expect_stats = self.evaluate or not final
+        self._expect_stats = (self.evaluate or not final) and not self.secure_aggregation
         return ConfigRecord({**dict(config or {}), "final": final,
                              "evaluate": self._expect_stats})
 
     def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
                            evaluate_config: ConfigRecord | None, *, final: bool,
                            timeout: float) -> MetricRecord | None:
-        """One ``EVALUATE`` exchange (per round, or the final model's delivery)."""
+        """One ``EVALUATE`` exchange (per round, or the final model's delivery).
+
+        Under secure aggregation the statistics come from :meth:`secure_evaluation`, and
+        only the final model goes out in an ``EVALUATE`` message (without statistics).
+        """
+        if self.secure_aggregation:
+            metrics = None
+            if self.secure_evaluate and self.centroids is not None:
+                metrics = self.secure_evaluation(grid, server_round, evaluate_config, timeout)
+            if final:
+                cfg = self.evaluation_config(evaluate_config, final=True)
+                messages = self.configure_evaluate(server_round, arrays, cfg, grid)
+                if messages:
+                    self.aggregate_evaluate(server_round, list(grid.send_and_receive(
+                        messages, timeout=timeout)))
+            if metrics is not None:  # (the final delivery above must not clear them)
+                self.evaluation_stats = [self._secure_stats]
+                self.final_metrics = metrics
+                if self.history:
+                    self.history[-1]["metrics"] = metrics
+            return None if metrics is None else MetricRecord(
+                {k: float(v) for k, v in metrics.items()})
         cfg = self.evaluation_config(evaluate_config, final=final)
         messages = self.configure_evaluate(server_round, arrays, cfg, grid)
         if not messages:
@@ -1368,10 +1561,13 @@ class ClusteringStrategy(Strategy):
             logger.info("[ROUND %d/%d]", rnd, num_rounds)
             t_round = time.monotonic()
             self.prepare_round(rnd, grid, timeout)
-            replies = grid.send_and_receive(
-                self.configure_train(rnd, arrays, train_config, grid), timeout=timeout
-            )
-            arrays, train_metrics = self.aggregate_train(rnd, list(replies))
+            if self.secure_aggregation and self.secure_round(rnd):
+                arrays, train_metrics = self.secure_train(rnd, grid, train_config, timeout)
+            else:
+                replies = grid.send_and_receive(
+                    self.configure_train(rnd, arrays, train_config, grid), timeout=timeout
+                )
+                arrays, train_metrics = self.aggregate_train(rnd, list(replies))
             self.history[-1]["seconds"] = time.monotonic() - t_round
             result.arrays = arrays
             result.train_metrics_clientapp[rnd] = train_metrics

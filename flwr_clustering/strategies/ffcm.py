@@ -80,6 +80,14 @@ class FFCM(ClusteringStrategy):
     advice = {**ClusteringStrategy.advice, "collapse": ("fuzzifier", "k"),
               "empty": ("fuzzifier", "k"), "lloyd-gain": ("fuzzifier",)}
 
+    def secure_aggregation_problem(self) -> str | None:
+        """Version 1 (support-weighted average) needs only the totals."""
+        if self.options.version == 1:
+            return None
+        return ("FFCM version 2 runs k-means over every client's local centres, which "
+                "secure aggregation hides from the server; use ffcm-version=1 (the "
+                "support-weighted average, which needs only the totals)")
+
     def configure(self) -> None:
         """Remember the fuzzifier asked for (``0``: chosen before every new run)."""
         self.requested_fuzzifier = float(self.options.fuzzifier)
@@ -120,9 +128,16 @@ class FFCM(ClusteringStrategy):
                 )
         if self.fuzzifier != 0 and self.centroids is not None:
             return
-        valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
-                              parse=self._parse_moments, timeout=timeout)
-        moments = [r.payload for r in valid]
+        if self.secure_aggregation:  # only the federation's triple reaches the server
+            totals = self.secure_exchange(grid, 0, "moments", config=self.options.to_config(),
+                                          timeout=timeout)
+            n, total, sumsq = totals.sums
+            moments = [(int(np.rint(n[0])), total, sumsq)]
+            valid = totals.nodes
+        else:
+            valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
+                                  parse=self._parse_moments, timeout=timeout)
+            moments = [r.payload for r in valid]
         if self.fuzzifier == 0:
             n = sum(mom[0] for mom in moments)
             d = int(moments[0][1].shape[0])
@@ -161,7 +176,21 @@ class FFCM(ClusteringStrategy):
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the local fuzzy c-means options."""
-        return {"phase": "ffcm", **self.options.to_config()}
+        phase = "secure-ffcm" if self.secure_aggregation else "ffcm"
+        return {"phase": phase, **self.options.to_config()}
+
+    def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
+        """Version 1 from the secure totals: ``sum s V / sum s`` (previous where 0)."""
+        weighted, supports = totals.sums
+        if weighted.shape != self.centroids.shape or supports.shape != (self.k,):
+            raise RuntimeError(f"round {server_round}: the secure totals have shapes "
+                               f"{weighted.shape} and {supports.shape}, expected "
+                               f"{self.centroids.shape} and ({self.k},)")
+        ok = supports > 0
+        centres = np.zeros_like(weighted)
+        centres[ok] = weighted[ok] / supports[ok, None]
+        return ffcm_server_v1([(centres, np.where(ok, supports, 0.0))],
+                              previous=self.centroids)
 
     def parse_payload(
         self, server_round: int, arrays: list[np.ndarray]
@@ -220,5 +249,15 @@ register(AlgorithmSpec(
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="With `evaluate` true the reply also scores the received centres. A "
                     "client with fewer than privacy-threshold rows refuses every phase "
-                    "(error reply)."),
+                    "(error reply). With secure-aggregation the `moments` reply goes "
+                    "through SecAgg+ (a TRAIN exchange, as `secure-ffcm`): the server learns "
+                    "the pooled triple only."),
+        Phase("secure-ffcm", "train", "every round, with secure-aggregation (ffcm-version 1)",
+              sends=("`centres` (k, d) float64: the global centres",),
+              reply_arrays=("`weighted` (k, d) float64: s_j times the local centre j",
+                            "`supports` (k,) float64: s_j"),
+              notes="Through SecAgg+ (four TRAIN messages; see FKM's `secure-update`): the "
+                    "server receives the federation's sums only and sets centre j to "
+                    "sum s_j V_j / sum s_j (the previous centre where the sum is 0), "
+                    "version 1's step. The evaluation is the common `secure-evaluate`."),
     )))

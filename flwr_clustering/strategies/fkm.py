@@ -72,7 +72,16 @@ class FedKMeans(ClusteringStrategy):
     def raw_rows_option(self) -> str | None:
         """``init='paper'`` uploads the k-means++ seeds, raw rows (not with DP)."""
         return ("init='paper'" if self.options.init == "paper"
-                and not getattr(self, "dp", False) else None)
+                and not getattr(self, "dp", False)
+                and not getattr(self, "secure_aggregation", False) else None)
+
+    def secure_aggregation_problem(self) -> str | None:
+        """Federated Lloyd (``server-update='lloyd'``) needs only the totals."""
+        if self.options.server_update == "lloyd":
+            return None
+        return ("FKM's server-update='kmeans' (the paper) clusters every client's local "
+                "centroids, which secure aggregation hides from the server; use "
+                "server-update='lloyd' (federated Lloyd, which needs only the totals)")
 
     # ------------------------------------------------------ differential privacy
     def configure(self) -> None:
@@ -88,15 +97,19 @@ class FedKMeans(ClusteringStrategy):
             self.evaluate = False
 
     def initialize(self, grid: Grid, timeout: float) -> None:
-        """DP: draw data-independent initial centroids in the data ball (no privacy cost).
+        """DP or secure aggregation: starting centroids without any client's own upload.
 
         The feature count and the number of clients come from one ``data-source`` query
         (counts and a hash of each client's rows, no statistic of them); the clients'
-        noise is calibrated for that many clients.
+        DP noise is calibrated for that many clients. DP draws the starting centroids in
+        the data ball (no privacy cost); secure aggregation without DP draws them from the
+        federation's per-feature mean and variance, summed securely
+        (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
-        if not self.dp:
+        if not (self.dp or self.secure_aggregation):
             return
         from ..algorithms.dp_lloyd import dp_initial_centroids
+        from ..algorithms.fkm import moment_init
 
         valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
                               timeout=timeout)
@@ -105,6 +118,18 @@ class FedKMeans(ClusteringStrategy):
             raise ValueError(f"DP FKM: the clients report feature counts {dims}, not one")
         self.dp_clients = len(valid)
         self.n_features = dims[0]
+        if not self.dp:
+            if self.centroids is None:
+                totals = self.secure_exchange(grid, 0, "secure-moments",
+                                              config=self.options.to_config(),
+                                              timeout=timeout)
+                n, sum_x, sum_sq = totals.sums
+                self.centroids = moment_init(float(np.rint(n[0])), sum_x, sum_sq, self.k,
+                                             self.rng)
+                logger.info("secure aggregation: %d starting centroids drawn from the "
+                            "federation's per-feature mean and variance (%d rows)", self.k,
+                            int(np.rint(n[0])))
+            return
         if self.centroids is None:
             self.centroids = dp_initial_centroids(self.k, dims[0], self.options.data_bound,
                                                   self.rng)
@@ -134,6 +159,8 @@ class FedKMeans(ClusteringStrategy):
         rounds = len(self.history)
         o = self.options
         clients = getattr(self, "dp_clients", 1)
+        ledger_epsilon = dp_epsilon_of([h.get("dp-noise-multiplier", self.noise_multiplier)
+                                        for h in self.history], o.dp_delta)
         ledger.update({
             "differential-privacy": {
                 "mechanism": "Gaussian on clipped sums and counts, Renyi-DP accounting "
@@ -143,11 +170,12 @@ class FedKMeans(ClusteringStrategy):
                 "target-epsilon": o.dp_epsilon, "calibrated-rounds": self.max_rounds,
                 "rounds-run": rounds, "clients": clients,
             },
-            "epsilon": dp_epsilon_of([h.get("dp-noise-multiplier", self.noise_multiplier)
-                                      for h in self.history], o.dp_delta),
+            "epsilon": ledger_epsilon,
             "delta": o.dp_delta,
-            "server-epsilon": server_epsilon(self.noise_multiplier, rounds, o.dp_delta,
-                                             clients, o.dp_placement),
+            # under secure aggregation the server sees only the total noise
+            "server-epsilon": (ledger_epsilon if self.secure_aggregation else
+                               server_epsilon(self.noise_multiplier, rounds, o.dp_delta,
+                                              clients, o.dp_placement)),
         })
         return ledger
 
@@ -156,6 +184,8 @@ class FedKMeans(ClusteringStrategy):
         if getattr(self, "dp", False):  # (the echo benchmark borrows this method)
             return {"phase": "dp-update", "dp-round": server_round,
                     "dp-clients": int(self.dp_clients), **self.options.to_config()}
+        if self.secure_aggregation:
+            return {"phase": "secure-update", **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",
                 **self.options.to_config()}
 
@@ -216,6 +246,43 @@ class FedKMeans(ClusteringStrategy):
             )
         return new
 
+    def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
+        """Federated Lloyd from the secure totals (DP: noisy totals, as ``dp-update``)."""
+        from ..algorithms.fkm import lloyd_from_totals
+
+        sums, counts = totals.sums
+        previous = self.centroids
+        if sums.shape != previous.shape or counts.shape != (len(previous),):
+            raise RuntimeError(f"round {server_round}: the secure totals have shapes "
+                               f"{sums.shape} and {counts.shape}, expected {previous.shape}")
+        if self.dp:
+            from ..algorithms.dp_lloyd import dp_server_step
+
+            central = self.options.dp_placement == "central"
+            return dp_server_step(sums, counts, previous, bound=self.options.data_bound,
+                                  sigma=self.sigma if central else 0.0, rng=self.rng)
+        return lloyd_from_totals(sums, np.rint(counts), previous)
+
+    def secure_round_info(self, server_round: int, totals) -> dict[str, Any]:
+        """DP: the round's noise multiplier (as :meth:`round_info`)."""
+        if not self.dp:
+            return {}
+        return self._dp_round_info(server_round, len(totals.nodes))
+
+    def _dp_round_info(self, server_round: int, clients: int) -> dict[str, Any]:
+        # distributed noise: each client brought 1/sqrt(m) of it; a missing client's
+        # share is missing from the totals, and the round costs more than planned
+        z = self.noise_multiplier
+        if self.options.dp_placement == "distributed" and clients < self.dp_clients:
+            z *= math.sqrt(clients / self.dp_clients)
+            message = (f"round {server_round}: only {clients} of {self.dp_clients} "
+                       "clients' noise is in the totals (distributed placement): this "
+                       f"round's noise multiplier is {z:.4g}, not "
+                       f"{self.noise_multiplier:.4g}; privacy.json's epsilon counts it")
+            logger.warning(message)
+            self.run_warnings.append(message)
+        return {"dp-clients": clients, "dp-noise-multiplier": z}
+
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
         """Return ``M``, the number of local centroids received (and the empty uploads).
 
@@ -224,18 +291,7 @@ class FedKMeans(ClusteringStrategy):
         last round has any.
         """
         if self.dp:
-            # distributed noise: each client brought 1/sqrt(m) of it; a missing client's
-            # share is missing from the totals, and the round costs more than planned
-            z = self.noise_multiplier
-            if self.options.dp_placement == "distributed" and len(replies) < self.dp_clients:
-                z *= math.sqrt(len(replies) / self.dp_clients)
-                message = (f"round {server_round}: only {len(replies)} of {self.dp_clients} "
-                           "clients' noise is in the totals (distributed placement): this "
-                           f"round's noise multiplier is {z:.4g}, not "
-                           f"{self.noise_multiplier:.4g}; privacy.json's epsilon counts it")
-                logger.warning(message)
-                self.run_warnings.append(message)
-            return {"dp-clients": len(replies), "dp-noise-multiplier": z}
+            return self._dp_round_info(server_round, len(replies))
         info: dict[str, Any] = {
             "uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
         empty = sum(len(r.payload.means) == 0 for r in replies)
@@ -279,7 +335,8 @@ register(AlgorithmSpec(
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="With `evaluate` true the reply also scores the received centroids "
                     "(before the local step), so the rounds need no evaluation message."),
-        Phase("data-source (DP)", "query", "round 0, with dp-epsilon > 0",
+        Phase("data-source (DP, secure)", "query", "round 0, with dp-epsilon > 0 or "
+              "secure-aggregation",
               sends=("none",),
               reply_arrays=("none",),
               notes="The library's data-source query (below): its `num-features` and the "
@@ -299,5 +356,31 @@ register(AlgorithmSpec(
                              "added",),
               notes="No evaluation statistics (they would be exact). The server sums the "
                     "replies in client-id order, adds the noise itself with placement "
-                    "'central', and divides."),
+                    "'central', and divides. With secure-aggregation the reply goes through "
+                    "SecAgg+ (below) and the server sees only the total noise."),
+        Phase("secure-moments", "train", "round 0, with secure-aggregation and no given "
+              "centroids (not with dp-epsilon)",
+              sends=("none",),
+              reply_arrays=("`rows` (1,) float64: the client's row count",
+                            "`sum-x` (d,) float64: the sum of its rows",
+                            "`sum-sq` (d,) float64: the sum of their squares (all three "
+                            "zero below privacy-threshold rows)"),
+              notes="Sent through SecAgg+: four TRAIN messages (setup, share-keys, "
+                    "collect-masked-vectors, unmask; Flower's `secaggplus_mod` answers them "
+                    "inside `flwr_clustering.secure.secure_aggregation_mod`), the content above "
+                    "in the third. The reply arrays are written in fixed point (2**-32), split "
+                    "into base-B digits, masked and summed; the server receives only "
+                    "`secaggplus_configs` and an empty legacy fit result, and learns the "
+                    "totals, from which it draws the starting centroids."),
+        Phase("secure-update", "train", "every round, with secure-aggregation "
+              "(server-update 'lloyd', no dp-epsilon)",
+              sends=("`centroids` (k, d) float64: the global centroids",),
+              reply_arrays=("`sums` (k, d) float64: per global centroid, the sum of the rows "
+                            "of the local cluster that grew from it (the `update` phase's "
+                            "means times counts; zero where withheld under privacy-threshold)",
+                            "`counts` (k,) float64: their counts"),
+              notes="Through SecAgg+ as `secure-moments`: the server receives the "
+                    "federation's totals only (counts exact, sums within n 2**-33) and sets "
+                    "each centroid to total sum / total count. The evaluation is the "
+                    "common `secure-evaluate`."),
     )))

@@ -115,6 +115,14 @@ class KDC(ClusteringStrategy):
             raise ValueError(f"malformed min/max of shapes {lo.shape}, {hi.shape}")
         return int(n[0]), lo, hi
 
+    def secure_aggregation_problem(self) -> str | None:
+        """KDC's statistics round is not a sum, and its sample is raw rows."""
+        return ("KDC's statistics round needs each site's row count (its share of the "
+                "sample) and the per-feature minimum and maximum, which are not sums, and "
+                "its sample is raw rows the coordinator must see; secure aggregation hides "
+                "individual uploads from the server, so there is nothing it could protect "
+                "here (see allow-raw-rows)")
+
     def raw_rows_option(self) -> str:
         """KDC uploads a sample of every site's rows and broadcasts them in its model."""
         return "algorithm='kdc'"

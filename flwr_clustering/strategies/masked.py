@@ -105,6 +105,39 @@ class MaskedFederated(ClusteringStrategy):
         """The initial round and ``F`` federated rounds (``tol >= 0`` may stop earlier)."""
         return self.options.federated_rounds + 1
 
+    secure_row_moments = False  # rows miss features: no pooled sum of squares from totals
+
+    def secure_aggregation_problem(self) -> str | None:
+        """The federated rounds' aligned sums and counts need only the totals."""
+        return None
+
+    def secure_round(self, server_round: int) -> bool:
+        """Round 1 groups every client's local clusters (Method A/B): in the clear.
+
+        The federated rounds that follow (their aligned per-feature sums and counts) run
+        under secure aggregation. The round-1 uploads are in the privacy ledger as
+        ordinary replies, and the run logs a WARNING saying so.
+        """
+        if self.centroids is None:
+            message = ("masked-federated: round 1 (the grouping of the clients' local "
+                       "clusters by Method A/B) needs each client's clusters and runs without "
+                       "secure aggregation; the federated rounds run with it")
+            if message not in self.run_warnings:
+                logger.warning(message)
+                self.run_warnings.append(message)
+            return False
+        return True
+
+    def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
+        """The alpha update from the federation's aligned sums and counts."""
+        sums, counts = totals.sums
+        if sums.shape != self.centroids.shape or counts.shape != self.centroids.shape:
+            raise RuntimeError(f"round {server_round}: the secure totals have shapes "
+                               f"{sums.shape} and {counts.shape}, expected "
+                               f"{self.centroids.shape}")
+        return masked_server_update(self.centroids, [MaskedStats(sums, np.rint(counts))],
+                                    self.alpha)
+
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Init phase in round 1, federated update afterwards."""
         return {"phase": "init" if self.centroids is None else "update",
@@ -287,7 +320,11 @@ register(AlgorithmSpec(
                              *EVALUATION_METRICS),
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="Every phase other than `init` runs this step. `local-algorithm` "
-                    "\"kmedoids\" uploads medoids, **which are real rows**."),
+                    "\"kmedoids\" uploads medoids, **which are real rows**. With "
+                    "secure-aggregation this reply goes through SecAgg+ (four TRAIN "
+                    "messages, see FKM's `secure-update`) and the server learns only the "
+                    "federation's sums and counts; `init` (round 1) still runs in the clear, "
+                    "and the evaluation is the common `secure-evaluate`."),
     )))
 register(AlgorithmSpec(
     name="masked-oneshot", strategy=MaskedOneShot, client=MaskedOneShotClient,

@@ -1,0 +1,398 @@
+"""Secure aggregation: the server learns the federation's sums, not one client's.
+
+Built on Flower's SecAgg+ (Bell et al. 2020) as Flower 1.41 ships it, unchanged:
+
+* the server runs :class:`flwr.server.workflow.SecAggPlusWorkflow` (its four stages:
+  key setup, encrypted share exchange, masked upload, unmasking with Shamir-shared seeds)
+  through :func:`secure_sum`, which hands it one exchange of our protocol;
+* the client runs :func:`flwr.client.mod.secaggplus_mod` inside
+  :func:`secure_aggregation_mod`, a ClientApp mod that translates our messages for it.
+  The library's ClientApp (:func:`flwr_clustering.clients.base.client_app`) has it; a
+  user's own ClientApp adds ``mods=[secure_aggregation_mod]``.
+
+No cryptographic primitive is written here: key agreement, encryption, Shamir sharing,
+the mask generator and the quantizer are Flower's.
+
+What is summed, and how exactly
+    Each client's reply arrays (for example FKM's per-centroid sums and counts). SecAgg+
+    sums integers modulo ``2**32``; its quantizer maps a float in ``[-c, c]`` to
+    ``T`` levels. This module makes that exact: a client writes every value in fixed
+    point (:data:`FRACTION_BITS` = 32 fractional bits) and splits the integer into
+    balanced digits of base ``B`` (a power of two with ``n * B < 2**32`` for ``n``
+    sampled clients); with ``T = B`` and ``c = B / 2`` the quantizer maps each digit to
+    itself, so the digit sums arrive exactly and the server rebuilds the totals
+    (:func:`encode_fixed`, :func:`decode_fixed`). Integer totals (counts) are exact; a
+    float total is within ``n * 2**-33`` of the exact sum (each client's rounding to
+    the fixed-point grid), plus float64 rounding (:func:`sum_error_bound`). A client
+    whose value exceeds :data:`VALUE_LIMIT` in magnitude refuses (it would not fit).
+
+Neighbours and dropouts
+    Each client shares its keys with :func:`neighbours` clients (SecAgg+'s sparse graph:
+    ``2 ceil(log2 n) + 1``, or all of them). A client that fails after the key setup is
+    survived while every client keeps at least ``threshold`` (a fraction of its
+    neighbours, at least 2; ``secagg-threshold``) active neighbours: its pairwise masks
+    are rebuilt from their shares and removed, and the sum holds the remaining clients,
+    named in the result. A server must control ``threshold`` of a client's neighbours to
+    unmask that client alone.
+
+What it does not stop (see ``docs/privacy.md``): the federation totals themselves (the
+differencing attack on consecutive totals still works where one row moves between
+clusters, as against centralized Lloyd: differential privacy stops that); a server that
+controls at least ``threshold`` clients; a client that sends wrong values (secure
+aggregation hides every upload, so the server cannot check one); Flower's mask generator
+seeds NumPy's ``RandomState`` with 32 bits derived from the 256-bit shared secrets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from flwr.common.secure_aggregation.secaggplus_constants import (
+    RECORD_KEY_CONFIGS,
+    RECORD_KEY_STATE,
+)
+from flwr.compat.common import recorddict_compat as compat
+
+from .log import logger
+
+__all__ = [
+    "FRACTION_BITS",
+    "MODULUS",
+    "VALUE_LIMIT",
+    "SecureSum",
+    "decode_fixed",
+    "digit_base",
+    "encode_fixed",
+    "neighbours",
+    "secure_aggregation_mod",
+    "secure_sum",
+    "sum_error_bound",
+]
+
+#: SecAgg+'s modulus: masked sums are integers modulo ``2**32`` (Flower's maximum).
+MODULUS = 2**32
+#: Fixed-point resolution of the summed values: ``2**-FRACTION_BITS``.
+FRACTION_BITS = 32
+#: The largest magnitude a summed value may have (its fixed-point integer stays below
+#: ``2**62``).
+VALUE_LIMIT = float(2**30)
+#: The weight every client reports to Flower's mod: its ratio to ``max_weight`` is 1, so
+#: the values are summed unweighted.
+_WEIGHT = 1000
+
+
+def digit_base(clients: int) -> int:
+    """``B``: the largest power of two with ``clients * B < 2**32``, at most ``2**30``.
+
+    The sum of ``clients`` digits in ``[0, B)`` then fits the modulus (Flower's quantizer
+    casts to int32, hence at most ``2**30``).
+    """
+    if clients < 1:
+        raise ValueError(f"clients must be at least 1, got {clients}")
+    return 2 ** min(30, ((MODULUS - 1) // clients).bit_length() - 1)
+
+
+def _digits(base: int) -> int:
+    """How many balanced base-``base`` digits hold a 63-bit signed integer."""
+    return -(-63 // (base.bit_length() - 1))
+
+
+def neighbours(clients: int) -> int:
+    """How many clients (itself included) each client shares its keys with.
+
+    SecAgg+'s sparse graph (Bell et al. 2020): ``2 ceil(log2 n) + 1`` (odd, as Flower
+    asks), all clients when that is more. Costs grow with ``n`` times this, not ``n**2``
+    (Flower's Shamir sharing is the dominant cost).
+    """
+    return min(int(clients), 2 * max(1, math.ceil(math.log2(max(clients, 2)))) + 1)
+
+
+def encode_fixed(a: np.ndarray, base: int) -> np.ndarray:
+    """Write ``a`` in fixed point and split it into balanced base-``base`` digits.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        Finite values of magnitude at most :data:`VALUE_LIMIT`.
+    base : int
+        A power of two (:func:`digit_base`).
+
+    Returns
+    -------
+    numpy.ndarray of shape ``(L,) + a.shape``, float64
+        Integers in ``[-base/2, base/2)`` with ``round(a * 2**32) = sum_l d_l base**l``.
+    """
+    q = np.rint(np.asarray(a, dtype=np.float64) * 2.0**FRACTION_BITS).astype(np.int64)
+    half = base // 2
+    out = np.empty((_digits(base),) + q.shape, dtype=np.float64)
+    for level in range(len(out)):
+        d = (q + half) % base - half
+        out[level] = d
+        q = (q - d) // base
+    if np.any(q != 0):  # cannot happen below VALUE_LIMIT
+        raise ValueError("a value does not fit the fixed-point digits")
+    return out
+
+
+def decode_fixed(digit_sums: np.ndarray, base: int) -> np.ndarray:
+    """The totals from the summed digits of :func:`encode_fixed` (float64)."""
+    d = np.rint(np.asarray(digit_sums, dtype=np.float64))
+    total = np.zeros(d.shape[1:], dtype=np.float64)
+    for level in range(len(d) - 1, -1, -1):
+        total = total * float(base) + d[level]
+    return total / 2.0**FRACTION_BITS
+
+
+def sum_error_bound(clients: int) -> float:
+    """The largest difference between a securely summed value and the exact float sum.
+
+    Each client rounds each value to the fixed-point grid (at most ``2**-33``); the
+    digits are summed exactly. (Float64 rounding of the totals comes on top, as in any
+    float sum.) Integer totals are exact.
+    """
+    return clients * 2.0 ** -(FRACTION_BITS + 1)
+
+
+@dataclass
+class SecureSum:
+    """The outcome of one secure exchange.
+
+    Attributes
+    ----------
+    sums : list of numpy.ndarray
+        Element-wise sums of the replies' arrays over :attr:`nodes` (float64).
+    nodes : list of int
+        The node ids whose replies are in the sums (sorted).
+    failed : dict
+        ``{node id: reason}`` of the sampled nodes that are not.
+    error_bound : float
+        :func:`sum_error_bound` for the sampled clients.
+    received : dict
+        ``{node id: bytes}``: what the server received from each node in the four
+        stages (public keys, encrypted shares, the masked vector, key shares).
+    """
+
+    sums: list[np.ndarray]
+    nodes: list[int]
+    failed: dict[int, str] = field(default_factory=dict)
+    error_bound: float = 0.0
+    received: dict[int, int] = field(default_factory=dict)
+
+
+class _Node:
+    """What the workflow needs of a ``ClientProxy``: the node id."""
+
+    def __init__(self, node_id: int) -> None:
+        self.node_id = int(node_id)
+        self.cid = str(node_id)
+
+
+class _OneExchange:
+    """The (legacy) strategy SecAggPlusWorkflow drives: one exchange, our content.
+
+    ``configure_fit`` returns the nodes and content chosen by :func:`secure_sum`;
+    ``aggregate_fit`` receives the unmasked result (Flower's workflow hands it the
+    weighted mean over the contributing clients; with equal weights the sum is the mean
+    times their number) and keeps it.
+    """
+
+    def __init__(self, nodes: Sequence[int], arrays: list[np.ndarray],
+                 config: dict[str, Any]) -> None:
+        self.nodes = [int(n) for n in nodes]
+        self.fitins = FitIns(ndarrays_to_parameters(list(arrays)), dict(config))
+        self.sums: list[np.ndarray] | None = None
+        self.contributors: list[int] = []
+
+    def initialize_parameters(self, client_manager):  # noqa: D102
+        return None
+
+    def configure_fit(self, server_round, parameters, client_manager):  # noqa: D102
+        return [(_Node(n), self.fitins) for n in self.nodes]
+
+    def aggregate_fit(self, server_round, results, failures):  # noqa: D102
+        self.contributors = sorted(int(proxy.node_id) for proxy, _ in results)
+        if results:
+            mean = parameters_to_ndarrays(results[0][1].parameters)
+            self.sums = [np.asarray(a, dtype=np.float64) * len(results) for a in mean]
+        return None, {}
+
+    def configure_evaluate(self, server_round, parameters, client_manager):  # noqa: D102
+        return []
+
+    def aggregate_evaluate(self, server_round, results, failures):  # noqa: D102
+        return None, {}
+
+    def evaluate(self, server_round, parameters):  # noqa: D102
+        return None
+
+
+class _Recording:
+    """A grid wrapper that notes the error replies (reasons) and what each node sent."""
+
+    def __init__(self, grid) -> None:
+        self.grid = grid
+        self.failed: dict[int, str] = {}
+        self.received: dict[int, int] = {}
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        for msg in replies:
+            node = int(msg.metadata.src_node_id)
+            if msg.has_error():
+                self.failed.setdefault(node, str(msg.error.reason))
+                continue
+            size = sum(len(a.data) for record in msg.content.array_records.values()
+                       for a in record.values())
+            for value in msg.content.config_records.get(RECORD_KEY_CONFIGS, {}).values():
+                for item in value if isinstance(value, list) else [value]:
+                    size += len(item) if isinstance(item, bytes) else 8
+            self.received[node] = self.received.get(node, 0) + size
+        answered = {int(m.metadata.src_node_id) for m in replies}
+        for msg in messages:
+            node = int(msg.metadata.dst_node_id)
+            if node not in answered:
+                self.failed.setdefault(node, f"did not reply within {timeout} s")
+        return replies
+
+
+def secure_sum(grid, nodes: Sequence[int], arrays: Sequence[np.ndarray],
+               config: dict[str, Any], *, server_round: int, threshold: float = 0.6,
+               timeout: float | None = None) -> SecureSum:
+    """Send one exchange to ``nodes`` and receive only the sum of their replies.
+
+    Parameters
+    ----------
+    grid : flwr.serverapp.Grid
+        The grid (the workflow's messages are ``TRAIN`` messages of group ``server_round``).
+    nodes : sequence of int
+        The sampled node ids (at least 2).
+    arrays, config
+        The exchange's content, delivered with SecAgg+'s third stage: the clients answer
+        it as any message of our protocol (``config["phase"]`` names the step), and their
+        reply arrays are what gets summed.
+    server_round : int
+        The round (group id, logs).
+    threshold : float, default 0.6
+        The fraction of the sampled clients whose shares rebuild a key (at least 2): up to
+        the others may drop out; a server must control that many clients to unmask one.
+    timeout : float, optional
+        Seconds to wait for each stage's replies.
+
+    Returns
+    -------
+    SecureSum
+
+    Raises
+    ------
+    RuntimeError
+        If the protocol halts (fewer clients than the threshold remain), naming the
+        clients that failed and why.
+    """
+    # the server side of Flower's SecAgg+ (imported here: clients do not need it)
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow import SecAggPlusWorkflow
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+
+    nodes = sorted(int(n) for n in nodes)
+    if len(nodes) < 2:
+        raise ValueError(f"secure aggregation needs at least 2 clients, got {len(nodes)}")
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    base = digit_base(len(nodes))  # the quantizer maps each digit to itself (T = 2c = B)
+    shares = neighbours(len(nodes))
+    workflow = SecAggPlusWorkflow(
+        num_shares=1.0 if shares >= len(nodes) else shares,
+        reconstruction_threshold=float(threshold), max_weight=float(_WEIGHT),
+        clipping_range=float(base // 2), quantization_range=base, modulus_range=MODULUS,
+        timeout=timeout)
+    exchange = _OneExchange(nodes, list(arrays), config)
+    state = RecordDict()
+    state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+        {WorkflowKey.CURRENT_ROUND: int(server_round)})
+    state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+    context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=state,
+                                    run_config={}), strategy=exchange)
+    recording = _Recording(grid)
+    workflow(recording, context)
+    failed = {n: why for n, why in recording.failed.items() if n not in exchange.contributors}
+    if exchange.sums is None:
+        why = "; ".join(f"node {n}: {r}" for n, r in sorted(failed.items())) or "no reason given"
+        raise RuntimeError(
+            f"round {server_round}: secure aggregation halted: fewer than the threshold "
+            f"({threshold:g} of {len(nodes)} clients, at least 2) completed the protocol; "
+            f"failed: {why}")
+    return SecureSum([decode_fixed(d, base) for d in exchange.sums], exchange.contributors,
+                     failed, sum_error_bound(len(nodes)), dict(recording.received))
+
+
+def _client_id(context: Context) -> int:
+    from .clients.base import client_id_of
+
+    return client_id_of(context)
+
+
+def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:
+    """ClientApp mod: answer the SecAgg+ stages of a secure exchange, pass the rest on.
+
+    A ``TRAIN`` message with SecAgg+'s configuration goes to Flower's
+    :func:`~flwr.client.mod.secaggplus_mod`. In its masked-upload stage that mod asks the
+    app for the reply: this mod hands the message on as a message of our protocol
+    (``arrays`` and ``config``), checks that the reply's arrays are finite and within the
+    clipping range, and gives them to the mod, which quantizes, masks and sends them.
+    Metrics, statistics and the row count of the reply stay on the node. Every other
+    message passes through unchanged.
+    """
+    if (msg.metadata.message_type != MessageType.TRAIN
+            or RECORD_KEY_CONFIGS not in msg.content.config_records):
+        return call_next(msg, context)
+
+    def answer(inner: Message, ctx: Context) -> Message:
+        cid = _client_id(ctx)
+        fitins = compat.recorddict_to_fitins(inner.content, keep_input=True)
+        inner.content["arrays"] = ArrayRecord(parameters_to_ndarrays(fitins.parameters))
+        inner.content["config"] = ConfigRecord(dict(fitins.config))
+        reply = call_next(inner, ctx)
+        if reply.has_error():
+            raise RuntimeError(str(reply.error.reason))
+        values = reply.content["arrays"].to_numpy_ndarrays() if "arrays" in reply.content else []
+        setup = ctx.state.config_records[RECORD_KEY_STATE]
+        base = int(setup["target_range"])
+        if base != 2 * float(setup["clipping_range"]) or base & (base - 1):
+            raise ValueError(f"client {cid}: secure aggregation: the server's quantization "
+                             "is not the exact digit encoding of flwr_clustering.secure")
+        out = []
+        for a in values:
+            a = np.asarray(a, dtype=np.float64)
+            if not np.isfinite(a).all():
+                raise ValueError(f"client {cid}: secure aggregation: a value to sum is not "
+                                 "finite")
+            if a.size and float(np.abs(a).max()) > VALUE_LIMIT:
+                raise ValueError(
+                    f"client {cid}: secure aggregation: a value to sum exceeds "
+                    f"{VALUE_LIMIT:.0f} in magnitude (the fixed-point range): scale the data")
+            out.append(encode_fixed(a, base))
+        logger.info("client %d round %s (secure aggregation): %d arrays (%d floats) go "
+                    "masked into the sum; its metrics stay on the node", cid,
+                    inner.metadata.group_id, len(out), sum(int(a.size) for a in out))
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(out), _WEIGHT, {})
+        return Message(compat.fitres_to_recorddict(res, keep_input=False), reply_to=inner)
+
+    return secaggplus_mod(msg, context, answer)
+
