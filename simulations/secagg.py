@@ -55,7 +55,8 @@ def _run(parts, C0, rounds, secure):
     received = sum(len(a.data) for m in grid.received if m.metadata.message_type == "train"
                    for r in m.content.array_records.values() for a in r.values())
     if secure:
-        received = sum(e.get("masked-bytes", 0) for e in strategy.ledger)
+        received = sum(e.get("masked-bytes", 0) for e in strategy.ledger
+                       if e["phase"].startswith("secure-update"))
     return strategy, seconds, received / (len(parts) * len(strategy.history))
 
 
