@@ -13,10 +13,10 @@ Where the noise is added decides who it protects against:
 
 * ``"distributed"`` (default): each of the ``m`` clients adds ``N(0, sigma^2 / m)`` to its
   own sums and counts, so the federation's totals carry ``N(0, sigma^2)``. The released
-  model is ``(epsilon, delta)``-DP. The server, which sees each client's upload on its
-  own (no secure aggregation yet), faces only ``sigma / sqrt(m)`` per client: against it
-  the guarantee is the weaker one of noise multiplier ``z / sqrt(m)``
-  (:func:`server_epsilon`). With secure aggregation it would see only the totals.
+  model is ``(epsilon, delta)``-DP. A server that sees each client's upload on its own
+  faces only ``sigma / sqrt(m)`` per client: against it the guarantee is the weaker one
+  of noise multiplier ``z / sqrt(m)`` (:func:`server_epsilon`). Under secure aggregation
+  (FKM's ``secure-aggregation``) it sees only the totals, and the full guarantee holds.
   Clients that drop out lower the total noise: a round with ``m' < m`` replies has noise
   multiplier ``z sqrt(m'/m)``, which :func:`dp_epsilon_of` composes (the FKM strategy
   records it per round).

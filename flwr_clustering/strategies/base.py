@@ -97,10 +97,11 @@ def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int
     """
     dst = {m.metadata.message_id: int(m.metadata.dst_node_id) for m in sent
            if m.metadata.message_id}
+    destinations = set(dst.values())
     out = {}
     for msg in replies:
         node = int(msg.metadata.src_node_id)
-        if msg.has_error() and node not in dst.values():
+        if msg.has_error() and node not in destinations:
             node = dst.get(msg.metadata.reply_to_message_id, node)
         out[id(msg)] = node
     return out
@@ -420,7 +421,9 @@ class ClusteringStrategy(Strategy):
 
         # the App's data-source exchange runs before start() (which resets the run state)
         ledger = [*getattr(self, "pre_run_ledger", []), *self.ledger]
-        clients = sorted({e["client"] for e in ledger})
+        by_client: dict[int, list[dict[str, Any]]] = {}  # one pass: rounds x clients entries
+        for e in ledger:
+            by_client.setdefault(e["client"], []).append(e)
         return {
             "secure-aggregation": self.secure_aggregation,
             "secure-totals": list(getattr(self, "secure_totals", [])),
@@ -430,8 +433,7 @@ class ClusteringStrategy(Strategy):
             "privacy-threshold": getattr(self, "privacy_threshold", None),
             "raw-rows-setting": self.raw_rows_option(),
             "totals": total(ledger),
-            "clients": {str(c): total([e for e in ledger if e["client"] == c])
-                        for c in clients},
+            "clients": {str(c): total(by_client[c]) for c in sorted(by_client)},
             "messages": ledger,
         }
 
