@@ -73,6 +73,7 @@ from .log import logger
 __all__ = [
     "FRACTION_BITS",
     "MODULUS",
+    "SECAGG_THRESHOLD",
     "VALUE_LIMIT",
     "SecureSum",
     "decode_fixed",
@@ -91,6 +92,9 @@ FRACTION_BITS = 32
 #: The largest magnitude a summed value may have (its fixed-point integer stays below
 #: ``2**62``).
 VALUE_LIMIT = float(2**30)
+#: The default ``secagg-threshold``: the fraction of a client's neighbours whose shares
+#: rebuild its keys (the others may drop out).
+SECAGG_THRESHOLD = 0.6
 #: The weight every client reports to Flower's mod: its ratio to ``max_weight`` is 1, so
 #: the values are summed unweighted.
 _WEIGHT = 1000
@@ -267,12 +271,14 @@ class _Recording:
         for msg in messages:
             node = int(msg.metadata.dst_node_id)
             if node not in answered:
-                self.failed.setdefault(node, f"did not reply within {timeout} s")
+                self.failed.setdefault(node, "did not reply" if timeout is None
+                                       else f"did not reply within {timeout:g} s")
         return replies
 
 
 def secure_sum(grid, nodes: Sequence[int], arrays: Sequence[np.ndarray],
-               config: dict[str, Any], *, server_round: int, threshold: float = 0.6,
+               config: dict[str, Any], *, server_round: int,
+               threshold: float = SECAGG_THRESHOLD,
                timeout: float | None = None) -> SecureSum:
     """Send one exchange to ``nodes`` and receive only the sum of their replies.
 
@@ -288,7 +294,7 @@ def secure_sum(grid, nodes: Sequence[int], arrays: Sequence[np.ndarray],
         reply arrays are what gets summed.
     server_round : int
         The round (group id, logs).
-    threshold : float, default 0.6
+    threshold : float, default SECAGG_THRESHOLD (0.6)
         The fraction of the sampled clients whose shares rebuild a key (at least 2): up to
         the others may drop out; a server must control that many clients to unmask one.
     timeout : float, optional

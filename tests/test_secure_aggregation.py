@@ -150,6 +150,14 @@ def _app(data, fail_round=None):
     return client_app(client_fn)
 
 
+def _client_app(cls, data):
+    """A ClientApp whose node i runs ``cls(*data[i], client_id=i)``."""
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return cls(*data[i], client_id=i)
+    return client_app(client_fn)
+
+
 class Counting(FedKMeans):
     """FKM whose train messages carry the round (for the dying client above)."""
 
@@ -263,7 +271,7 @@ def test_secure_fkm_starts_from_securely_summed_moments():
     phases = [t["phase"] for t in strategy.secure_totals]
     assert phases[0] == "secure-moments" and phases[-1] == "secure-evaluate"
     assert set(phases[1:-1]) == {"secure-update"}
-    # the start is drawn from the pooled mean and variance (summed within 5 * 2**-33)
+    # the start is drawn from the pooled mean and std (summed within 5 * 2**-33)
     X = np.concatenate([x for x, _ in data])
     ref = moment_init(len(X), X.sum(0), np.square(X).sum(0), 16, np.random.default_rng(0))
     np.testing.assert_allclose(starts[0], ref, rtol=0, atol=1e-8)
@@ -345,13 +353,9 @@ def test_secure_ffcm_equals_plain_ffcm_version_1():
 
     data = _clients()
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return FFCMClient(*data[i], client_id=i)
-
     runs = {}
     for secure in (False, True):
-        grid = InProcessGrid(client_app(client_fn), 5)
+        grid = InProcessGrid(_client_app(FFCMClient, data), 5)
         strategy = FFCM(16, min_nodes=5, seed=2, max_rounds=6, secure_aggregation=secure)
         strategy.start(grid=grid, evaluate_config=ConfigRecord({"n-classes": 16}))
         runs[secure] = (strategy, grid)
@@ -402,13 +406,9 @@ def test_secure_masked_federated_rounds_equal_the_plain_ones():
     data = [load_partition(i, 5, dataset="wine", feature_mask="chain", partitioner="iid")
             for i in range(5)]
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return MaskedFederatedClient(*data[i], client_id=i)
-
     runs = {}
     for secure in (False, True):
-        grid = InProcessGrid(client_app(client_fn), 5)
+        grid = InProcessGrid(_client_app(MaskedFederatedClient, data), 5)
         strategy = MaskedFederated(3, min_nodes=5, seed=2, secure_aggregation=secure)
         strategy.start(grid=grid, evaluate_config=ConfigRecord({"n-classes": 3}))
         runs[secure] = (strategy, grid)

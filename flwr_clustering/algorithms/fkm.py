@@ -209,18 +209,21 @@ def lloyd_from_totals(sums: np.ndarray, counts: np.ndarray,
 
 def moment_init(n: float, sum_x: np.ndarray, sum_sq: np.ndarray, k: int,
                 rng: np.random.Generator) -> np.ndarray:
-    """``k`` starting centroids drawn from the federation's per-feature mean and spread.
+    """``k`` starting centroids from the federation's rows, sum and sum of squares.
 
-    Uses only totals (rows, sum and sum of squares of each feature), so it runs under
-    secure aggregation: ``N(mean_j, var_j)`` independently per feature. A start without
-    any row's position; it lacks k-means++'s spread, so Lloyd may end in a poorer local
-    optimum than FKM's default start (the diagnostics then say so).
+    FFCM's data-scaled random start (:func:`~flwr_clustering.algorithms.ffcm.pooled_mean_std`,
+    :func:`~flwr_clustering.algorithms.ffcm.ffcm_random_init`: uniform in the pooled mean
+    plus or minus 2 std of every feature). It uses only totals, so it runs under secure
+    aggregation. A start without any row's position; it lacks k-means++'s spread, so Lloyd
+    may end in a poorer local optimum than FKM's default start (the diagnostics then say so).
     """
+    from .ffcm import ffcm_random_init, pooled_mean_std
+
     if not n > 0:
         raise ValueError("no rows to draw starting centroids from (the totals hold 0 rows)")
-    mean = np.asarray(sum_x, dtype=np.float64) / n
-    var = np.maximum(np.asarray(sum_sq, dtype=np.float64) / n - mean**2, 0.0)
-    return mean + np.sqrt(var) * rng.standard_normal((int(k), len(mean)))
+    mean, std = pooled_mean_std([(int(n), np.asarray(sum_x, dtype=np.float64),
+                                  np.asarray(sum_sq, dtype=np.float64))])
+    return ffcm_random_init(mean, std, int(k), rng)
 
 
 def fkm_server_aggregate(

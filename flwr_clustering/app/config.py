@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import registry
 from ..options import Options, option
+from ..secure import SECAGG_THRESHOLD
 
 __all__ = [
     "AppOptions",
@@ -58,7 +59,7 @@ class AppOptions(Options):
                                       "the clients' replies (SecAgg+; fkm with "
                                       "server-update='lloyd', ffcm version 1, "
                                       "masked-federated); see docs/privacy.md")
-    secagg_threshold: float = option(0.6, minimum=0.0, maximum=1.0, help="secure "
+    secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
                                      "key shares rebuild a key (the others may drop out)")
 

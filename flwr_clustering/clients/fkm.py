@@ -123,8 +123,10 @@ class FedKMeansClient(ClusteringClient):
             if len(self.X) < options.privacy_threshold:
                 d = self.X.shape[1]
                 return [np.zeros(1), np.zeros(d), np.zeros(d)], len(self.X), {}
-            return ([np.array([float(len(self.X))]), self.X.sum(axis=0),
-                     np.square(self.X).sum(axis=0)], len(self.X), {})
+            from ..algorithms.ffcm import feature_moments
+
+            n, total, sumsq = feature_moments(self.X)
+            return [np.array([float(n)]), total, sumsq], len(self.X), {}
         elif phase == "secure-update":
             # federated Lloyd under secure aggregation: the same upload, as dense totals
             from ..algorithms.fkm import dense_totals

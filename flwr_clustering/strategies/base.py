@@ -46,6 +46,7 @@ from ..clients.base import DATA_SOURCE_PHASE
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
+from ..secure import SECAGG_THRESHOLD
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
@@ -232,7 +233,7 @@ class ClusteringStrategy(Strategy):
         evaluate_every_round: bool = False,
         early_stop: bool = True,
         secure_aggregation: bool = False,
-        secagg_threshold: float = 0.6,
+        secagg_threshold: float = SECAGG_THRESHOLD,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)

@@ -102,8 +102,8 @@ class FedKMeans(ClusteringStrategy):
         The feature count and the number of clients come from one ``data-source`` query
         (counts and a hash of each client's rows, no statistic of them); the clients'
         DP noise is calibrated for that many clients. DP draws the starting centroids in
-        the data ball (no privacy cost); secure aggregation without DP draws them from the
-        federation's per-feature mean and variance, summed securely
+        the data ball (no privacy cost); secure aggregation without DP draws them in the
+        federation's per-feature mean +- 2 std, from moments summed securely
         (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
         if not (self.dp or self.secure_aggregation):
@@ -126,8 +126,8 @@ class FedKMeans(ClusteringStrategy):
                 n, sum_x, sum_sq = totals.sums
                 self.centroids = moment_init(float(np.rint(n[0])), sum_x, sum_sq, self.k,
                                              self.rng)
-                logger.info("secure aggregation: %d starting centroids drawn from the "
-                            "federation's per-feature mean and variance (%d rows)", self.k,
+                logger.info("secure aggregation: %d starting centroids drawn in the "
+                            "federation's per-feature mean +- 2 std (%d rows)", self.k,
                             int(np.rint(n[0])))
             return
         if self.centroids is None:
