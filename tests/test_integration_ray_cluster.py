@@ -158,12 +158,16 @@ def ray_head():
     head = RayHead(ManagedProcess("ray-head", args, env, root / "ray-head.log", cwd=root).start(),
                    root, ports)
     try:
-        wait_until(lambda: "Ray runtime started" in head.proc.log() or not head.proc.alive(),
+        # `ray start` prints "Ray runtime started" and only then writes its address file:
+        # wait for the file, not the line (on a loaded machine the two are seconds apart).
+        address_file = head.temp_dir / "ray_current_cluster"
+        wait_until(lambda: address_file.is_file() or not head.proc.alive(),
                    timeout=120, message=head.report)
         assert head.proc.alive() and port_is_open(ports["port"]), head.report()
+        assert "Ray runtime started" in head.proc.log(), head.report()
         # The address file went into the private temp dir, not /tmp/ray: no other
         # `ray.init()` on the machine (another test's simulation) attaches to this head.
-        assert (head.temp_dir / "ray_current_cluster").is_file()
+        assert address_file.is_file()
         assert _file_state(DEFAULT_ADDRESS_FILE) == address_file_before
         yield head
     finally:
