@@ -16,7 +16,7 @@ Layer 2: NumPy / SciPy / scikit-learn only, no Flower import.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,9 @@ from .algorithms.lloyd import (
     assign_to_nearest,
     check_data,
     cluster_sums,
+    distance_blocks,
     nearest,
+    row_blocks,
     squared_distances,
 )
 
@@ -40,6 +42,7 @@ __all__ = [
     "centralized_metrics",
     "check_evaluation_stats",
     "contingency",
+    "evaluation_stats_from_blocks",
     "evaluation_stats_from_distances",
     "accuracy_from_contingency",
     "hungarian_accuracy",
@@ -457,10 +460,13 @@ def local_evaluation_stats(
     ValueError
         On malformed data, centroids or labels.
     """
-    d2 = squared_distances(X, C)
-    stats = evaluation_stats_from_distances(d2, y, n_classes)
+    X = check_data(X)
+    # distances one row block at a time: memory flat in the client's rows, values equal
+    # to those of the whole matrix (see squared_distances)
+    stats, labels = evaluation_stats_from_blocks(distance_blocks(X, C), len(X),
+                                                 len(np.asarray(C)), y, n_classes)
     stats.update(moment_stats(X, min_rows))
-    stats.update(residual_stats(X, C, nearest(d2)[0], min_rows))
+    stats.update(residual_stats(X, C, labels, min_rows))
     return stats
 
 
@@ -502,8 +508,18 @@ def residual_stats(
     if X.ndim != 2 or len(X) == 0:
         return {"cluster-residuals": np.zeros_like(C)}
     p = max(int(min_rows), 1)
-    seen = ~np.isnan(X).any(axis=0)  # a masked client's observed features
-    sums, counts = cluster_sums(X[:, seen], np.asarray(labels, dtype=np.int64), len(C))
+    seen = np.ones(X.shape[1], dtype=bool)  # a masked client's observed features
+    for rows in row_blocks(len(X), X.shape[1]):
+        seen &= ~np.isnan(X[rows]).any(axis=0)
+    labels = np.asarray(labels, dtype=np.int64)
+    if seen.all():  # every unmasked client: no column copy of the rows
+        sums, counts = cluster_sums(X, labels, len(C))
+    else:  # the observed columns, one row block at a time (no copy of all the rows)
+        sums, counts = np.zeros((len(C), int(seen.sum()))), np.zeros(len(C), dtype=np.int64)
+        for rows in row_blocks(len(X), X.shape[1]):
+            block_sums, block_counts = cluster_sums(X[rows][:, seen], labels[rows], len(C))
+            sums += block_sums
+            counts += block_counts
     withheld = (counts > 0) & (counts < p)
     if 0 < counts[withheld].sum() < p:
         others = np.flatnonzero((counts > 0) & ~withheld)
@@ -542,7 +558,13 @@ def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarr
         d = X.shape[1] if X.ndim == 2 else 0
         return {"sum-x": np.zeros(d), "sst-local": 0.0}
     total = X.sum(axis=0)
-    return {"sum-x": total, "sst-local": float(np.sum((X - total / len(X)) ** 2))}
+    mean = total / len(X)
+    # the squared deviations one row block at a time (no copy of the rows); beyond one
+    # block the blocks' sums are added in order (float round-off against one np.sum)
+    sst = 0.0
+    for rows in row_blocks(len(X), X.shape[1]):
+        sst += float(np.sum((X[rows] - mean) ** 2))
+    return {"sum-x": total, "sst-local": sst}
 
 
 def evaluation_stats_from_distances(
@@ -568,10 +590,53 @@ def evaluation_stats_from_distances(
         As :func:`local_evaluation_stats`.
     """
     labels, dist = nearest(d2)
+    return _nearest_evaluation_stats(labels, dist, _silhouette_values(d2), d2.shape[1], y,
+                                     n_classes)
+
+
+def evaluation_stats_from_blocks(
+    blocks: Iterable[tuple[slice, np.ndarray]], n: int, k: int, y: np.ndarray | None = None,
+    n_classes: int | None = None,
+) -> tuple[dict[str, float | int | np.ndarray], np.ndarray]:
+    """:func:`evaluation_stats_from_distances` from the distances in row blocks.
+
+    Memory stays flat in ``n``: only per-row vectors are kept, never the ``(n, k)``
+    matrix. The statistics equal those of the whole matrix exactly (``math.fsum`` is
+    exactly rounded, so blocking does not change the sums).
+
+    Parameters
+    ----------
+    blocks : iterable of (slice, numpy.ndarray)
+        ``(rows, d2)`` covering ``[0, n)``, e.g.
+        :func:`~flwr_clustering.algorithms.lloyd.distance_blocks`.
+    n : int
+        The number of rows.
+    k : int
+        The number of centroids.
+    y, n_classes
+        As in :func:`local_evaluation_stats`.
+
+    Returns
+    -------
+    stats : dict
+        As :func:`evaluation_stats_from_distances`.
+    labels : numpy.ndarray of shape (n,), int64
+        The nearest centroid of every row.
+    """
+    labels = np.empty(n, dtype=np.int64)
+    dist, sil = np.empty(n), np.empty(n)
+    for rows, d2 in blocks:
+        labels[rows], dist[rows] = nearest(d2)
+        sil[rows] = _silhouette_values(d2)
+    return _nearest_evaluation_stats(labels, dist, sil, k, y, n_classes), labels
+
+
+def _nearest_evaluation_stats(labels, dist, silhouettes, k, y, n_classes) -> dict[str, Any]:
+    # math.fsum is exactly rounded, so the sums do not depend on how the rows were blocked
     return {
-        **label_evaluation_stats(labels, d2.shape[1], y, n_classes),
+        **label_evaluation_stats(labels, k, y, n_classes),
         "sse": math.fsum(dist),
-        "silhouette-sum": math.fsum(_silhouette_values(d2)),
+        "silhouette-sum": math.fsum(silhouettes),
     }
 
 

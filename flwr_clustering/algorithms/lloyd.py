@@ -7,6 +7,7 @@ Everything here is plain NumPy / SciPy / scikit-learn and takes its randomness f
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,14 +16,18 @@ if TYPE_CHECKING:
     from threadpoolctl import ThreadpoolController
 
 __all__ = [
+    "BLOCK_BYTES",
     "assign_to_nearest",
     "check_data",
+    "check_features",
     "client_rng",
     "cluster_sums",
+    "distance_blocks",
     "local_kmeans",
     "lloyd_step",
     "matched_shift",
     "nearest",
+    "row_blocks",
     "seed_from",
     "squared_distances",
     "weighted_kmeans",
@@ -64,8 +69,62 @@ def client_rng(seed: int, client_id: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(client_id)])
 
 
+#: Work arrays over a client's rows (distances, masks, one-hot products) are built in row
+#: blocks of about this many bytes, so a client's memory stays flat in its number of rows
+#: (10 million rows cost the data plus a few per-row vectors, not a copy of the data).
+BLOCK_BYTES = 1 << 23
+
+
+def row_blocks(n: int, width: int) -> Iterator[slice]:
+    """Slices of ``range(n)`` whose float64 work arrays of ``width`` columns hold ~8 MiB.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows.
+    width : int
+        Columns of the widest per-row work array (e.g. ``k`` for distances).
+
+    Yields
+    ------
+    slice
+        Consecutive row blocks covering ``[0, n)`` (none when ``n == 0``).
+    """
+    rows = max(1, BLOCK_BYTES // (8 * max(1, int(width))))
+    for start in range(0, int(n), rows):
+        yield slice(start, min(int(n), start + rows))
+
+
+def check_features(X: np.ndarray, n_features: int, *, name: str = "data") -> None:
+    """Raise unless the (already validated) data has ``n_features`` columns.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Data that :func:`check_data` accepted.
+    n_features : int
+        The number of features the data must have.
+    name : str, default "data"
+        How the error message names this array.
+
+    Raises
+    ------
+    ValueError
+        On a feature-count mismatch.
+    """
+    if X.shape[1] != n_features:
+        raise ValueError(
+            f"{name} has {X.shape[1]} features but the model has {n_features} "
+            "(feature-count mismatch between clients)"
+        )
+
+
 def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None) -> np.ndarray:
     """Validate a data matrix and return it as C-contiguous float64.
+
+    No copy is made of data that is already C-contiguous float64, and the finiteness scan
+    runs in row blocks (:func:`row_blocks`), so validating 10 million rows costs no second
+    copy of them.
 
     Parameters
     ----------
@@ -90,19 +149,28 @@ def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = No
     X = np.ascontiguousarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (n_samples, n_features), got shape {X.shape}")
-    bad = ~np.isfinite(X)
-    if bad.any():
-        rows = np.unique(np.nonzero(bad)[0])
+    n_bad, first = 0, None
+    for rows in row_blocks(len(X), X.shape[1]):
+        bad = ~np.isfinite(X[rows])
+        if bad.any():
+            n_bad += int(bad.sum())
+            if first is None:
+                first = rows.start + int(np.nonzero(bad)[0][0])
+    if n_bad:
         raise ValueError(
-            f"{name} contains NaN or inf in {int(bad.sum())} value(s) "
-            f"(first bad row: {int(rows[0])}); clean or impute it before clustering"
+            f"{name} contains NaN or inf in {n_bad} value(s) "
+            f"(first bad row: {first}); clean or impute it before clustering"
         )
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(
-            f"{name} has {X.shape[1]} features but the model has {n_features} "
-            "(feature-count mismatch between clients)"
-        )
+    if n_features is not None:
+        check_features(X, n_features, name=name)
     return X
+
+
+def _checked_pair(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    C = check_data(C, name="centroids")
+    if len(C) == 0:
+        raise ValueError("centroids must hold at least one row (k >= 1)")
+    return check_data(X, name="data", n_features=C.shape[1]), C
 
 
 def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -112,7 +180,8 @@ def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     row's value does not depend on which other rows share the call (unlike the GEMM
     expansion, whose rounding depends on blocking) and is never negative. This is what
     makes a client's assignments bit-identical to the pooled ones, hence federated
-    statistics equal centralized ones exactly.
+    statistics equal centralized ones exactly. It is also why the row blocks of
+    :func:`distance_blocks` give the same values as one call.
 
     Parameters
     ----------
@@ -133,11 +202,38 @@ def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """
     from scipy.spatial.distance import cdist
 
-    C = check_data(C, name="centroids")
-    if len(C) == 0:
-        raise ValueError("centroids must hold at least one row (k >= 1)")
-    X = check_data(X, name="data", n_features=C.shape[1])
+    X, C = _checked_pair(X, C)
     return cdist(X, C, metric="sqeuclidean")
+
+
+def distance_blocks(X: np.ndarray, C: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+    """:func:`squared_distances` one row block at a time (memory flat in ``n``).
+
+    The inputs are validated once, before the first block.
+
+    Parameters
+    ----------
+    X : array_like of shape (n, d)
+        Data (may be empty: no block).
+    C : array_like of shape (k, d)
+        Centroids, ``k >= 1``.
+
+    Yields
+    ------
+    rows : slice
+        The block's rows of ``X``.
+    d2 : numpy.ndarray of shape (rows, k)
+        Their squared distances, equal bit for bit to the same rows of
+        ``squared_distances(X, C)``.
+    """
+    yield from _blocks(*_checked_pair(X, C))
+
+
+def _blocks(X: np.ndarray, C: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+    from scipy.spatial.distance import cdist
+
+    for rows in row_blocks(len(X), len(C)):
+        yield rows, cdist(X[rows], C, metric="sqeuclidean")
 
 
 def nearest(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +272,12 @@ def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndar
     sq_dist : numpy.ndarray of shape (n,), float64
         Squared Euclidean distance to it.
     """
-    return nearest(squared_distances(X, C))
+    X, C = _checked_pair(X, C)
+    labels = np.empty(len(X), dtype=np.int64)
+    sq_dist = np.empty(len(X), dtype=np.float64)
+    for rows, d2 in _blocks(X, C):
+        labels[rows], sq_dist[rows] = nearest(d2)
+    return labels, sq_dist
 
 
 _BINCOUNT_MAX_FEATURES = 8
@@ -197,7 +298,9 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     Returns
     -------
     sums : numpy.ndarray of shape (k, d)
-        ``sums[j] = sum of X[labels == j]``.
+        ``sums[j] = sum of X[labels == j]``, added in row order (for ``d > 8`` in row
+        blocks of :func:`row_blocks`, so beyond one block the rounding differs from one
+        sequential sum by float round-off).
     counts : numpy.ndarray of shape (k,), int64
         ``counts[j] = |{i : labels[i] == j}|``.
     """
@@ -212,8 +315,14 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
         for j in range(d):
             sums[:, j] = np.bincount(labels, weights=X[:, j], minlength=k)
         return sums, counts
-    onehot = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(k, n))
-    return np.asarray(onehot @ X), counts
+    # One-hot products in row blocks (memory flat in n); a block's product adds its rows
+    # in row order, and the blocks are added in order.
+    sums = np.zeros((k, d))
+    for rows in row_blocks(n, d):
+        b = rows.stop - rows.start
+        onehot = sp.csr_matrix((np.ones(b), (labels[rows], np.arange(b))), shape=(k, b))
+        sums += onehot @ X[rows]
+    return sums, counts
 
 
 def lloyd_step(
@@ -357,6 +466,7 @@ def local_kmeans(
     n_init: int = 1,
     max_iter: int = 300,
     tol: float = 1e-4,
+    copy_x: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Single-start Lloyd k-means on one client's data (the local step of M-Avg and FeCA).
 
@@ -384,6 +494,9 @@ def local_kmeans(
         Lloyd iterations per start.
     tol : float, default 1e-4
         scikit-learn's tolerance (relative to the mean feature variance).
+    copy_x : bool, default True
+        scikit-learn's ``copy_x``: ``False`` lets it centre ``X`` in place (and put it
+        back, up to round-off) instead of copying it; only for an array the caller owns.
 
     Returns
     -------
@@ -416,5 +529,6 @@ def local_kmeans(
         max_iter=max_iter,
         tol=tol,
         random_state=seed_from(rng),
+        copy_x=copy_x,
     ).fit(X)
     return np.ascontiguousarray(km.cluster_centers_), km.labels_.astype(np.int64)

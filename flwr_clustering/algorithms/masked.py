@@ -32,12 +32,13 @@ No Flower import (layer 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .kmedoids import local_kmedoids
+from .lloyd import row_blocks
 
 __all__ = [
     "LOCAL_ALGORITHMS",
@@ -57,6 +58,8 @@ __all__ = [
     "local_clustering",
     "local_kmeans_masked",
     "mask_aware_means",
+    "masked_distance_blocks",
+    "masked_nearest",
     "masked_squared_distances",
     "partial_squared_distances",
     "pooled_masked_squared_distances",
@@ -179,18 +182,24 @@ def client_mask(X: np.ndarray) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"data must be 2-D (n, d), got shape {X.shape}")
-    mask = ~np.isnan(X).all(axis=0)
+    # two passes in row blocks (memory flat in n): the observed columns, then their holes
+    mask = np.zeros(X.shape[1], dtype=bool)
+    for rows in row_blocks(len(X), X.shape[1]):
+        mask |= ~np.isnan(X[rows]).all(axis=0)
     if not mask.any():
         raise ValueError("the client observes no feature (every column is NaN)")
-    holes = np.isnan(X[:, mask])
-    if holes.any():
-        row, col = np.argwhere(holes)[0]
-        raise ValueError(
-            f"row {row} has NaN in observed feature {np.flatnonzero(mask)[col]}: a client "
-            "observes a fixed feature subset; impute missing values first"
-        )
-    if np.isinf(X[:, mask]).any():
-        raise ValueError("data contains inf")
+    for rows in row_blocks(len(X), X.shape[1]):
+        block = X[rows][:, mask]
+        holes = np.isnan(block)
+        if holes.any():
+            row, col = np.argwhere(holes)[0]
+            raise ValueError(
+                f"row {rows.start + row} has NaN in observed feature "
+                f"{np.flatnonzero(mask)[col]}: a client observes a fixed feature subset; "
+                "impute missing values first"
+            )
+        if np.isinf(block).any():
+            raise ValueError("data contains inf")
     return mask
 
 
@@ -226,7 +235,9 @@ def local_kmeans_masked(
     Xo = np.asarray(X, dtype=np.float64)[:, mask]
     if isinstance(init, np.ndarray):
         init = np.asarray(init, dtype=np.float64)[:, mask]
-    centroids, labels = local_kmeans(Xo, k, rng, init=init, n_init=n_init, max_iter=max_iter)
+    # Xo is this function's own copy: scikit-learn may centre it in place (no second copy)
+    centroids, labels = local_kmeans(Xo, k, rng, init=init, n_init=n_init, max_iter=max_iter,
+                                     copy_x=False)
     k = len(centroids)
     return labels, cluster_stats(X, labels, k)
 
@@ -562,6 +573,48 @@ def masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:
     mask = client_mask(X)
     X = np.asarray(X, dtype=np.float64)
     return partial_squared_distances(X[:, mask], np.asarray(G, dtype=np.float64)[:, mask])
+
+
+def masked_distance_blocks(X: np.ndarray, G: np.ndarray, mask: np.ndarray | None = None
+                           ) -> Iterator[tuple[slice, np.ndarray]]:
+    """:func:`masked_squared_distances` one row block at a time (memory flat in ``n``).
+
+    Every value is computed per row, so the blocks equal the rows of the whole matrix
+    bit for bit.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        The client's rows, NaN on unobserved features.
+    G : numpy.ndarray of shape (K, d)
+        Global centroids.
+    mask : numpy.ndarray of shape (d,), optional
+        ``client_mask(X)`` when the caller has it (saves two passes over the rows).
+
+    Yields
+    ------
+    rows : slice
+        The block's rows.
+    d2 : numpy.ndarray of shape (rows, K)
+        Their squared distances.
+    """
+    mask = client_mask(X) if mask is None else np.asarray(mask, dtype=bool)
+    X = np.asarray(X, dtype=np.float64)
+    P = np.asarray(G, dtype=np.float64)[:, mask]
+    for rows in row_blocks(len(X), max(len(P), int(mask.sum()))):
+        yield rows, partial_squared_distances(X[rows][:, mask], P)
+
+
+def masked_nearest(X: np.ndarray, G: np.ndarray, mask: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """The nearest global centroid of every row, on the observed features (int64).
+
+    ``argmin`` of :func:`masked_squared_distances`, computed in row blocks.
+    """
+    labels = np.empty(len(X), dtype=np.int64)
+    for rows, d2 in masked_distance_blocks(X, G, mask):
+        labels[rows] = np.argmin(d2, axis=1)
+    return labels
 
 
 def pooled_masked_squared_distances(X: np.ndarray, G: np.ndarray) -> np.ndarray:

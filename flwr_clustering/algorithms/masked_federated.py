@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..options import Options, option
+from .lloyd import row_blocks
 from .masked import (
     LOCAL_ALGORITHMS,
     MaskedStats,
@@ -28,7 +29,7 @@ from .masked import (
     client_mask,
     k_local_per_client,
     local_clustering,
-    masked_squared_distances,
+    masked_nearest,
     partial_squared_distances,
     rescaled_distances,
 )
@@ -240,9 +241,15 @@ def _fill_projection(G: np.ndarray, X: np.ndarray, mask: np.ndarray) -> np.ndarr
     choice, the paper assumes it does not happen).
     """
     P = np.asarray(G, dtype=np.float64)[:, mask].copy()
-    col_mean = np.nanmean(np.asarray(X, dtype=np.float64)[:, mask], axis=0)
     holes = np.isnan(P)
-    P[holes] = np.broadcast_to(col_mean, P.shape)[holes]
+    if holes.any():
+        # the observed columns hold no NaN (client_mask): their mean, in row blocks
+        X = np.asarray(X, dtype=np.float64)
+        total = np.zeros(int(mask.sum()))
+        for rows in row_blocks(len(X), X.shape[1]):
+            total += X[rows][:, mask].sum(axis=0)
+        col_mean = total / len(X)
+        P[holes] = np.broadcast_to(col_mean, P.shape)[holes]
     return P
 
 
@@ -289,12 +296,11 @@ def masked_client_update(
 
     X = np.asarray(X, dtype=np.float64)
     mask = client_mask(X)
-    Xo = X[:, mask]
     K = len(G)
     P = _fill_projection(G, X, mask)
-    nearest = np.argmin(masked_squared_distances(X, G), axis=1)
-    attracted = np.bincount(nearest, minlength=K)
-    threshold = max(2, int(np.ceil(0.02 * len(Xo)))) if min_points is None else int(min_points)
+    # the nearest centroids in row blocks: no (n, K) matrix, no copy of the rows
+    attracted = np.bincount(masked_nearest(X, G, mask), minlength=K)
+    threshold = max(2, int(np.ceil(0.02 * len(X)))) if min_points is None else int(min_points)
     compatible = np.flatnonzero(attracted >= threshold)
     if not len(compatible):
         compatible = np.array([int(np.argmax(attracted))])

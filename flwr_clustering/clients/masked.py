@@ -11,10 +11,15 @@ from typing import Any
 import numpy as np
 
 from ..algorithms.lloyd import client_rng
-from ..algorithms.masked import client_local_clusters, client_mask, masked_squared_distances
+from ..algorithms.masked import (
+    client_local_clusters,
+    client_mask,
+    masked_distance_blocks,
+    masked_nearest,
+)
 from ..algorithms.masked_federated import MaskedFederatedOptions, masked_client_update
 from ..algorithms.masked_oneshot import MaskedOneShotOptions, fit_gaussians
-from ..metrics import evaluation_stats_from_distances, residual_stats
+from ..metrics import evaluation_stats_from_blocks, residual_stats
 from .base import ClusteringClient
 
 __all__ = ["MaskedClient", "MaskedFederatedClient", "MaskedOneShotClient"]
@@ -77,16 +82,16 @@ class MaskedClient(ClusteringClient):
 
     def local_labels(self, parameters, config) -> np.ndarray:
         """Nearest global centroid on the observed features of each row."""
-        d2 = masked_squared_distances(self.X, self.centroids_from(parameters))
-        return np.argmin(d2, axis=1).astype(np.int64)
+        return masked_nearest(self.X, self.centroids_from(parameters), self.mask)
 
     def local_stats(self, G: np.ndarray, config: dict[str, Any]) -> dict[str, Any]:
         """Additive evaluation statistics of ``G`` on the observed features."""
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
-        d2 = masked_squared_distances(self.X, G)
-        stats = evaluation_stats_from_distances(d2, self.y, n_classes)
+        stats, labels = evaluation_stats_from_blocks(
+            masked_distance_blocks(self.X, G, self.mask), len(self.X), len(G), self.y,
+            n_classes)
         threshold = int(config.get("privacy-threshold", 2))
-        stats.update(residual_stats(self.X, G, np.argmin(d2, axis=1), threshold))
+        stats.update(residual_stats(self.X, G, labels, threshold))
         return stats
 
 
