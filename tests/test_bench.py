@@ -335,3 +335,28 @@ def test_inprocess_subcommand_attributes_time(tmp_path):
     assert "client: fkm_client_update" in fkm
     assert "client: EchoClient.fit" in echo and "client: fkm_client_update" not in echo
     assert "| 3 | echo |" in (tmp_path / "inprocess.md").read_text()
+
+
+def test_large_client_cases_measure_their_own_step():
+    """bench large-client: the on-the-fly data, and each case's record (small sizes)."""
+    from simulations.benchmarks import large_client
+
+    X, y = large_client.generate(3000, 4, 3, seed=1)
+    X2, y2 = large_client.generate(3000, 4, 3, seed=1)
+    np.testing.assert_array_equal(X, X2)
+    assert X.flags.c_contiguous and X.dtype == np.float64 and set(np.unique(y)) == {0, 1, 2}
+    # the blobs are real clusters: each row is nearer its own blob's mean than another's
+    means = np.array([X[y == j].mean(axis=0) for j in range(3)])
+    assert (np.argmin(((X[:, None] - means[None]) ** 2).sum(-1), axis=1) == y).mean() > 0.95
+    for case in ("fkm-step", "evaluate", "masked-update", "masked-evaluate"):
+        rec = large_client.run_case(case, 3000, 4, 3, threads=1)
+        assert rec["case"] == case and rec["data_mib"] == round(3000 * 4 * 8 / 2**20, 1)
+        assert rec["peak_mib"] >= rec["rss_before_mib"] > 0 and rec["seconds"] > 0
+        assert rec["peak_over_data"] == pytest.approx(rec["peak_mib"] / (3000 * 4 * 8 / 2**20),
+                                                      rel=1e-3)
+    with pytest.raises(ValueError, match="unknown case"):
+        large_client.run_case("nope", 10, 2, 2, threads=1)
+    text = large_client.markdown({"rows": 3000, "features": 4, "k": 3, "cpus": 2,
+                                  "load": [0.5, 0, 0], "runs": [rec],
+                                  "ratios": {"fkm-step / sklearn-step (threads=1)": 0.5}})
+    assert "| masked-evaluate | 1 |" in text and "0.5" in text

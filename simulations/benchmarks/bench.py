@@ -844,10 +844,17 @@ def run_one(
     hist_path, res_path = out_dir / "history.json", out_dir / "result.json"
     if hist_path.exists():
         rec.update(summarize_history(json.loads(hist_path.read_text())))
+    # The rounds the strategy planned: ``max-rounds`` for an iterative algorithm, its
+    # protocol's fixed count for the others (1 for a one-shot one, 1 + F for masked
+    # Algorithm 1), as result.json's diagnostics state it.
+    planned = rounds
     if res_path.exists():
-        rec["serverapp_s"] = json.loads(res_path.read_text()).get("seconds")
+        result = json.loads(res_path.read_text())
+        rec["serverapp_s"] = result.get("seconds")
+        planned = (result.get("diagnostics") or {}).get("num-rounds", rounds)
+    rec["rounds_planned"] = planned
     rec["ok"] = (
-        hist_path.exists() and rec.get("rounds") == rounds
+        hist_path.exists() and rec.get("rounds") == planned
         and str(rec.get("status", "")).startswith("finished:completed")
     )
     if not rec["ok"]:
@@ -1278,6 +1285,10 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--threads", default="default", help="'default' or a thread count")
     ip.add_argument("--out", default="bench-results")
     ip.set_defaults(func=_cmd_inprocess)
+    # the scale benchmarks, each in its own module
+    from . import large_client
+
+    large_client.add_parser(sub)
     return parser
 
 

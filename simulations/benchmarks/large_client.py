@@ -28,8 +28,10 @@ Cases (``--cases``):
     of the same rows (the sample and the server steps are not the site's cost).
 ``masked-update``
     :class:`~flwr_clustering.clients.masked.MaskedFederatedClient` ``.fit`` of an
-    ``update`` round (evaluation included), the client holding the rows with a quarter of
-    the features unobserved (NaN).
+    ``update`` round without evaluation (10 warm-started local k-means iterations, the
+    default), the client holding the rows with a quarter of the features unobserved (NaN).
+``masked-evaluate``
+    The same client's evaluation statistics (``local_stats``, on the observed features).
 ``masked-sklearn``
     ``KMeans(init=..., n_init=1, max_iter=10)`` on the observed columns (a copy): the
     reference of the masked client's warm-started local k-means.
@@ -61,7 +63,7 @@ __all__ = ["CASES", "add_parser", "bench_large_client", "generate", "main", "run
 MIB = 2.0**20
 #: The cases, in the order they run.
 CASES = ("fkm-step", "evaluate", "sklearn-step", "kdc-assign", "masked-update",
-         "masked-sklearn")
+         "masked-evaluate", "masked-sklearn")
 #: Rows generated per block (the generator's temporaries stay small).
 _GEN_BLOCK = 1 << 16
 
@@ -128,7 +130,8 @@ def run_case(case: str, n: int, d: int, k: int, threads: int | None) -> dict[str
         from flwr_clustering.algorithms.kdc import kdc_site_assign, run_kdc
 
         part = X[: min(n, 200_000)]
-        model = run_kdc([part], k, seed=0)
+        model = run_kdc([part], k, seed=0)  # the defaults: psi chosen by the data
+        kdc_cells = model.model.t * model.model.psi
 
         def work():
             return kdc_site_assign(X, model.model, model.maps, model.lo, model.hi)
@@ -136,14 +139,16 @@ def run_case(case: str, n: int, d: int, k: int, threads: int | None) -> dict[str
         unobserved = np.arange(d)[-max(1, d // 4):]
         X[:, unobserved] = np.nan
         C[:, unobserved] = np.nan
-        if case == "masked-update":
+        if case in ("masked-update", "masked-evaluate"):
             from flwr_clustering.clients.masked import MaskedFederatedClient
 
             client = MaskedFederatedClient(X, y, client_id=0)
-            config = {"phase": "update", "k": k, "evaluate": True, "n-classes": k}
+            config = {"phase": "update", "k": k, "evaluate": False, "n-classes": k}
             G = np.array(C)
 
             def work():
+                if case == "masked-evaluate":
+                    return client.local_stats(G, config)
                 return client.fit([G], config)
         else:
             from sklearn.cluster import KMeans
@@ -165,6 +170,7 @@ def run_case(case: str, n: int, d: int, k: int, threads: int | None) -> dict[str
         "data_mib": round(data_mib, 1), "labels_mib": round(y.nbytes / MIB, 1),
         "rss_before_mib": round(rss_before, 1), "peak_mib": round(peak, 1),
         "peak_over_data": round(peak / data_mib, 3), "seconds": round(seconds, 3),
+        **({"kdc_cells": int(kdc_cells)} if case == "kdc-assign" else {}),
     }
 
 
