@@ -742,9 +742,18 @@ def run_config_algorithm(name: str) -> str:
     return ECHO_ALGORITHM if name == "echo" else name
 
 
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
 def _flwr_run_command(
     app: Path, algorithm: str, clients: int, rounds: int, k: int, samples_per_client: int,
     features: int, out_dir: Path, cpus_per_client: int,
+    extra_run_config: dict[str, Any] | None = None,
 ) -> list[str]:
     run_config = " ".join([
         f"algorithm='{run_config_algorithm(algorithm)}'", "dataset='blobs'", "partitioner='iid'",
@@ -753,6 +762,7 @@ def _flwr_run_command(
         f"out-dir='{out_dir}'",
         # DGC's rounds are 1 (init) + iterations x inner steps, not max-rounds
         *([f"iterations={rounds - 1}"] if algorithm == "dgc" else []),
+        *(f"{key}={_toml_value(value)}" for key, value in (extra_run_config or {}).items()),
     ])
     federation = f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client}"
     return [
@@ -776,7 +786,7 @@ def _run_status(run_id: str | None, env: dict[str, str], app: Path) -> dict[str,
 def run_one(
     *, app: Path, algorithm: str, clients: int, rounds: int, k: int, samples_per_client: int,
     features: int, cpus_per_client: int, out_dir: Path, env: dict[str, str], superlink_pid: int,
-    sample_interval: float, timeout: float,
+    sample_interval: float, timeout: float, extra_run_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one ``flwr run`` simulation while sampling memory; return its measurements.
 
@@ -798,6 +808,8 @@ def run_one(
         Seconds between memory samples.
     timeout : float
         Seconds before the CLI call is abandoned.
+    extra_run_config : dict, optional
+        More run-config keys (e.g. DGC's ``graph`` and ``er-p``), appended last.
 
     Returns
     -------
@@ -808,7 +820,7 @@ def run_one(
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = _flwr_run_command(
         app, algorithm, clients, rounds, k, samples_per_client, features, out_dir,
-        cpus_per_client,
+        cpus_per_client, extra_run_config,
     )
     log = out_dir / "flwr.log"
     sampler = PssSampler(superlink_pid, sample_interval)
@@ -1286,9 +1298,10 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--out", default="bench-results")
     ip.set_defaults(func=_cmd_inprocess)
     # the scale benchmarks, each in its own module
-    from . import large_client
+    from . import large_client, protocols
 
     large_client.add_parser(sub)
+    protocols.add_parser(sub)
     return parser
 
 
