@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kmedoids import local_kmedoids
-from .lloyd import row_blocks
+from .lloyd import cluster_sums, row_blocks
 
 __all__ = [
     "LOCAL_ALGORITHMS",
@@ -154,10 +154,13 @@ def cluster_stats(X: np.ndarray, labels: np.ndarray, k: int) -> MaskedStats:
     labels = np.asarray(labels, dtype=np.int64)
     if X.ndim != 2 or labels.shape != (len(X),):
         raise ValueError(f"X must be (n, d) and labels (n,), got {X.shape} and {labels.shape}")
-    observed = ~np.isnan(X)
-    onehot = np.zeros((k, len(X)))
-    onehot[labels, np.arange(len(X))] = 1.0
-    return MaskedStats(onehot @ np.where(observed, X, 0.0), onehot @ observed)
+    # one row block at a time (no dense (k, n) one-hot, no zero-filled copy of the rows)
+    sums, counts = np.zeros((k, X.shape[1])), np.zeros((k, X.shape[1]))
+    for rows in row_blocks(len(X), X.shape[1]):
+        observed = ~np.isnan(X[rows])
+        sums += cluster_sums(np.where(observed, X[rows], 0.0), labels[rows], k)[0]
+        counts += cluster_sums(observed.astype(np.float64), labels[rows], k)[0]
+    return MaskedStats(sums, counts)
 
 
 def client_mask(X: np.ndarray) -> np.ndarray:
