@@ -541,37 +541,44 @@ def process_label(cmdline: Sequence[str]) -> str:
 
 
 class PssSampler(threading.Thread):
-    """Sample the summed PSS of a process and all its descendants in the background.
+    """Sample the summed PSS of processes and all their descendants in the background.
 
     Parameters
     ----------
-    root : int
-        The root PID (the benchmark's SuperLink).
+    root : int or callable
+        The root PID (the benchmark's SuperLink), or a function returning the root PIDs,
+        called at every sample (a deployment's SuperLink and SuperNodes).
     interval : float, default 0.5
         Seconds between samples.
 
     Attributes
     ----------
-    peak_kib : int
-        Largest summed PSS seen.
+    peak_kib, last_kib : int
+        Largest and latest summed PSS (KiB); :meth:`reset_peak` starts a new peak.
     peak_by_label : dict
         ``{process label: (count, KiB)}`` at the peak sample.
+    max_count : dict
+        ``{process label: most processes seen at once}`` since the last :meth:`reset_peak`.
     samples : int
         Number of samples taken.
     """
 
-    def __init__(self, root: int, interval: float = 0.5) -> None:
+    def __init__(self, root: int | Callable[[], Sequence[int]], interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.root, self.interval = int(root), float(interval)
-        self.peak_kib, self.samples = 0, 0
+        self.roots = root if callable(root) else (lambda pid=int(root): [pid])
+        self.interval = float(interval)
+        self.peak_kib = self.last_kib = self.samples = 0
         self.peak_by_label: dict[str, list[int]] = {}
+        self.max_count: dict[str, int] = {}
         self._halt = threading.Event()
+        self._lock = threading.Lock()
 
     def sample(self) -> int:
         """Take one sample; return its summed PSS in KiB."""
         # Re-read every time: Ray workers retitle themselves (ray::ClientAppActor).
-        root = processes.proc_info(self.root)
-        tree = ([root] if root else []) + processes.descendants([self.root])
+        roots = list(self.roots())
+        tree = [info for info in map(processes.proc_info, roots) if info is not None]
+        tree += processes.descendants(roots)
         total, by_label = 0, {}
         for info in tree:
             kib = pss_kib(info.pid)
@@ -581,10 +588,19 @@ class PssSampler(threading.Thread):
             total += kib
             count, size = by_label.get(label, (0, 0))
             by_label[label] = [count + 1, size + kib]
-        self.samples += 1
-        if total > self.peak_kib:
-            self.peak_kib, self.peak_by_label = total, by_label
+        with self._lock:
+            self.samples += 1
+            self.last_kib = total
+            if total > self.peak_kib:
+                self.peak_kib, self.peak_by_label = total, by_label
+            for label, (count, _) in by_label.items():
+                self.max_count[label] = max(count, self.max_count.get(label, 0))
         return total
+
+    def reset_peak(self) -> None:
+        """Forget the peak and the counts (the next sample starts new ones)."""
+        with self._lock:
+            self.peak_kib, self.peak_by_label, self.max_count = 0, {}, {}
 
     def run(self) -> None:
         """Sample until :meth:`stop`."""
@@ -1298,10 +1314,11 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--out", default="bench-results")
     ip.set_defaults(func=_cmd_inprocess)
     # the scale benchmarks, each in its own module
-    from . import large_client, protocols
+    from . import large_client, protocols, supernodes
 
     large_client.add_parser(sub)
     protocols.add_parser(sub)
+    supernodes.add_parser(sub)
     return parser
 
 
