@@ -169,7 +169,7 @@ def run_case(case: str, n: int, d: int, k: int, threads: int | None) -> dict[str
         "threads": "default" if threads is None else threads,
         "data_mib": round(data_mib, 1), "labels_mib": round(y.nbytes / MIB, 1),
         "rss_before_mib": round(rss_before, 1), "peak_mib": round(peak, 1),
-        "peak_over_data": round(peak / data_mib, 3), "seconds": round(seconds, 3),
+        "peak_over_data": round(peak / data_mib, 3), "seconds": round(seconds, 6),
         **({"kdc_cells": int(kdc_cells)} if case == "kdc-assign" else {}),
     }
 
