@@ -137,6 +137,51 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     assert all("user-accuracy-mean" in r["server-metrics"] for r in rounds)
 
 
+def test_scored_users_are_all_up_to_the_limit_then_evenly_spaced():
+    from flwr_clustering.algorithms.dgc import scored_users
+
+    assert scored_users(5, 100).tolist() == [0, 1, 2, 3, 4]
+    assert scored_users(1000, 100).tolist() == np.linspace(0, 999, 100).round().tolist()
+    assert scored_users(7, 3).tolist() == [0, 3, 6] and scored_users(7, 0).size == 0
+
+
+def test_per_user_metrics_score_only_user_eval_nodes_users_each_node_labels_with_its_own(
+        tmp_path):
+    """m = 6 nodes, ``user-eval-nodes`` 3: the metrics equal scoring users 0, 2, 5 on the
+    pooled rows directly; every node still labels its rows with its own centres; only the
+    scored users' centres went out."""
+    from flwr_clustering.app.client_app import app as app_client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.clients import stored_labels
+    from flwr_clustering.data import load_partition
+
+    m = 6
+    rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
+          "min-nodes": m, "graph": "ring", "rho": 100.0, "iterations": 10,
+          "user-eval-nodes": 3, "out-dir": str(tmp_path / "dgc")}
+    grid = InProcessGrid(app_client, m, run_config=rc)
+    strategy = run_server(grid, rc)["strategy"]
+    ids = strategy.scored_ids().tolist()
+    assert ids == [0, 2, 5]
+    parts = [load_partition(i, m, dataset="iris", partitioner="iid") for i in range(m)]
+    X, y = np.vstack([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    centres = strategy.node_centres
+    joint = [hungarian_accuracy(y, assign(X, centres[i])) for i in ids]
+    local = [hungarian_accuracy(parts[i][1], assign(parts[i][0], centres[i])) for i in ids]
+    fed = json.loads((tmp_path / "dgc" / "result.json").read_text())["federated"]
+    assert fed["user-eval-nodes"] == 3
+    assert fed["user-accuracy-mean"] == pytest.approx(np.mean(joint), abs=1e-15)
+    assert fed["user-accuracy-min"] == pytest.approx(min(joint), abs=1e-15)
+    assert fed["user-local-accuracy-mean"] == pytest.approx(np.mean(local), abs=1e-15)
+    assert fed["user-sse-mean"] == pytest.approx(np.mean([sse(X, centres[i]) for i in ids]))
+    evaluate = [msg for msg in grid.sent if msg.metadata.message_type == "evaluate"]
+    assert evaluate and all(msg.content["arrays"]["1"].numpy().shape == (3, 3, 4)
+                            for msg in evaluate)
+    for i, (X_i, _) in enumerate(parts):
+        np.testing.assert_array_equal(stored_labels(grid.contexts[100 + i]),
+                                      assign(X_i, centres[i]))
+
+
 def test_client_labels_and_scores_its_rows_locally():
     X = np.vstack([np.zeros((10, 2)), [[9.0, 9.0]]])
     client = DGCClient(X, client_id=0)
@@ -149,7 +194,7 @@ def test_client_evaluation_scores_every_nodes_centres_and_rejects_a_bad_stack():
     X, y = _users(m=2)[0]
     client = DGCClient(X, y, client_id=1)
     models = np.stack([X[:3], X[3:6]])
-    _, n, stats = client.evaluate([models.mean(axis=0), models], {"n-classes": 3})
+    _, n, stats = client.evaluate([models.mean(axis=0), models, X[:3]], {"n-classes": 3})
     assert n == 15 and stats["model-contingency"].shape == (2, 3, 3)
     assert stats["model-sse"][0] == pytest.approx(sse(X, X[:3]))
     with pytest.raises(ValueError, match="node centres"):

@@ -66,11 +66,13 @@ class DGCClient(ClusteringClient):
         return [new], len(self.X), {"local-cost": cost}
 
     def evaluate(self, parameters, config):
-        """Statistics of the network mean, plus per node's centres when they are sent.
+        """Statistics of the network mean, plus per scored user's centres when sent.
 
-        ``parameters = [mean]`` or ``[mean, centres of every node (m, K, d)]``. The extra
-        statistics are ``model-sse`` (m,) and, with labels, ``model-contingency``
-        (m, K, n_classes): counts and sums only, never a row.
+        ``parameters = [mean]``, ``[mean, scored users' centres (s, K, d)]`` or
+        ``[mean, scored users' centres, own centres (K, d)]``. The extra statistics are
+        ``model-sse`` (s,) and, with labels, ``model-contingency`` (s, K, n_classes):
+        counts and sums only, never a row. The own centres only label the rows
+        (:meth:`local_labels`).
         """
         loss, n, stats = super().evaluate(parameters[:1], config)
         if len(parameters) > 1:
@@ -79,7 +81,7 @@ class DGCClient(ClusteringClient):
             if models.ndim != 3 or models.shape[1:] != mean.shape or not np.isfinite(
                     models).all():
                 raise ValueError(f"client {self.client_id}: node centres must be a finite "
-                                 f"(m, {mean.shape[0]}, {mean.shape[1]}) array, got "
+                                 f"(s, {mean.shape[0]}, {mean.shape[1]}) array, got "
                                  f"{models.shape}")
             stats["model-sse"] = np.array([sse(self.X, C) for C in models])
             if self.y is not None:
@@ -89,17 +91,13 @@ class DGCClient(ClusteringClient):
         return loss, n, stats
 
     def local_labels(self, parameters, config) -> np.ndarray:
-        """Nearest of this node's own final centres (``parameters[1][client_id]``).
+        """Nearest of this node's own final centres (``parameters[2]``).
 
-        DGC's users each keep their own centres; without the node centres (or with a
-        client id outside the graph) the network mean labels the rows.
+        DGC's users each keep their own centres; without them the network mean labels
+        the rows.
         """
-        C = self.centroids_from(parameters[:1])
-        if len(parameters) > 1:
-            models = np.asarray(parameters[1], dtype=np.float64)
-            if models.ndim == 3 and 0 <= self.client_id < len(models):
-                C = self.centroids_from([models[self.client_id]])
-        return assign(self.X, C).astype(np.int64)
+        own = parameters[2] if len(parameters) > 2 else parameters[0]
+        return assign(self.X, self.centroids_from([own])).astype(np.int64)
 
     def label_and_score(self, centres: np.ndarray, *, fraction: float | None = None,
                         threshold: float | None = None) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from ..algorithms.dgc import (
     consensus_distance,
     neighbour_sums,
     run_dgc,
+    scored_users,
     step_size,
 )
 from ..clients.dgc import DGCClient
@@ -349,8 +350,20 @@ class DGC(ClusteringStrategy):
         return record
 
     def user_models(self) -> np.ndarray | None:
-        """Every node's own centres ``(m, K, d)``."""
-        return self.node_centres
+        """The own centres ``(s, K, d)`` of the users the per-user metrics score.
+
+        Every node's when the graph has at most ``user-eval-nodes`` nodes, else that many
+        evenly spaced ones (:func:`~flwr_clustering.algorithms.dgc.scored_users`);
+        ``nodes.npz`` and ``node_centres`` always hold every node's.
+        """
+        if self.node_centres is None:
+            return None
+        return self.node_centres[self.scored_ids()]
+
+    def scored_ids(self) -> np.ndarray:
+        """Ids of the users scored by the per-user metrics (see :meth:`user_models`)."""
+        assert self.node_centres is not None
+        return scored_users(len(self.node_centres), self.options.user_eval_nodes)
 
     def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
         """``nodes.npz``: every node's final centres, the graph and the step."""
@@ -361,41 +374,55 @@ class DGC(ClusteringStrategy):
 
     # ---------------------------------------------------------------- evaluation
     def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
-        """Send the network mean and every node's centres ``(m, K, d)`` to every node.
+        """Send each node the network mean, the scored users' centres and its own centres.
 
-        Each client returns the usual statistics of the mean plus, per node's centres, its
-        SSE and (with labels) contingency table on its own rows: summed, they score every
-        user's own centres on the joint data exactly (the paper's per-user accuracy).
+        Each client returns the usual statistics of the mean plus, per scored user's
+        centres, its SSE and (with labels) contingency table on its own rows: summed, they
+        score those users' own centres on the joint data exactly (the paper's per-user
+        accuracy). The scored users are every node up to ``user-eval-nodes``
+        (:meth:`user_models`); the own centres are what the node keeps (its labels).
         """
         if self.node_centres is None:
             return []
-        return self._messages(server_round, [self.centroids, self.node_centres],
-                              dict(config or {}), grid, MessageType.EVALUATE)
+        models = self.user_models()
+        content_config = dict(config or {})
+        messages = []
+        client_of = {node: cid for cid, node in self.node_of.items()}
+        for node in self.sample_nodes(grid):
+            cid = client_of.get(int(node))
+            own = (self.node_centres[cid] if cid is not None
+                   and 0 <= cid < len(self.node_centres) else self.centroids)
+            content = self.records([self.centroids, models, own], content_config)
+            messages.append(self.message(server_round, node, content, MessageType.EVALUATE))
+        return self.sent(messages)
 
     def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
-        """Per-user metrics: each user's centres on the joint data and on its own rows.
+        """Per-user metrics: each scored user's centres on the joint data and on its rows.
 
         ``user-*``: user ``i``'s centres label every row of the federation (Armacki et al., Sec. 5,
         footnote 12); ``user-local-*``: they label user ``i``'s own rows only. Accuracy and
-        ARI come as mean, min and max over the users; ``user-sse-mean`` is the mean over
-        users of the joint SSE.
+        ARI come as mean, min and max over the scored users (``user-eval-nodes`` of them:
+        every user up to the option's value); ``user-sse-mean`` is the mean over them of
+        the joint SSE.
         """
         if self.node_centres is None:
             return {}
-        m = len(self.node_centres)
-        out: dict[str, float] = {}
+        ids = self.scored_ids()
+        s = len(ids)
+        out: dict[str, float] = {"user-eval-nodes": float(s)} if s else {}
         sse = [r.stats["model-sse"] for r in replies if "model-sse" in r.stats]
-        if sse and all(np.shape(s) == (m,) for s in sse):
+        if s and sse and all(np.shape(v) == (s,) for v in sse):
             out["user-sse-mean"] = float(np.sum(sse, axis=0).mean())
         tables = {r.client_id: r.stats["model-contingency"] for r in replies
                   if "model-contingency" in r.stats}
-        if len(tables) != len(replies) or not all(np.ndim(t) == 3 and len(t) == m
-                                                  for t in tables.values()):
+        if not s or len(tables) != len(replies) or not all(
+                np.ndim(t) == 3 and len(t) == s for t in tables.values()):
             return out
-        joint = [sum_contingencies([t[j] for t in tables.values()]) for j in range(m)]
+        joint = [sum_contingencies([t[j] for t in tables.values()]) for j in range(s)]
         out.update(per_model_metrics(joint, prefix="user"))
-        out.update(per_model_metrics([t[cid] for cid, t in tables.items() if cid < m],
-                                     prefix="user-local"))
+        position = {int(cid): j for j, cid in enumerate(ids)}
+        out.update(per_model_metrics([t[position[cid]] for cid, t in tables.items()
+                                      if cid in position], prefix="user-local"))
         return out
 
     def converged(self, server_round: int) -> bool:
@@ -456,14 +483,18 @@ register(AlgorithmSpec(
                     "it never averages into the iterate."),
         Phase("evaluate", "evaluate", "once, after the last round",
               sends=("`centroids` (k, d) float64: the network mean",
-                     "`node-centres` (m, k, d) float64: every node's centres"),
+                     "`node-centres` (s, k, d) float64: the scored users' centres, every "
+                     "node's when m <= `user-eval-nodes` (s = m), else that many evenly "
+                     "spaced users'",
+                     "`own` (k, d) float64: this node's own centres (its final labels)"),
               config=("as the common evaluation message",),
               reply_metrics=("`loss` float: sse / n of the network mean", *EVALUATION_METRICS),
               reply_stats=(*EVALUATION_STATS,
-                           "`model-sse` (m,) float64: SSE of each node's centres on the "
-                           "local rows",
-                           "`model-contingency` (m, k, n_classes) int64: each node's "
-                           "clusters x true classes (only with labels)"),
-              notes="The common statistics score the network mean; summed, the per-node "
-                    "arrays score every user's own centres on the joint data."),
+                           "`model-sse` (s,) float64: SSE of each scored user's centres "
+                           "on the local rows",
+                           "`model-contingency` (s, k, n_classes) int64: each scored "
+                           "user's clusters x true classes (only with labels)"),
+              notes="The common statistics score the network mean; summed, the per-user "
+                    "arrays score the scored users' own centres on the joint data. One "
+                    "message per node (its own centres)."),
     )))
