@@ -44,7 +44,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..options import Options, option
-from .lloyd import _threadpool_controller, check_data, matched_shift, seed_from, squared_distances
+from .lloyd import (
+    _threadpool_controller,
+    check_data,
+    matched_shift,
+    seed_from,
+    squared_distances,
+    squared_distances_unchecked,
+)
 
 __all__ = [
     "FFCMResult",
@@ -148,13 +155,19 @@ def fcm_memberships(X: np.ndarray, V: np.ndarray, m: float = 2.0) -> np.ndarray:
     ValueError
         On NaN/inf, a feature-count mismatch, no centre, or ``m <= 1``.
     """
-    m = _check_m(m)
-    d2 = squared_distances(X, V)
+    return _memberships(squared_distances(X, V), _check_m(m))
+
+
+def _memberships(d2: np.ndarray, m: float) -> np.ndarray:
+    """:func:`fcm_memberships` from the squared distances (inputs already validated)."""
     U = np.empty_like(d2)
     if d2.size == 0:
         return U
     dmin = d2.min(axis=1)
     hit = dmin == 0.0
+    if not hit.any():  # the usual case: the same arithmetic without the row selections
+        w = (d2 / dmin[:, None]) ** (-1.0 / (m - 1.0))
+        return np.divide(w, w.sum(axis=1, keepdims=True), out=U)
     far = ~hit
     if far.any():
         ratio = d2[far] / dmin[far, None]  # >= 1; exactly 1 at the nearest centre
@@ -198,6 +211,19 @@ def fcm_centres(
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2 or len(U) != len(X):
         raise ValueError(f"memberships must have shape ({len(X)}, k), got {U.shape}")
+    if previous is not None:
+        previous = np.asarray(previous, dtype=np.float64)
+        if previous.shape != (U.shape[1], X.shape[1]):
+            raise ValueError(
+                f"previous centres must have shape {(U.shape[1], X.shape[1])}, got "
+                f"{previous.shape}"
+            )
+    return _centres(X, U, m, previous)
+
+
+def _centres(X: np.ndarray, U: np.ndarray, m: float, previous: np.ndarray | None
+             ) -> np.ndarray:
+    """:func:`fcm_centres` on validated inputs."""
     W = U**m
     den = W.sum(axis=0)
     num = W.T @ X
@@ -209,11 +235,9 @@ def fcm_centres(
                 "previous position was given"
             )
         return num / den[:, None]
+    if not zero.any():
+        return num / den[:, None]
     V = np.array(previous, dtype=np.float64, copy=True)
-    if V.shape != (U.shape[1], X.shape[1]):
-        raise ValueError(
-            f"previous centres must have shape {(U.shape[1], X.shape[1])}, got {V.shape}"
-        )
     V[~zero] = num[~zero] / den[~zero, None]
     return V
 
@@ -309,12 +333,15 @@ def fcm(
     if len(V) == 0:
         raise ValueError("initial centres must hold at least one row (k >= 1)")
     X = check_data(X, n_features=V.shape[1])
-    U = fcm_memberships(X, V, m)
+    m = _check_m(m)
+    # validated once: the loop calls the kernels directly (a 100-row client runs dozens of
+    # iterations per round, where the checks cost a third of the time)
+    U = _memberships(squared_distances_unchecked(X, V), m)
     n_iter = 0
     while n_iter < max_iter:
         n_iter += 1
-        V_new = fcm_centres(X, U, m, previous=V)
-        U_new = fcm_memberships(X, V_new, m)
+        V_new = _centres(X, U, m, V)
+        U_new = _memberships(squared_distances_unchecked(X, V_new), m)
         if criterion == "centres":
             change = float(np.sqrt(((V_new - V) ** 2).sum(axis=1)).max())
         else:

@@ -200,9 +200,16 @@ def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     ValueError
         On NaN/inf, wrong dimensions, no centroid, or a feature-count mismatch.
     """
+    return squared_distances_unchecked(*_checked_pair(X, C))
+
+
+def squared_distances_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """:func:`squared_distances` of validated float64 arrays.
+
+    No check: for inner loops that validated their inputs once.
+    """
     from scipy.spatial.distance import cdist
 
-    X, C = _checked_pair(X, C)
     return cdist(X, C, metric="sqeuclidean")
 
 
