@@ -33,7 +33,7 @@ from typing import Any
 
 from .options import Options
 
-__all__ = ["COMMON_PROTOCOL", "AlgorithmSpec", "Phase", "get", "names", "register",
+__all__ = ["COMMON_PROTOCOL", "AlgorithmSpec", "Phase", "get", "names", "register", "specs_key",
            "run_config_defaults"]
 
 #: The Flower message types a :class:`Phase` may use.
@@ -324,6 +324,12 @@ def get(name: str) -> AlgorithmSpec:
         return spec
     raise ValueError(f"unknown algorithm {name!r}; choose from {names()} or give "
                      "'module:ATTRIBUTE' of an AlgorithmSpec")
+
+
+def specs_key() -> tuple[tuple[str, int], ...]:
+    """What is registered now, as a hashable key (names and spec identities) for caches."""
+    _load_builtins()
+    return tuple(sorted((n, id(s)) for n, s in _REGISTRY.items()))
 
 
 def names(*, listed_only: bool = True) -> list[str]:

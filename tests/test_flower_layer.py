@@ -251,6 +251,17 @@ def test_app_defaults_match_pyproject_and_reject_unknown_keys():
         merged_config({"algorithm": "nope"})
 
 
+def test_merged_config_is_cached_per_run_config_but_hands_out_copies_and_still_refuses():
+    first = merged_config({"k": 5, "algorithm": "fkm"})
+    first["k"] = 99  # a caller changing its copy changes nothing for the next message
+    again = merged_config({"algorithm": "fkm", "k": 5})
+    assert again["k"] == 5 and again == {**first, "k": 5} and again is not first
+    assert merged_config({"k": 6})["k"] == 6
+    for _ in range(2):  # a refused config is refused every time, not cached
+        with pytest.raises(ValueError, match="unknown run-config key 'kk'"):
+            merged_config({"kk": 1})
+
+
 def test_strategy_rejects_bad_parameters():
     with pytest.raises(ValueError, match="server_seeding"):
         FedKMeans(4, server_seeding="x")

@@ -127,6 +127,23 @@ def merged_config(run_config: dict[str, Any] | None) -> dict[str, Any]:
         On an unknown key or algorithm, or a value of the wrong type.
     """
     run_config = dict(run_config or {})
+    try:  # every message of a run merges the same run config: once per process
+        key = (tuple(sorted(run_config.items())), registry.specs_key())
+        hash(key)
+    except TypeError:  # an unhashable value: merge (and fail) without the cache
+        return _merge(run_config)
+    if key not in _MERGED:
+        if len(_MERGED) >= 64:
+            _MERGED.clear()
+        _MERGED[key] = _merge(run_config)
+    return dict(_MERGED[key])
+
+
+#: merged run configs of this process, by (run config items, registered algorithms)
+_MERGED: dict[tuple, dict[str, Any]] = {}
+
+
+def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     cfg = default_run_config()
     # an algorithm loaded by module path brings its own keys
     spec = registry.get(str(run_config.get("algorithm", cfg["algorithm"])))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -468,12 +469,11 @@ def sent_summary(reply: Message) -> str:
     sample, FKM's ``init='paper'`` seeds, ...); every other float is a mean, a sum or a
     statistic of several rows.
     """
-    arrays = []
-    for name in ("arrays", "stats"):
-        if name in reply.content:
-            arrays += reply.content[name].to_numpy_ndarrays()
-    floats = sum(int(a.size) for a in arrays if a.dtype.kind == "f")
-    ints = sum(int(a.size) for a in arrays if a.dtype.kind in "iub")
+    # from the arrays' dtype and shape: no second deserialisation of what was just packed
+    arrays = [(np.dtype(a.dtype).kind, math.prod(a.shape)) for name in ("arrays", "stats")
+              if name in reply.content for a in reply.content[name].values()]
+    floats = sum(size for kind, size in arrays if kind == "f")
+    ints = sum(size for kind, size in arrays if kind in "iub")
     metrics = dict(reply.content["metrics"]) if "metrics" in reply.content else {}
     raw = int(metrics.get("raw-rows", 0))
     return (f"sent {len(arrays)} arrays ({floats} floats, {ints} integers), "
