@@ -30,6 +30,8 @@ import datasets
 import numpy as np
 from flwr_datasets.partitioner import Partitioner
 
+from .splits import assignment_indices, cluster_wise_indices, sorted_chunk_indices
+
 __all__ = [
     "arrays_to_dataset",
     "dataset_to_arrays",
@@ -315,19 +317,8 @@ class ClusterWisePartitioner(Partitioner):
         """Split the whole data set once."""
         if self._indices is not None:
             return
-        labels = _column(self.dataset, self._label_column)
-        remaining = np.array(self._amounts, dtype=np.int64)
-        parts: list[list[np.ndarray]] = [[] for _ in self._amounts]
-        for cls in np.unique(labels):
-            takers = np.flatnonzero(remaining != 0)
-            if takers.size == 0:
-                break
-            rows = np.flatnonzero(labels == cls)
-            q = rows.size // takers.size
-            for j, c in enumerate(takers):
-                parts[c].append(rows[j * q : (j + 1) * q])
-            remaining[takers] -= 1
-        self._indices = [np.concatenate(p) if p else np.empty(0, dtype=np.int64) for p in parts]
+        self._indices = cluster_wise_indices(_column(self.dataset, self._label_column),
+                                             self._amounts)
 
     def load_partition(self, partition_id: int) -> datasets.Dataset:
         """Load the rows given to one client.
@@ -381,18 +372,8 @@ class AssignmentPartitioner(Partitioner):
         """Group the row indices by client once."""
         if self._indices is not None:
             return
-        values = _column(self.dataset, self._assignment_column)
-        if values.size and (
-            values.dtype.kind not in "iu"
-            or values.min() < 0
-            or values.max() >= self._num_partitions
-        ):
-            raise ValueError(
-                f"column {self._assignment_column!r} must hold integers in "
-                f"[0, {self._num_partitions}); got dtype {values.dtype}, "
-                f"range [{values.min()}, {values.max()}]"
-            )
-        self._indices = [np.flatnonzero(values == i) for i in range(self._num_partitions)]
+        self._indices = assignment_indices(_column(self.dataset, self._assignment_column),
+                                           self._num_partitions, self._assignment_column)
 
     def load_partition(self, partition_id: int) -> datasets.Dataset:
         """Load the rows whose assignment column equals ``partition_id``.
@@ -445,15 +426,7 @@ class SortedChunkPartitioner(AssignmentPartitioner):
         X, y = dataset_to_arrays(self.dataset, self._features_column, self._label_column)
         if y is None:
             raise ValueError(f"SortedChunkPartitioner needs a {self._label_column!r} column")
-        if not 0 <= self._feature < X.shape[1]:
-            raise ValueError(f"sort feature {self._feature} out of range for d={X.shape[1]}")
-        parts: list[list[np.ndarray]] = [[] for _ in range(self._num_partitions)]
-        for c in np.unique(y):
-            idx = np.flatnonzero(y == c)
-            idx = idx[np.argsort(X[idx, self._feature], kind="stable")]
-            for i, chunk in enumerate(np.array_split(idx, self._num_partitions)):
-                parts[i].append(chunk)
-        self._indices = [np.sort(np.concatenate(p)) for p in parts]
+        self._indices = sorted_chunk_indices(X, y, self._num_partitions, self._feature)
 
 
 class FeatureMaskPartitioner(Partitioner):

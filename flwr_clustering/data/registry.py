@@ -76,6 +76,7 @@ from flwr_clustering.data.synthetic import (
     GARST_OBSERVERS,
     garst_beta_split,
     garst_clusterwise,
+    garst_grid,
 )
 
 __all__ = [
@@ -158,6 +159,7 @@ def load_dataset(
     centers: int = 16,
     cluster_std: float = 1.0,
     seed: int = 0,
+    natural: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Load a data set by name, with its natural client split if it has one.
 
@@ -184,6 +186,10 @@ def load_dataset(
         ``random_state`` of ``make_blobs`` (``blobs``), seed of the shapes and of
         :func:`~flwr_clustering.data.ssets.sset_lookalike` (``sset-*``). The ``garst-*`` data
         always uses seed 42, as the paper does.
+    natural : bool, default True
+        ``False``: leave ``garst-grid``'s natural split out (``natural_client`` is ``None``;
+        the points are the same). Its draw follows the authors' per-point ``RandomState``
+        calls, seconds at 100,000 points, and only ``partitioner="natural"`` needs it.
 
     Returns
     -------
@@ -203,6 +209,11 @@ def load_dataset(
     """
     if name in ("garst-grid", "garst-clusterwise"):
         ppc = _as_int("ppc", ppc)
+        if name == "garst-grid" and not natural:
+            if not np.isfinite(float(beta)) or float(beta) <= 0:  # refused even unused
+                raise ValueError(f"beta must be a positive finite number, got {beta!r}")
+            X, y = garst_grid(ppc=ppc, noise=float(noise), seed=42)
+            return X, y, None
         if name == "garst-grid":
             X, y, client = garst_beta_split(float(beta), ppc=ppc, noise=float(noise), seed=42)
         else:
@@ -252,7 +263,7 @@ def load_dataset(
 def _arrays(dataset: str, seed: int, dataset_items: tuple[tuple[str, Any], ...],
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """:func:`load_dataset` once per process and arguments; the arrays are read-only."""
-    out = load_dataset(dataset, seed=seed, **dict(dataset_items))
+    out = load_dataset(dataset, seed=seed, natural=False, **dict(dataset_items))
     for a in out:
         if a is not None:
             a.setflags(write=False)
@@ -267,6 +278,8 @@ def _natural_assignment(dataset: str, num_partitions: int, feature_mask: str, se
     Only ``dim-128``'s split depends on ``feature_mask``; call through :func:`_natural`.
     """
     X, y, _ = _arrays(dataset, seed, dataset_items)
+    if dataset == "garst-grid":  # drawn with the points; only a natural split needs it
+        return load_dataset(dataset, seed=seed, **dict(dataset_items))[2]
     return _natural_split(dataset, X, y, num_partitions, feature_mask, seed)
 
 
@@ -686,9 +699,13 @@ def split_arrays(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Split labelled arrays into client partitions with a named partitioner.
 
-    The one place where the partitioner names of :data:`PARTITIONERS` become Flower
-    Datasets partitioners; :func:`load_partition` uses it on the registry's data sets,
-    experiments on their own arrays.
+    The one place where the partitioner names of :data:`PARTITIONERS` become splits;
+    :func:`load_partition` uses it on the registry's data sets, experiments on their own
+    arrays. The rows are those the Flower Datasets partitioners select (Flower Datasets'
+    ``IidPartitioner`` on the shuffled rows, ``DirichletPartitioner``, and this package's
+    :mod:`~flwr_clustering.data.partitioners`), found with NumPy
+    (:mod:`~flwr_clustering.data.splits`; Dirichlet: the partitioner itself on the labels)
+    and taken by indexing, so the arrays never go through a table library.
 
     Parameters
     ----------
@@ -722,58 +739,83 @@ def split_arrays(
     ValueError
         On an unknown partitioner, or ``"natural"`` without ``natural``.
     """
-    # Flower Datasets (and through it ``datasets``, pandas and pyarrow) is imported here, on
-    # the first split, not with the package: importing the package must stay cheap.
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
-
-    from flwr_clustering.data.partitioners import (
-        AssignmentPartitioner,
-        ClusterWisePartitioner,
-        FeatureMaskPartitioner,
-        SortedChunkPartitioner,
-        partition_arrays,
-    )
-
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-    extra = None
-    part: Partitioner
+    if masks is not None and len(masks) != num_partitions:
+        raise ValueError(f"{len(masks)} masks for {num_partitions} partitions")
+    # NumPy indexing with the rows the Flower Datasets partitioners select (data.splits;
+    # tests/test_splits.py): no round trip of the rows through Arrow
+    if partitioner == "dirichlet":
+        indices = _dirichlet_indices(y, num_partitions, dirichlet_alpha, seed)
+    else:
+        indices = _split_indices(X, y, num_partitions, partitioner, seed, cluster_amounts,
+                                 natural)
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.int64)
+    parts = [(X[idx], y[idx]) for idx in indices]
+    if masks is not None:
+        parts = [(apply_mask(X_i, mask), y_i)
+                 for (X_i, y_i), mask in zip(parts, masks, strict=True)]
+    return parts
+
+
+def _split_indices(X: np.ndarray, y: np.ndarray, num_partitions: int, partitioner: str,
+                   seed: int, cluster_amounts: Sequence[int] | str | None,
+                   natural: np.ndarray | None) -> list[np.ndarray]:
+    """The rows of every client for the partitioners other than ``dirichlet``."""
+    from flwr_clustering.data.splits import (
+        assignment_indices,
+        cluster_wise_indices,
+        iid_indices,
+        sorted_chunk_indices,
+    )
+
     if partitioner == "natural":
         if natural is None:
             raise ValueError("partitioner 'natural' needs the client of every row (natural=)")
-        part = AssignmentPartitioner(num_partitions, assignment_column="client")
-        extra = {"client": np.asarray(natural)}
-    elif partitioner == "iid":
-        # IidPartitioner takes contiguous shards, so shuffle first (as FederatedDataset does).
-        perm = np.random.default_rng(seed).permutation(len(X))
-        X, y = X[perm], y[perm]
-        part = IidPartitioner(num_partitions)
-    elif partitioner == "dirichlet":
-        part = DirichletPartitioner(
-            num_partitions=num_partitions,
-            partition_by="label",
-            alpha=float(dirichlet_alpha),
-            min_partition_size=DIRICHLET_MIN_PARTITION_SIZE,
-            self_balancing=False,
-            shuffle=True,
-            seed=seed,
-        )
-    elif partitioner == "cluster-wise":
-        part = ClusterWisePartitioner(_parse_amounts(cluster_amounts, num_partitions))
-    elif partitioner == "sorted":
-        part = SortedChunkPartitioner(num_partitions)
-    else:
-        raise ValueError(
-            f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
-        )
-    if masks is not None:
-        if len(masks) != num_partitions:
-            raise ValueError(f"{len(masks)} masks for {num_partitions} partitions")
-        part = FeatureMaskPartitioner(part, masks)
+        return assignment_indices(natural, num_partitions)
+    if partitioner == "iid":
+        # IidPartitioner's contiguous shards of the shuffled rows (as FederatedDataset does)
+        return iid_indices(len(X), num_partitions, seed)
+    if partitioner == "cluster-wise":
+        return cluster_wise_indices(y, _parse_amounts(cluster_amounts, num_partitions))
+    if partitioner == "sorted":
+        return sorted_chunk_indices(X, y, num_partitions)
+    raise ValueError(
+        f"unknown partitioner {partitioner!r}; valid names: {', '.join(PARTITIONERS)}"
+    )
+
+
+def _dirichlet_indices(y: np.ndarray, num_partitions: int, dirichlet_alpha: float,
+                       seed: int) -> list[np.ndarray]:
+    """The rows Flower Datasets' ``DirichletPartitioner`` gives every client.
+
+    It runs on a data set of two columns, the label and the row number, in Arrow format:
+    the partitioner reads the label column whole (formatted as Python rows it iterates over
+    them, seconds per 100,000), and the rows come back as numbers to index the arrays with.
+    """
+    import datasets
+    import pyarrow as pa
+    from flwr_datasets.partitioner import DirichletPartitioner
+
+    table = datasets.Dataset.from_dict(
+        {"label": pa.array(np.asarray(y, dtype=np.int64)),
+         "row": pa.array(np.arange(len(y), dtype=np.int64))}).with_format("arrow")
+    part = DirichletPartitioner(
+        num_partitions=num_partitions,
+        partition_by="label",
+        alpha=float(dirichlet_alpha),
+        min_partition_size=DIRICHLET_MIN_PARTITION_SIZE,
+        self_balancing=False,
+        shuffle=True,
+        seed=seed,
+    )
+    part.dataset = table
     try:
-        parts = partition_arrays(X, y, part, num_partitions, extra=extra)
+        return [np.asarray(part.load_partition(i)["row"], dtype=np.int64)
+                for i in range(num_partitions)]
     except ValueError as exc:
-        if partitioner == "dirichlet" and "max number of attempts" in str(exc):
+        if "max number of attempts" in str(exc):
             raise ValueError(
                 f"partitioner 'dirichlet' (dirichlet_alpha={dirichlet_alpha}, seed={seed}) "
                 f"could not give each of {num_partitions} clients at least "
@@ -781,11 +823,6 @@ def split_arrays(
                 f"dirichlet_alpha, another seed, fewer clients or partitioner 'iid'"
             ) from exc
         raise
-    out = []
-    for X_i, y_i in parts:
-        assert y_i is not None
-        out.append((X_i, y_i))
-    return out
 
 
 def _cached_partitions(
