@@ -117,3 +117,33 @@ def test_a_client_partition_loads_without_a_table_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _beta_split_by_the_authors_calls(beta, ppc, seed, observers):
+    """The split as the spec writes it: one ``rs.choice`` per point and client."""
+    from flwr_clustering.data.synthetic import _draw_grid
+
+    rs = np.random.RandomState(seed)
+    X, _ = _draw_grid(rs, ppc, 1.0)
+    dist = np.linalg.norm(X[:, None, :] - observers[None, :, :], axis=2)
+    with np.errstate(divide="ignore"):
+        prob = 1.0 - np.exp(-beta / dist)
+    client = np.empty(len(X), dtype=np.int64)
+    for i in range(len(X)):
+        hits = [o for o in range(len(observers))
+                if rs.choice([0, 1], p=[1.0 - float(prob[i, o]), float(prob[i, o])])]
+        client[i] = int(rs.choice(hits)) if hits else int(np.argmin(dist[i]))
+    return client
+
+
+@pytest.mark.parametrize("beta,ppc,seed,n_obs", [(0.1, 50, 42, 5), (1.0, 30, 7, 5),
+                                                  (10.0, 40, 0, 5), (100.0, 20, 3, 9)])
+def test_vectorised_beta_split_continues_the_stream_exactly_as_the_authors_calls(
+        beta, ppc, seed, n_obs):
+    from flwr_clustering.data.synthetic import GARST_OBSERVERS, garst_beta_split
+
+    observers = (np.asarray(GARST_OBSERVERS, dtype=np.float64) if n_obs == 5 else
+                 np.random.default_rng(0).uniform(-5, 5, (n_obs, 2)))
+    _, _, client = garst_beta_split(beta, ppc=ppc, seed=seed, observers=observers)
+    np.testing.assert_array_equal(
+        client, _beta_split_by_the_authors_calls(beta, ppc, seed, observers))

@@ -175,24 +175,58 @@ def garst_beta_split(
 
     rs = np.random.RandomState(seed)
     X, labels = _draw_grid(rs, ppc, noise)
-
-    n_clients = obs.shape[0]
-    client = np.empty(len(X), dtype=np.int64)
     dist = np.linalg.norm(X[:, None, :] - obs[None, :, :], axis=2)
     with np.errstate(divide="ignore"):
         prob = 1.0 - np.exp(-beta / dist)  # a point on an observer gets P = 1
-    for i in range(len(X)):
-        hits = []
-        for o in range(n_clients):
-            p_o = float(prob[i, o])
-            # Exactly the authors' draw: one rs.choice with a probability list per client.
-            if rs.choice([0, 1], p=[1.0 - p_o, p_o]):
-                hits.append(o)
-        if not hits:
-            client[i] = int(np.argmin(dist[i]))
-        else:
-            client[i] = int(rs.choice(hits))
-    return X, labels, client
+    return X, labels, _beta_draws(rs, prob, np.argmin(dist, axis=1))
+
+
+def _beta_draws(rs: np.random.RandomState, prob: np.ndarray, nearest: np.ndarray
+                ) -> np.ndarray:
+    """The client of every point, continuing ``rs`` exactly as the authors' calls would.
+
+    Per point and client ``o``, ``rs.choice([0, 1], p=[1 - P_o, P_o])`` takes one
+    ``random_sample`` (two 32-bit words of the Mersenne Twister) and returns 1 when it is
+    at least the normalised first cumulative probability ``(1 - P_o) / ((1 - P_o) + P_o)``;
+    then ``rs.choice(hits)`` takes ``randint(0, len(hits))``: no word for one hit, else
+    32-bit words masked to the next power of two minus one until one is ``< len(hits)``
+    (NumPy's legacy bounded integers). The words come from a copy of ``rs``'s generator in
+    one call and the doubles are formed in one vectorised step; only the walk through them
+    (which depends on how many words each point took) is a loop, of integer list lookups.
+    """
+    n, m = prob.shape
+    q = 1.0 - prob
+    threshold = (q / (q + prob)).tolist()  # the cdf of [1 - P, P] divided by its last entry
+    _, key, pos, _, _ = rs.get_state(legacy=True)
+    bits = np.random.MT19937()
+    bits.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": pos}}
+    words = bits.random_raw(2 * m * n + 64 * m + 64)
+    while True:
+        doubles = (((words[:-1] >> 5) * 67108864 + (words[1:] >> 6)) * 2.0**-53).tolist()
+        masked, client = words.tolist(), np.empty(n, dtype=np.int64)
+        at, steps, i = 0, range(0, 2 * m, 2), 0
+        limit = len(doubles) - 2 * m  # a point's draws must all lie in the buffer
+        while i < n and at <= limit - 64:
+            t = threshold[i]
+            hits = [o for o, j in zip(range(m), steps, strict=True) if doubles[at + j] >= t[o]]
+            at += 2 * m
+            if len(hits) > 1:
+                top = len(hits) - 1
+                mask = (1 << top.bit_length()) - 1
+                while at < len(masked) and (value := masked[at] & mask) > top:
+                    at += 1
+                if at == len(masked):
+                    break  # (a run of rejections longer than the margin: draw more)
+                at += 1
+                client[i] = hits[value]
+            else:
+                client[i] = hits[0] if hits else nearest[i]
+            i += 1
+        if i == n:
+            return client
+        # an unlucky run of rejections used the margin: draw again with twice the words
+        bits.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": pos}}
+        words = bits.random_raw(2 * len(words))
 
 
 def garst_clusterwise(
