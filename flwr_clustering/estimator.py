@@ -490,7 +490,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         numpy.ndarray of shape (n,)
             Cluster indices (int64).
         """
-        from .algorithms.lloyd import assign_to_nearest
+        from .algorithms.lloyd import nearest_labels
         from .algorithms.masked import pooled_masked_squared_distances
 
         check_is_fitted(self, "strategy_")
@@ -519,4 +519,4 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             C = self.user_centers_[int(client)]
         if masked:
             return pooled_masked_squared_distances(X, C).argmin(axis=1).astype(np.int64)
-        return assign_to_nearest(X, C)[0].astype(np.int64)
+        return nearest_labels(X, C).astype(np.int64)

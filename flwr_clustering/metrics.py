@@ -30,6 +30,7 @@ from .algorithms.lloyd import (
     cluster_sums,
     distance_blocks,
     nearest,
+    nearest_labels,
     row_blocks,
     squared_distances,
 )
@@ -996,7 +997,7 @@ def model_contingencies(
     m, k = models.shape[:2]
     if m == 0:
         return np.zeros((0, k, n_classes), dtype=np.int64)
-    return np.stack([contingency(assign_to_nearest(X, C)[0], y, k, n_classes) for C in models])
+    return np.stack([contingency(nearest_labels(X, C), y, k, n_classes) for C in models])
 
 
 def per_model_metrics(tables: Sequence[np.ndarray], prefix: str = "user") -> dict[str, float]:

@@ -164,11 +164,9 @@ def _client_step_calls() -> list[int]:
 
     X, _ = make_blobs(300, centers=4, n_features=3, random_state=0)
     C = X[:4].copy()
-    calls = {"check_X": 0, "cdist": 0, "nearest": 0, "sums": 0}
-    import scipy.spatial.distance as ssd
+    calls = {"check_X": 0, "labels": 0, "sums": 0}
 
-    real_check, real_cdist = lloyd.check_data, ssd.cdist
-    real_nearest, real_sums = lloyd.nearest, lloyd.cluster_sums
+    real_check, real_labels, real_sums = lloyd.check_data, lloyd.nearest_labels, lloyd.cluster_sums
 
     def check(A, *a, **kw):
         calls["check_X"] += np.shape(A) == X.shape
@@ -182,11 +180,11 @@ def _client_step_calls() -> list[int]:
 
     with mock.patch.object(lloyd, "check_data", check), \
             mock.patch.object(fkm, "check_data", check), \
-            mock.patch.object(ssd, "cdist", count("cdist", real_cdist)), \
-            mock.patch.object(lloyd, "nearest", count("nearest", real_nearest)), \
+            mock.patch.object(fkm, "nearest_labels", count("labels", real_labels)), \
+            mock.patch.object(lloyd, "nearest_labels", count("labels", real_labels)), \
             mock.patch.object(lloyd, "cluster_sums", count("sums", real_sums)):
         fkm.fkm_client_update(X, C, privacy_threshold=2, local_iters=1)
-    return [1, calls["check_X"], calls["cdist"], calls["nearest"], calls["sums"]]
+    return [1, calls["check_X"], 0, calls["labels"], calls["sums"]]
 
 
 def test_client_step_subcommand_writes_json_and_markdown(tmp_path):
@@ -267,6 +265,20 @@ def test_flwr_run_command_follows_the_brief(tmp_path):
         out_dir=tmp_path / "o", cpus_per_client=1,
     )
     assert "iterations=4" in cmd[cmd.index("--run-config") + 1].split()
+
+
+def test_rounds_run_config_values_are_parsed_and_reach_the_command(tmp_path):
+    parsed = {k: bench._parse_value(v) for k, v in
+              (item.split("=", 1) for item in ["network=mlp", "local-epochs=1",
+                                               "learning-rate=0.05", "augment=false"])}
+    assert parsed == {"network": "mlp", "local-epochs": 1, "learning-rate": 0.05,
+                      "augment": False}
+    cmd = bench._flwr_run_command(
+        tmp_path, "deepfeca", clients=10, rounds=1, k=4, samples_per_client=10, features=2,
+        out_dir=tmp_path / "o", cpus_per_client=1, extra_run_config=parsed,
+    )
+    rc = cmd[cmd.index("--run-config") + 1].split()
+    assert {"network='mlp'", "local-epochs=1", "learning-rate=0.05", "augment=false"} <= set(rc)
 
 
 def test_flower_env_uses_private_ports(tmp_path):
@@ -360,3 +372,17 @@ def test_large_client_cases_measure_their_own_step():
                                   "load": [0.5, 0, 0], "runs": [rec],
                                   "ratios": {"fkm-step / sklearn-step (threads=1)": 0.5}})
     assert "| masked-evaluate | 1 |" in text and "0.5" in text
+
+
+def test_lloyd_step_and_data_build_benchmarks_measure_what_they_say(tmp_path):
+    from simulations.benchmarks import perf
+
+    argv = ["lloyd-step", "--shapes", "3000x3x4", "--repeats", "1", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    (row,) = json.loads((tmp_path / "lloyd_step.json").read_text())["rows"]
+    assert row["labels_equal_cdist"] and (row["n"], row["d"], row["k"]) == (3000, 3, 4)
+    assert row["step_over_gemm"] == pytest.approx(row["lloyd_step_s"] / row["gemm_s"])
+    built = perf.bench_data_build(builds=[("garst-grid", "iid", 5, {})], repeats=1)
+    (b,) = built["builds"]
+    assert b["rows_client_0"] == 160 and 0 < b["build_s"] and 0 < b["import_s"]
+    assert built["client_app_import_s"] > 0

@@ -64,7 +64,7 @@ import numpy as np
 from ..options import Options, option
 from .feca import FeCAUpload, check_feca_upload, feca_client, feca_server
 from .kfed import kfed_client, kfed_server
-from .lloyd import assign_to_nearest, check_data
+from .lloyd import check_data, nearest_labels
 from .local_centroids import LocalCentroids, check_local_centroids
 from .mavg import REFERENCES, mavg_client, mavg_server
 
@@ -631,7 +631,7 @@ def train_step(weights: Sequence[np.ndarray], X: np.ndarray, centroids: np.ndarr
         raise ValueError("C* is empty")
     with torch_threads(options.threads):
         model = build_model(spec, weights)
-        labels, _ = assign_to_nearest(embed(model, X, spec), C)
+        labels = nearest_labels(embed(model, X, spec), C)
         seed_train = int(round_rng(seed, client_id, server_round, 1).integers(2**62))
         metrics = local_train(model, X, labels, C, spec, options, seed_train)
         new = model_weights(model)

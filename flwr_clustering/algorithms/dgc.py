@@ -328,9 +328,9 @@ def step_size(A: np.ndarray, loss: str, rho: float, n_max: float, *, delta: floa
 
 def assign(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Nearest centre of every row (Euclidean; ties to the lowest index)."""
-    from .lloyd import assign_to_nearest
+    from .lloyd import nearest_labels
 
-    return assign_to_nearest(X, C)[0]
+    return nearest_labels(X, C)
 
 
 def clustering_gradient(X: np.ndarray, labels: np.ndarray, C: np.ndarray, loss: str, *,

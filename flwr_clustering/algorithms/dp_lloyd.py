@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .lloyd import assign_to_nearest, check_data, cluster_sums
+from .lloyd import check_data, cluster_sums, nearest_labels
 
 __all__ = [
     "NOISE_PLACEMENTS",
@@ -178,7 +178,7 @@ def dp_client_stats(X: np.ndarray, C: np.ndarray, *, bound: float, sigma: float,
     this client's noise standard deviation (``z Delta / sqrt(m)`` distributed, 0 central).
     """
     Xc = clip_rows(check_data(X), bound)
-    labels, _ = assign_to_nearest(Xc, C)
+    labels = nearest_labels(Xc, C)
     sums, counts = cluster_sums(Xc, labels, len(C))
     counts = counts.astype(np.float64)
     if sigma > 0:

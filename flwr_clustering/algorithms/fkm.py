@@ -19,11 +19,11 @@ import numpy as np
 
 from ..options import Options, option
 from .lloyd import (
-    assign_to_nearest,
     check_data,
     client_rng,
     lloyd_step,
     matched_shift,
+    nearest_labels,
     seed_from,
     weighted_kmeans,
 )
@@ -65,7 +65,7 @@ def _local_lloyd(
     if recount:
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
         # are of the points nearest to the NEW means (Algorithm 1 line 17 as their code runs it).
-        counts = np.bincount(assign_to_nearest(X, C)[0], minlength=len(C)).astype(np.int64)
+        counts = np.bincount(nearest_labels(X, C), minlength=len(C)).astype(np.int64)
     return _filtered(C, part_counts, counts, index, privacy_threshold)
 
 
@@ -120,7 +120,7 @@ def fkm_client_init(
     seeds, _ = kmeans_plusplus(X, k_i, random_state=seed_from(rng))
     index = np.full(k_i, -1, dtype=np.int64)
     if init == "paper":
-        counts = np.bincount(assign_to_nearest(X, seeds)[0], minlength=k_i).astype(np.int64)
+        counts = np.bincount(nearest_labels(X, seeds), minlength=k_i).astype(np.int64)
         return _filtered(seeds, counts, counts, index, privacy_threshold)
     return _local_lloyd(X, seeds, index, privacy_threshold, max(1, local_iters), recount)
 
@@ -159,7 +159,7 @@ def fkm_client_update(
     if len(X) == 0:
         d = C.shape[1]
         return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    labels, _ = assign_to_nearest(X, C)
+    labels = nearest_labels(X, C)
     present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)

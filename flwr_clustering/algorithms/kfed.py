@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..options import Options, option
-from .lloyd import assign_to_nearest, check_data, client_rng, seed_from
+from .lloyd import check_data, client_rng, nearest_labels, seed_from
 from .local_centroids import LocalCentroids
 
 __all__ = ["awasthi_sheffet", "kfed_client", "kfed_server", "max_from_set_seeds", "run_kfed"]
@@ -64,7 +64,7 @@ def awasthi_sheffet(
         init[r] = A[in_sr].mean(axis=0)
     km = KMeans(k_local, init=init @ V.T, n_init=1, random_state=seed_from(rng)).fit(X)
     centres = km.cluster_centers_
-    counts = np.bincount(assign_to_nearest(X, centres)[0], minlength=k_local).astype(np.int64)
+    counts = np.bincount(nearest_labels(X, centres), minlength=k_local).astype(np.int64)
     return centres, counts
 
 

@@ -22,7 +22,7 @@ from flwr.app import ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from .. import registry
-from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.lloyd import nearest_labels
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import check_partitioning, load_pooled
 from ..log import configure_console, logger
@@ -179,7 +179,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
             extra["federated-on-pooled"] = centralized_metrics(X, centroids, y)
             labels = (pooled_masked_squared_distances(X, centroids).argmin(axis=1)
                       if np.isnan(X).any() or np.isnan(centroids).any()
-                      else assign_to_nearest(X, centroids)[0])
+                      else nearest_labels(X, centroids))
         else:
             extra["federated-on-pooled"] = aggregate_evaluation_stats(
                 [label_evaluation_stats(labels, int(cfg["k"]), y)])

@@ -33,7 +33,7 @@ from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, 
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
-from ..algorithms.lloyd import assign_to_nearest, check_data, check_features
+from ..algorithms.lloyd import check_data, check_features, nearest_labels
 from ..metrics import local_evaluation_stats
 
 __all__ = [
@@ -289,7 +289,7 @@ class ClusteringClient(NumPyClient):
         numpy.ndarray of shape (n,)
             The cluster of every local row (int64).
         """
-        return assign_to_nearest(self.X, self.centroids_from(parameters))[0].astype(np.int64)
+        return nearest_labels(self.X, self.centroids_from(parameters)).astype(np.int64)
 
     def to_client(self):
         """Return a legacy ``flwr.client.Client`` (see :mod:`flwr_clustering.legacy`).

@@ -27,7 +27,7 @@ from ..algorithms.deepfeca import (
     embed,
     train_step,
 )
-from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.lloyd import nearest_labels
 from ..metrics import local_evaluation_stats
 from .base import ClusteringClient
 
@@ -87,7 +87,7 @@ class DeepFeCAClient(ClusteringClient):
         spec = self._spec(config)
         weights, C = self._split(parameters)
         F = embed(build_model(spec, weights), self.X, spec)
-        return assign_to_nearest(F, C)[0].astype(np.int64)
+        return nearest_labels(F, C).astype(np.int64)
 
     def evaluate(self, parameters, config):
         """Statistics of ``C*`` on this client's features under the global network."""

@@ -40,7 +40,7 @@ from ..algorithms.deepfeca import (
     run_deepfeca,
     weight_names,
 )
-from ..algorithms.lloyd import assign_to_nearest
+from ..algorithms.lloyd import nearest_labels
 from ..algorithms.local_centroids import LocalCentroids
 from ..clients.deepfeca import DeepFeCAClient
 from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
@@ -259,7 +259,7 @@ class DeepFeCA(ClusteringStrategy):
         if self.model is None:
             raise RuntimeError("no DeepFeCA model yet")
         F = embed(build_model(self.spec, self.model), X, self.spec)
-        return assign_to_nearest(F, self.centroids)[0]
+        return nearest_labels(F, self.centroids)
 
     def pooled_labels(self, X: np.ndarray) -> np.ndarray | None:
         """DeepFeCA labels rows through its network (``C*`` lives in feature space)."""

@@ -267,19 +267,17 @@ def client_step_breakdown(
         ``{"item", "calls_per_step", "seconds"}``; ``calls_per_step`` is how often
         ``fkm_client_update`` performs the item.
     """
-    from scipy.spatial.distance import cdist
-
     from flwr_clustering.algorithms.fkm import fkm_client_update
-    from flwr_clustering.algorithms.lloyd import check_data, cluster_sums, nearest
+    from flwr_clustering.algorithms.lloyd import check_data, cluster_sums, nearest_labels
 
     X, C = _blobs(n, d, k, seed)
-    d2 = cdist(X, C, metric="sqeuclidean")
-    labels = d2.argmin(axis=1)
+    labels = nearest_labels(X, C)
     items: list[tuple[str, Callable[[], Any], int]] = [
         ("fkm_client_update (total)", lambda: fkm_client_update(X, C), 1),
         ("check_data(X) (isfinite + contiguous copy check)", lambda: check_data(X), 2),
-        ("cdist sqeuclidean (n x k)", lambda: cdist(X, C, metric="sqeuclidean"), 1),
-        ("nearest: argmin + gather", lambda: nearest(d2), 1),
+        ("X @ C.T (the floor: not called by the step)", lambda: X @ C.T, 0),
+        ("nearest_labels (C X^T expansion in row blocks + exact re-check)",
+         lambda: nearest_labels(X, C), 1),
         ("cluster_sums (bincount if d <= 8, else sparse one-hot @ X)",
          lambda: cluster_sums(X, labels, k), 1),
     ]
@@ -1002,6 +1000,7 @@ def run_rounds(
     sample_interval: float = 0.5,
     timeout: float = 1800.0,
     extra_env: dict[str, str] | None = None,
+    run_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the round-time benchmark on a private local SuperLink.
 
@@ -1034,6 +1033,9 @@ def run_rounds(
     extra_env : dict, optional
         Extra environment of the SuperLink (hence of the ServerApp and the Ray actors),
         e.g. ``{"OMP_NUM_THREADS": "1"}`` to test the effect of thread pools.
+    run_config : dict, optional
+        Run-config keys added to every run (echo's too, so both send the same messages),
+        e.g. ``{"network": "mlp"}`` for DeepFeCA on tabular rows.
 
     Returns
     -------
@@ -1048,7 +1050,7 @@ def run_rounds(
     home = out / "flwr-home"
     env = {**flower_env(home, port, control_port), **dict(extra_env or {})}
     params = dict(
-        extra_env=dict(extra_env or {}),
+        extra_env=dict(extra_env or {}), run_config=dict(run_config or {}),
         clients=list(clients), algorithms=list(algorithms), rounds=rounds, k=k,
         samples_per_client=samples_per_client, features=features,
         cpus_per_client=cpus_per_client, repeats=repeats, app=str(app), port=port,
@@ -1070,7 +1072,7 @@ def run_rounds(
                         samples_per_client=samples_per_client, features=features,
                         cpus_per_client=cpus_per_client, out_dir=run_dir, env=env,
                         superlink_pid=superlink.pid, sample_interval=sample_interval,
-                        timeout=timeout,
+                        timeout=timeout, extra_run_config=run_config,
                     )
                     rec["repeat"] = rep
                     runs.append(rec)
@@ -1095,6 +1097,16 @@ def run_rounds(
     return result
 
 
+def _parse_value(text: str) -> Any:
+    """A ``--run-config`` value: a TOML scalar (``1``, ``0.5``, ``true``) or a bare string."""
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def _cmd_rounds(args: argparse.Namespace) -> int:
     result = run_rounds(
         args.clients, algorithms=args.algorithms, rounds=args.rounds, k=args.k,
@@ -1103,6 +1115,8 @@ def _cmd_rounds(args: argparse.Namespace) -> int:
         app=args.app, port=args.port, control_port=args.control_port,
         sample_interval=args.sample_interval, timeout=args.timeout,
         extra_env=dict(item.split("=", 1) for item in args.env),
+        run_config={key: _parse_value(value) for key, value in
+                    (item.split("=", 1) for item in args.run_config)},
     )
     md = rounds_markdown(result)
     paths = _write(Path(args.out), "rounds", result, md)
@@ -1298,6 +1312,8 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--control-port", type=int, default=None, help="default: --port + 2")
     rd.add_argument("--sample-interval", type=float, default=0.5)
     rd.add_argument("--timeout", type=float, default=1800.0)
+    rd.add_argument("--run-config", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="run-config keys for every run (a TOML scalar or a bare string)")
     rd.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra environment of the SuperLink, ServerApp and Ray actors")
     rd.add_argument("--out", default="bench-results")
@@ -1314,11 +1330,12 @@ def build_parser() -> argparse.ArgumentParser:
     ip.add_argument("--out", default="bench-results")
     ip.set_defaults(func=_cmd_inprocess)
     # the scale benchmarks, each in its own module
-    from . import large_client, protocols, supernodes
+    from . import large_client, perf, protocols, supernodes
 
     large_client.add_parser(sub)
     protocols.add_parser(sub)
     supernodes.add_parser(sub)
+    perf.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,204 @@
+"""``bench lloyd-step`` and ``bench data-build``: the Lloyd step and a client's rows.
+
+The client's Lloyd step against its floors, and how long a client waits for its rows.
+
+``lloyd-step``
+    On ``(n, d, k)`` shapes (default: the issue's 2,000,000 x 16 / k 16, 1,000,000 x 2 /
+    k 16, 200,000 x 64 / k 10), one thread and, with ``--threads default``, BLAS's own:
+    the minimum time of :func:`~flwr_clustering.algorithms.lloyd.lloyd_step` (labels, sums,
+    counts), of its labels alone
+    (:func:`~flwr_clustering.algorithms.lloyd.nearest_labels`), of the cdist labels it
+    replaced (:func:`~flwr_clustering.algorithms.lloyd.assign_to_nearest`), of
+    ``X @ C.T`` (the floor the goal is stated against), of one read of ``X``
+    (``X.sum()``) and of scikit-learn's ``KMeans(init=C, n_init=1, max_iter=1).fit(X)``,
+    all on the same arrays in one process. The labels of ``lloyd_step`` are checked
+    equal to cdist's.
+
+``data-build``
+    For built-in data sets and partitioners, a fresh Python process imports
+    :mod:`flwr_clustering.data` and builds one client's partition with
+    :func:`~flwr_clustering.data.load_partition` (the cache empty, as in a new Ray worker):
+    the import time and the build time, and the import time of the library's ClientApp
+    (``flwr_clustering.app.client_app``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bench import _load, _machine, _thread_limit, _write
+
+__all__ = ["add_parsers", "bench_data_build", "bench_lloyd_step"]
+
+#: The issue's shapes: (n, d, k).
+SHAPES = ((2_000_000, 16, 16), (1_000_000, 2, 16), (200_000, 64, 10))
+
+#: (dataset, partitioner, clients, extra load_partition arguments): 100,000 rows each.
+BUILDS = (
+    ("garst-grid", "iid", 5, {"ppc": 6250}),
+    ("garst-grid", "iid", 200, {"ppc": 6250}),
+    ("garst-grid", "natural", 5, {"ppc": 6250}),
+    ("garst-grid", "dirichlet", 200, {"ppc": 6250}),
+    ("garst-grid", "cluster-wise", 5, {"ppc": 6250}),
+    ("blobs", "iid", 200, {"n_samples": 100_000}),
+    ("blobs", "sorted", 200, {"n_samples": 100_000}),
+    ("garst-grid", "iid", 5, {}),  # the quick-start run's 800 points
+)
+
+
+def _best(fn, repeats: int) -> float:
+    fn()  # warm-up: page faults, imports, caches
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_lloyd_step(shapes=SHAPES, threads=("1",), repeats: int = 3,
+                     seed: int = 0) -> list[dict[str, Any]]:
+    """Minimum seconds of the Lloyd step and its floors per shape and thread setting."""
+    from scipy.spatial.distance import cdist
+    from sklearn.cluster import KMeans
+
+    from flwr_clustering.algorithms.lloyd import assign_to_nearest, lloyd_step, nearest_labels
+
+    rows = []
+    rng = np.random.default_rng(seed)
+    for n, d, k in shapes:
+        X = rng.normal(size=(int(n), int(d)))
+        C = X[rng.choice(int(n), int(k), replace=False)].copy()
+        exact = np.argmin(cdist(X, C, "sqeuclidean"), axis=1)
+        same = bool(np.array_equal(lloyd_step(X, C)[2], exact))
+        for thr in threads:
+            with _thread_limit(thr):
+                t = {
+                    "lloyd_step": _best(lambda X=X, C=C: lloyd_step(X, C), repeats),
+                    "nearest_labels": _best(lambda X=X, C=C: nearest_labels(X, C), repeats),
+                    "cdist_labels": _best(lambda X=X, C=C: assign_to_nearest(X, C), repeats),
+                    "gemm": _best(lambda X=X, C=C: X @ C.T, repeats),
+                    "read": _best(lambda X=X: X.sum(), repeats),
+                    "sklearn": _best(lambda X=X, C=C: KMeans(
+                        n_clusters=len(C), init=C, n_init=1, max_iter=1).fit(X), repeats),
+                }
+            rows.append({"n": int(n), "d": int(d), "k": int(k), "threads": thr,
+                         "labels_equal_cdist": same, **{f"{key}_s": v for key, v in t.items()},
+                         "step_over_gemm": t["lloyd_step"] / t["gemm"],
+                         "labels_over_gemm": t["nearest_labels"] / t["gemm"],
+                         "step_over_read": t["lloyd_step"] / t["read"],
+                         "step_over_sklearn": t["lloyd_step"] / t["sklearn"]})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+_BUILD_CODE = """
+import json, sys, time
+start = time.perf_counter()
+from flwr_clustering.data import load_partition
+imported = time.perf_counter()
+dataset, partitioner, clients, extra = json.loads(sys.argv[1])
+X, _ = load_partition(0, clients, dataset=dataset, partitioner=partitioner, **extra)
+built = time.perf_counter()
+print(json.dumps({"import_s": imported - start, "build_s": built - imported,
+                  "rows_client_0": len(X)}))
+"""
+
+_IMPORT_CODE = """
+import json, time
+start = time.perf_counter()
+import flwr_clustering.app.client_app
+print(json.dumps({"import_s": time.perf_counter() - start}))
+"""
+
+
+def bench_data_build(builds=BUILDS, repeats: int = 3) -> dict[str, Any]:
+    """Import and build times, each in a fresh process; minimum over ``repeats``."""
+    def run(code: str, *args: str) -> dict[str, float]:
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                             text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    rows = []
+    for dataset, partitioner, clients, extra in builds:
+        runs = [run(_BUILD_CODE, json.dumps([dataset, partitioner, clients, extra]))
+                for _ in range(repeats)]
+        rows.append({"dataset": dataset, "partitioner": partitioner, "clients": clients,
+                     **extra, "rows_client_0": runs[0]["rows_client_0"],
+                     "import_s": min(r["import_s"] for r in runs),
+                     "build_s": min(r["build_s"] for r in runs)})
+        print(json.dumps(rows[-1]), flush=True)
+    client_app = min(run(_IMPORT_CODE)["import_s"] for _ in range(repeats))
+    return {"builds": rows, "client_app_import_s": client_app}
+
+
+def _lloyd_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| n x d, k | threads | lloyd_step ms | labels ms | cdist labels ms | "
+             "X @ C.T ms | read ms | scikit-learn ms | step / X@C.T | labels / X@C.T | "
+             "step / scikit-learn | labels = cdist |", "|" + "---|" * 12]
+    for r in rows:
+        lines.append(
+            f"| {r['n']:,} x {r['d']}, {r['k']} | {r['threads']} | {r['lloyd_step_s'] * 1e3:.0f} "
+            f"| {r['nearest_labels_s'] * 1e3:.0f} | {r['cdist_labels_s'] * 1e3:.0f} | "
+            f"{r['gemm_s'] * 1e3:.0f} | {r['read_s'] * 1e3:.0f} | {r['sklearn_s'] * 1e3:.0f} | "
+            f"{r['step_over_gemm']:.2f} | {r['labels_over_gemm']:.2f} | "
+            f"{r['step_over_sklearn']:.2f} | {r['labels_equal_cdist']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _build_markdown(result: dict[str, Any]) -> str:
+    lines = ["| dataset | partitioner | clients | client 0 rows | import s | build s |",
+             "|---|---|---|---|---|---|"]
+    for r in result["builds"]:
+        lines.append(f"| {r['dataset']} | {r['partitioner']} | {r['clients']} | "
+                     f"{r['rows_client_0']:,} | {r['import_s']:.3f} | {r['build_s']:.3f} |")
+    lines.append(f"\nImport of `flwr_clustering.app.client_app`: "
+                 f"{result['client_app_import_s']:.3f} s\n")
+    return "\n".join(lines)
+
+
+def _cmd_lloyd(args: argparse.Namespace) -> int:
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
+    load = _load()
+    rows = bench_lloyd_step(shapes, args.threads, args.repeats, args.seed)
+    result = {"benchmark": "lloyd-step", "machine": _machine(), "load_before": load,
+              "load_after": _load(), "rows": rows}
+    print(_lloyd_markdown(rows))
+    _write(Path(args.out), "lloyd_step", result, _lloyd_markdown(rows))
+    return 0 if all(r["labels_equal_cdist"] for r in rows) else 1
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    load = _load()
+    result = {"benchmark": "data-build", "machine": _machine(), "load_before": load,
+              **bench_data_build(repeats=args.repeats)}
+    result["load_after"] = _load()
+    print(_build_markdown(result))
+    _write(Path(args.out), "data_build", result, _build_markdown(result))
+    return 0
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Register ``lloyd-step`` and ``data-build`` on ``bench``'s subparsers."""
+    p = subparsers.add_parser("lloyd-step", help="the Lloyd step against X @ C.T, one read "
+                              "of X and scikit-learn")
+    p.add_argument("--shapes", nargs="+", default=[f"{n}x{d}x{k}" for n, d, k in SHAPES],
+                   help="n x d x k (default: the issue's three)")
+    p.add_argument("--threads", nargs="+", default=["1"], help="'1' and/or 'default'")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench-results")
+    p.set_defaults(func=_cmd_lloyd)
+    b = subparsers.add_parser("data-build", help="a client's import and partition build "
+                              "time, in fresh processes")
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--out", default="bench-results")
+    b.set_defaults(func=_cmd_build)

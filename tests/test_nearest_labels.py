@@ -1,0 +1,61 @@
+"""``nearest_labels`` (matrix-product expansion + exact re-check) gives cdist's labels."""
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from flwr_clustering.algorithms import lloyd
+from flwr_clustering.algorithms.lloyd import assign_to_nearest, lloyd_step, nearest_labels
+
+
+def _exact(X, C):
+    return np.argmin(cdist(X, C, "sqeuclidean"), axis=1)
+
+
+def _cases():
+    rng = np.random.default_rng(0)
+    for n, d, k in [(5000, 1, 3), (5000, 2, 16), (3000, 16, 16), (1000, 64, 10), (200, 3, 1)]:
+        X = rng.normal(size=(n, d))
+        yield f"gauss-{n}x{d}-k{k}", X, X[rng.choice(n, k, replace=False)].copy()
+    grid = rng.integers(-3, 4, size=(4000, 3)).astype(np.float64)
+    # exact ties everywhere: duplicated centroids and points halfway between integer centres
+    yield "ties", grid, np.vstack([grid[:6], grid[:6], grid[:6] + 1.0])
+    far = rng.normal(size=(3000, 4)) * 1e3 + 1e9  # the expansion cancels catastrophically
+    yield "offset", far, far[:12] + rng.normal(size=(12, 4)) * 1e-3
+    tiny = rng.normal(size=(2000, 5)) * 1e-150
+    yield "tiny", tiny, tiny[:7].copy()
+    mid = (grid[:1] + grid[1:2]) / 2  # a row exactly between two centroids
+    yield "halfway", np.repeat(mid, 50, axis=0), np.vstack([grid[1:2], grid[:1]])
+
+
+@pytest.mark.parametrize("name,X,C", list(_cases()), ids=lambda v: v if isinstance(v, str)
+                         else "")
+def test_labels_equal_cdist_argmin_in_one_block_and_in_many(monkeypatch, name, X, C):
+    expected = _exact(X, C)
+    np.testing.assert_array_equal(nearest_labels(X, C), expected)
+    np.testing.assert_array_equal(assign_to_nearest(X, C)[0], expected)
+    with monkeypatch.context() as m:  # blocks of 3 rows, the last one short
+        m.setattr(lloyd, "BLOCK_BYTES", 8 * 3 * max(len(C), X.shape[1]))
+        np.testing.assert_array_equal(nearest_labels(X, C), expected)
+
+
+def test_the_exact_recheck_decides_ties_and_near_ties():
+    """Rows whose two nearest centroids are within rounding go to cdist; a halfway row
+    takes the lower index, as argmin does."""
+    C = np.array([[0.0, 0.0], [2.0, 0.0], [1.0, 1e-9]])
+    X = np.array([[1.0, 0.0], [1.0, 5e-10], [1.0 + 1e-15, 0.0], [0.5, 0.0]])
+    np.testing.assert_array_equal(nearest_labels(X, C), _exact(X, C))
+
+
+def test_lloyd_step_is_unchanged_and_empty_data_gives_no_label():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(2000, 8))
+    C = X[:5].copy()
+    means, counts, labels = lloyd_step(X, C)
+    np.testing.assert_array_equal(labels, _exact(X, C))
+    np.testing.assert_array_equal(counts, np.bincount(labels, minlength=5))
+    np.testing.assert_allclose(means, [X[labels == j].mean(axis=0) for j in range(5)],
+                               rtol=1e-13)
+    assert nearest_labels(np.zeros((0, 8)), C).shape == (0,)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nearest_labels(np.full((3, 8), np.nan), C)
