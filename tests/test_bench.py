@@ -166,7 +166,8 @@ def _client_step_calls() -> list[int]:
     C = X[:4].copy()
     calls = {"check_X": 0, "labels": 0, "sums": 0}
 
-    real_check, real_labels, real_sums = lloyd.check_data, lloyd.nearest_labels, lloyd.cluster_sums
+    real_check, real_sums = lloyd.check_data, lloyd.cluster_sums
+    real_labels, real_unchecked = lloyd.nearest_labels, lloyd.nearest_labels_unchecked
 
     def check(A, *a, **kw):
         calls["check_X"] += np.shape(A) == X.shape
@@ -182,6 +183,7 @@ def _client_step_calls() -> list[int]:
             mock.patch.object(fkm, "check_data", check), \
             mock.patch.object(fkm, "nearest_labels", count("labels", real_labels)), \
             mock.patch.object(lloyd, "nearest_labels", count("labels", real_labels)), \
+            mock.patch.object(fkm, "nearest_labels_unchecked", count("labels", real_unchecked)), \
             mock.patch.object(lloyd, "cluster_sums", count("sums", real_sums)):
         fkm.fkm_client_update(X, C, privacy_threshold=2, local_iters=1)
     return [1, calls["check_X"], 0, calls["labels"], calls["sums"]]

@@ -24,6 +24,7 @@ from .lloyd import (
     lloyd_step,
     matched_shift,
     nearest_labels,
+    nearest_labels_unchecked,
     seed_from,
     weighted_kmeans,
 )
@@ -159,7 +160,7 @@ def fkm_client_update(
     if len(X) == 0:
         d = C.shape[1]
         return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    labels = nearest_labels(X, C)
+    labels = nearest_labels_unchecked(X, C)  # both checked above
     present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)

@@ -19,6 +19,7 @@ __all__ = [
     "BLOCK_BYTES",
     "assign_to_nearest",
     "nearest_labels",
+    "nearest_labels_unchecked",
     "check_data",
     "check_features",
     "client_rng",
@@ -292,7 +293,15 @@ def nearest_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     numpy.ndarray of shape (n,), int64
         Index of the nearest centroid of every row.
     """
-    X, C = _checked_pair(X, C)
+    return nearest_labels_unchecked(*_checked_pair(X, C))
+
+
+def nearest_labels_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """:func:`nearest_labels` of validated float64 arrays.
+
+    For callers that checked ``X`` once already: the finiteness scan of 2 million rows
+    costs a third of the matrix product.
+    """
     (n, d), k = X.shape, len(C)
     labels = np.empty(n, dtype=np.int64)
     cc = np.einsum("ij,ij->i", C, C)[:, None]
