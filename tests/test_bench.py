@@ -277,10 +277,12 @@ def test_rounds_run_config_values_are_parsed_and_reach_the_command(tmp_path):
                       "augment": False}
     cmd = bench._flwr_run_command(
         tmp_path, "deepfeca", clients=10, rounds=1, k=4, samples_per_client=10, features=2,
-        out_dir=tmp_path / "o", cpus_per_client=1, extra_run_config=parsed,
+        out_dir=tmp_path / "o", cpus_per_client=1,
+        extra_run_config={**parsed, "dataset": "garst-grid"},
     )
     rc = cmd[cmd.index("--run-config") + 1].split()
     assert {"network='mlp'", "local-epochs=1", "learning-rate=0.05", "augment=false"} <= set(rc)
+    assert "dataset='garst-grid'" in rc and "dataset='blobs'" not in rc  # one value per key
 
 
 def test_flower_env_uses_private_ports(tmp_path):

@@ -773,15 +773,16 @@ def _flwr_run_command(
     features: int, out_dir: Path, cpus_per_client: int,
     extra_run_config: dict[str, Any] | None = None,
 ) -> list[str]:
-    run_config = " ".join([
-        f"algorithm='{run_config_algorithm(algorithm)}'", "dataset='blobs'", "partitioner='iid'",
-        f"n-samples={samples_per_client * clients}", f"n-features={features}", f"centers={k}",
-        f"k={k}", f"max-rounds={rounds}", "tol=-1.0", f"min-nodes={clients}",
-        f"out-dir='{out_dir}'",
+    items: dict[str, Any] = {
+        "algorithm": run_config_algorithm(algorithm), "dataset": "blobs", "partitioner": "iid",
+        "n-samples": samples_per_client * clients, "n-features": features, "centers": k,
+        "k": k, "max-rounds": rounds, "tol": -1.0, "min-nodes": clients,
+        "out-dir": str(out_dir),
         # DGC's rounds are 1 (init) + iterations x inner steps, not max-rounds
-        *([f"iterations={rounds - 1}"] if algorithm == "dgc" else []),
-        *(f"{key}={_toml_value(value)}" for key, value in (extra_run_config or {}).items()),
-    ])
+        **({"iterations": rounds - 1} if algorithm == "dgc" else {}),
+        **(extra_run_config or {}),  # (may replace the data set: one value per key)
+    }
+    run_config = " ".join(f"{key}={_toml_value(value)}" for key, value in items.items())
     federation = f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client}"
     return [
         processes.executable("flwr"), "run", str(app), "--stream",
