@@ -174,6 +174,12 @@ def test_per_user_metrics_score_only_user_eval_nodes_users_each_node_labels_with
     assert fed["user-accuracy-min"] == pytest.approx(min(joint), abs=1e-15)
     assert fed["user-local-accuracy-mean"] == pytest.approx(np.mean(local), abs=1e-15)
     assert fed["user-sse-mean"] == pytest.approx(np.mean([sse(X, centres[i]) for i in ids]))
+    # the server-side scoring (pooled rows) summarises the same users; every node's
+    # centres stay in user_models() (the estimator's user_centers_, nodes.npz)
+    last = json.loads((tmp_path / "dgc" / "history.json").read_text())[-1]["server-metrics"]
+    assert last["user-accuracy-mean"] == pytest.approx(np.mean(joint), abs=1e-15)
+    assert strategy.user_models().shape == (m, 3, 4)
+    assert strategy.scored_user_models().shape == (3, 3, 4)
     evaluate = [msg for msg in grid.sent if msg.metadata.message_type == "evaluate"]
     assert evaluate and all(msg.content["arrays"]["1"].numpy().shape == (3, 3, 4)
                             for msg in evaluate)

@@ -146,7 +146,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
                 return None
             metrics = centralized_metrics(X, arrays["centroids"].numpy(), y)
             # Protocols where every user keeps its own centres (DGC): score each user's.
-            models = strategy.user_models()
+            models = strategy.scored_user_models()
             if models is not None and y is not None and not np.isnan(X).any():
                 metrics.update(per_model_metrics(model_contingencies(X, models, y)))
             return MetricRecord(metrics)

@@ -1243,6 +1243,14 @@ class ClusteringStrategy(Strategy):
         """Every user's own centres ``(m, k, d)`` where users keep their own (DGC)."""
         return None
 
+    def scored_user_models(self) -> np.ndarray | None:
+        """The users' centres the per-user metrics score (default: :meth:`user_models`).
+
+        DGC scores at most ``user-eval-nodes`` users, so both the federated and the
+        server-side ``user-*`` metrics summarise the same users.
+        """
+        return self.user_models()
+
     def plot_features(self, X: np.ndarray) -> np.ndarray:
         """The rows as the model sees them, for the cluster plot (default: ``X``)."""
         return X

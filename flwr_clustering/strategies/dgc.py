@@ -350,18 +350,21 @@ class DGC(ClusteringStrategy):
         return record
 
     def user_models(self) -> np.ndarray | None:
+        """Every node's own centres ``(m, K, d)``."""
+        return self.node_centres
+
+    def scored_user_models(self) -> np.ndarray | None:
         """The own centres ``(s, K, d)`` of the users the per-user metrics score.
 
         Every node's when the graph has at most ``user-eval-nodes`` nodes, else that many
-        evenly spaced ones (:func:`~flwr_clustering.algorithms.dgc.scored_users`);
-        ``nodes.npz`` and ``node_centres`` always hold every node's.
+        evenly spaced ones (:func:`~flwr_clustering.algorithms.dgc.scored_users`).
         """
         if self.node_centres is None:
             return None
         return self.node_centres[self.scored_ids()]
 
     def scored_ids(self) -> np.ndarray:
-        """Ids of the users scored by the per-user metrics (see :meth:`user_models`)."""
+        """Ids of the users scored by the per-user metrics (:meth:`scored_user_models`)."""
         assert self.node_centres is not None
         return scored_users(len(self.node_centres), self.options.user_eval_nodes)
 
@@ -380,11 +383,11 @@ class DGC(ClusteringStrategy):
         centres, its SSE and (with labels) contingency table on its own rows: summed, they
         score those users' own centres on the joint data exactly (the paper's per-user
         accuracy). The scored users are every node up to ``user-eval-nodes``
-        (:meth:`user_models`); the own centres are what the node keeps (its labels).
+        (:meth:`scored_user_models`); the own centres are what the node keeps (its labels).
         """
         if self.node_centres is None:
             return []
-        models = self.user_models()
+        models = self.scored_user_models()
         content_config = dict(config or {})
         messages = []
         client_of = {node: cid for cid, node in self.node_of.items()}
