@@ -277,9 +277,9 @@ def _natural_assignment(dataset: str, num_partitions: int, feature_mask: str, se
 
     Only ``dim-128``'s split depends on ``feature_mask``; call through :func:`_natural`.
     """
-    X, y, _ = _arrays(dataset, seed, dataset_items)
     if dataset == "garst-grid":  # drawn with the points; only a natural split needs it
         return load_dataset(dataset, seed=seed, **dict(dataset_items))[2]
+    X, y, _ = _arrays(dataset, seed, dataset_items)
     return _natural_split(dataset, X, y, num_partitions, feature_mask, seed)
 
 
