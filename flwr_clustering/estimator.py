@@ -388,7 +388,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             If the run fails (e.g. too few valid client replies); the message carries the
             clients' reasons.
         """
-        from .app.config import build_client, build_strategy, merged_config
+        from .app.config import build_client, build_strategy, merged_config, run_dtype
         from .clients import client_app, stored_labels
         from .clients.base import client_id_of
         from .testing import InProcessGrid
@@ -422,8 +422,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.seed_ = seed
         self.n_clients_ = len(parts)
         self.n_features_in_ = int(parts[0].shape[1])
+        # float64, or float32 when the run computes in it (scikit-learn's KMeans keeps
+        # float32 data's centres float32 too)
         self.cluster_centers_ = (None if strategy.centroids is None
-                                 else np.array(strategy.centroids, dtype=np.float64))
+                                 else np.array(strategy.centroids, dtype=run_dtype(cfg)))
         self.labels_ = [stored_labels(grid.contexts[100 + i]) for i in range(len(parts))]
         models = strategy.user_models()
         self.user_centers_ = None if models is None else np.array(models, dtype=np.float64)
@@ -495,7 +497,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
         check_is_fitted(self, "strategy_")
         masked = self._masked()
-        X = np.asarray(X, dtype=np.float64)
+        # a float32 model labels float32 rows, as its clients held theirs
+        dtype = getattr(self.cluster_centers_, "dtype", np.float64)
+        X = np.asarray(X, dtype=np.float32 if dtype == np.float32 else np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape "
                              f"{X.shape} (one row: reshape(1, -1))")

@@ -461,7 +461,7 @@ def local_evaluation_stats(
     ValueError
         On malformed data, centroids or labels.
     """
-    X = check_data(X)
+    X = check_data(X, dtype=None)  # float32 rows stay float32; the sums are float64
     # distances one row block at a time: memory flat in the client's rows, values equal
     # to those of the whole matrix (see squared_distances)
     stats, labels = evaluation_stats_from_blocks(distance_blocks(X, C), len(X),
@@ -504,7 +504,7 @@ def residual_stats(
         ``{"cluster-residuals": (k, d) float64}``, whole NaN rows for the withheld
         clusters, NaN columns for unobserved features.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = _float_rows(X)
     C = np.asarray(C, dtype=np.float64)
     if X.ndim != 2 or len(X) == 0:
         return {"cluster-residuals": np.zeros_like(C)}
@@ -535,6 +535,12 @@ def residual_stats(
     return {"cluster-residuals": residuals}
 
 
+def _float_rows(X: np.ndarray) -> np.ndarray:
+    """The rows as float64, or as they are if float32 (the sums are taken in float64)."""
+    X = np.asarray(X)
+    return X if X.dtype in (np.float32, np.float64) else X.astype(np.float64)
+
+
 def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarray]:
     """A client's sums for the pooled total sum of squares (never a row).
 
@@ -552,13 +558,13 @@ def moment_stats(X: np.ndarray, min_rows: int = 2) -> dict[str, float | np.ndarr
         than ``min_rows`` rows (the privacy threshold) sends neither: for one row ``sum-x``
         would be that row. The server then falls back to a scale guessed from the centres.
     """
-    X = np.asarray(X, dtype=np.float64)
+    X = _float_rows(X)
     if X.ndim == 2 and 0 < len(X) < max(int(min_rows), 1):
         return {}
     if X.ndim != 2 or len(X) == 0:
         d = X.shape[1] if X.ndim == 2 else 0
         return {"sum-x": np.zeros(d), "sst-local": 0.0}
-    total = X.sum(axis=0)
+    total = X.sum(axis=0, dtype=np.float64)
     mean = total / len(X)
     # the squared deviations one row block at a time (no copy of the rows); beyond one
     # block the blocks' sums are added in order (float round-off against one np.sum)

@@ -390,3 +390,17 @@ def test_lloyd_step_and_data_build_benchmarks_measure_what_they_say(tmp_path):
     (b,) = built["builds"]
     assert b["rows_client_0"] == 160 and 0 < b["build_s"] and 0 < b["import_s"]
     assert built["client_app_import_s"] > 0
+
+
+def test_dtype_benchmark_compares_float32_with_float64_on_the_same_clients():
+    from simulations.benchmarks import perf
+
+    result = perf.bench_dtype(cases=perf.DTYPE_CASES[:1], seeds=[0], shape=(2000, 3, 4),
+                              repeats=1)
+    (row,) = result["quality"]
+    # the paper's beta-0.1 grid: both types find its 16 clusters
+    assert row["ari_float64"] > 0.9 and abs(row["ari_float32"] - row["ari_float64"]) < 0.02
+    assert row["sse_rel_diff"] == pytest.approx(row["sse_float32"] / row["sse_float64"] - 1)
+    speed = result["speed"]
+    assert speed["rows_float32_mib"] == pytest.approx(speed["rows_float64_mib"] / 2)
+    assert "| float32 |" in perf._dtype_markdown(result)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..options import Options, option
 from .lloyd import (
+    FLOAT_DTYPES,
     check_data,
     client_rng,
     lloyd_step,
@@ -31,6 +32,7 @@ from .lloyd import (
 from .local_centroids import LocalCentroids
 
 __all__ = [
+    "as_run_dtype",
     "dense_totals",
     "lloyd_from_totals",
     "moment_init",
@@ -46,10 +48,11 @@ INIT_MODES = ("private", "paper")
 SERVER_UPDATES = ("kmeans", "lloyd")
 
 
-def _filtered(means, part_counts, counts, index, privacy_threshold) -> LocalCentroids:
+def _filtered(means, part_counts, counts, index, privacy_threshold,
+              dtype=np.float64) -> LocalCentroids:
     keep = (part_counts >= privacy_threshold) & (counts >= privacy_threshold)
     return LocalCentroids(
-        np.ascontiguousarray(means[keep], dtype=np.float64),
+        np.ascontiguousarray(means[keep], dtype=dtype),
         counts[keep].astype(np.int64),
         index[keep].astype(np.int64),
     )
@@ -67,7 +70,8 @@ def _local_lloyd(
         # scikit-learn semantics used by the paper's code: a final E-step, so the counts
         # are of the points nearest to the NEW means (Algorithm 1 line 17 as their code runs it).
         counts = np.bincount(nearest_labels(X, C), minlength=len(C)).astype(np.int64)
-    return _filtered(C, part_counts, counts, index, privacy_threshold)
+    # the means leave the client in the data's type (float32 data: float32 means)
+    return _filtered(C, part_counts, counts, index, privacy_threshold, X.dtype)
 
 
 def fkm_client_init(
@@ -85,7 +89,8 @@ def fkm_client_init(
     Parameters
     ----------
     X : numpy.ndarray of shape (n_i, d)
-        The client's data.
+        The client's data; float32 data is computed in and uploaded as float32 (the
+        sums of the Lloyd steps in float64), anything else as float64.
     k : int
         ``K_g``, the global number of clusters.
     rng : numpy.random.Generator
@@ -111,18 +116,19 @@ def fkm_client_init(
     """
     from sklearn.cluster import kmeans_plusplus
 
-    X = check_data(X)
+    X = check_data(X, dtype=None)
     if init not in INIT_MODES:
         raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
     k_i = min(len(X), k)
     if k_i == 0:
         d = X.shape[1]
-        return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return LocalCentroids(np.zeros((0, d), X.dtype), np.zeros(0, np.int64),
+                              np.zeros(0, np.int64))
     seeds, _ = kmeans_plusplus(X, k_i, random_state=seed_from(rng))
     index = np.full(k_i, -1, dtype=np.int64)
     if init == "paper":
         counts = np.bincount(nearest_labels(X, seeds), minlength=k_i).astype(np.int64)
-        return _filtered(seeds, counts, counts, index, privacy_threshold)
+        return _filtered(seeds, counts, counts, index, privacy_threshold, X.dtype)
     return _local_lloyd(X, seeds, index, privacy_threshold, max(1, local_iters), recount)
 
 
@@ -143,7 +149,7 @@ def fkm_client_update(
     Parameters
     ----------
     X : numpy.ndarray of shape (n_i, d)
-        The client's data.
+        The client's data (float32 data: computed in and uploaded as float32).
     global_centroids : numpy.ndarray of shape (K, d)
         The broadcast ``C_g``.
     privacy_threshold, local_iters, recount
@@ -156,15 +162,16 @@ def fkm_client_update(
         The upload; ``index`` names the global centroid each local one started from.
     """
     C = check_data(global_centroids, name="global centroids")
-    X = check_data(X, n_features=C.shape[1])
+    X = check_data(X, n_features=C.shape[1], dtype=None)
     if len(X) == 0:
         d = C.shape[1]
-        return LocalCentroids(np.zeros((0, d)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return LocalCentroids(np.zeros((0, d), X.dtype), np.zeros(0, np.int64),
+                              np.zeros(0, np.int64))
     labels = nearest_labels_unchecked(X, C)  # both checked above
     present = np.flatnonzero(np.bincount(labels, minlength=len(C)))
     if local_iters == 0:
         counts = np.bincount(labels, minlength=len(C))[present].astype(np.int64)
-        return _filtered(C[present], counts, counts, present, privacy_threshold)
+        return _filtered(C[present], counts, counts, present, privacy_threshold, X.dtype)
     # Dropping centroids that attract no point changes no row's nearest centroid (cdist
     # values are per pair, ties still go to the lowest index), so the first local step
     # reuses this assignment, renumbered, instead of computing the distances again.
@@ -283,7 +290,8 @@ def fkm_server_aggregate(
             "no client uploaded any centroid (every local cluster was below the privacy "
             "threshold or every client failed)"
         )
-    means = np.concatenate([u.means for u in uploads])
+    # the server computes in float64 whatever the clients sent (float32 means: exactly)
+    means = np.concatenate([np.asarray(u.means, dtype=np.float64) for u in uploads])
     counts = np.concatenate([u.counts for u in uploads]).astype(np.float64)
     if update == "lloyd":
         if previous is None:
@@ -301,6 +309,17 @@ def fkm_server_aggregate(
     if len(means) <= k:
         return means
     return weighted_kmeans(means, counts, k, rng, seeding=seeding, n_init=n_init)
+
+
+def as_run_dtype(A: np.ndarray, dtype: str) -> np.ndarray:
+    """``A`` in the run's type: ``"float32"`` rounds to float32, ``"float64"`` to float64.
+
+    FKM's ``dtype`` option. The server rounds every new ``C_g`` with it, so that what it
+    broadcasts, checkpoints and compares (the shift) is what the clients compute with.
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype!r}")
+    return np.asarray(A, dtype=dtype)
 
 
 @dataclass
@@ -343,6 +362,7 @@ def run_fkm(
     update: str = "kmeans",
     n_init: int = 10,
     initial_centroids: np.ndarray | None = None,
+    dtype: str = "float64",
 ) -> FKMResult:
     """Run FKM on in-memory client arrays, with no Flower (the reference loop).
 
@@ -367,6 +387,10 @@ def run_fkm(
     initial_centroids : numpy.ndarray of shape (k, d), optional
         A shared starting ``C_g``; then round 1 is a client update from it instead of
         the client-side k-means++ initialisation.
+    dtype : {"float64", "float32"}, default "float64"
+        The type the clients compute in and send (:func:`as_run_dtype`): with
+        ``"float32"`` every client's rows and every broadcast ``C_g`` are float32 (the
+        server's k-means runs in float64, its result is rounded to float32).
 
     Returns
     -------
@@ -377,7 +401,9 @@ def run_fkm(
     client_opts = dict(
         privacy_threshold=privacy_threshold, local_iters=local_iters, recount=recount
     )
-    previous = None if initial_centroids is None else np.asarray(initial_centroids, float)
+    clients = [as_run_dtype(X, dtype) for X in clients]
+    previous = (None if initial_centroids is None
+                else as_run_dtype(np.asarray(initial_centroids, float), dtype))
     if previous is None:
         uploads = [
             fkm_client_init(X, k, client_rng(seed, i), init=init, **client_opts)
@@ -392,6 +418,7 @@ def run_fkm(
             uploads, k, server_rng, seeding=seeding, update=server_update, previous=previous,
             n_init=n_init,
         )
+        new = as_run_dtype(new, dtype)
         shift = matched_shift(previous, new)
         result.history.append(new)
         result.shifts.append(shift)
@@ -437,9 +464,14 @@ class FKMOptions(Options):
     dp_placement: str = option("distributed", choices=("distributed", "central"),
                                help="differential privacy: each client adds its share of the "
                                "noise, or the (trusted) server adds it")
+    dtype: str = option("float64", choices=FLOAT_DTYPES, help="the type the clients compute "
+                        "in and send: float32 halves their data's memory and the messages")
 
     def validate(self) -> None:
         """Differential privacy runs federated Lloyd on clipped rows: it needs both."""
+        if self.dp_epsilon > 0 and self.dtype != "float64":
+            raise ValueError("dp-epsilon needs dtype='float64' (the noise calibration and "
+                             f"clipping are computed in float64), got dtype={self.dtype!r}")
         if self.dp_epsilon > 0:
             if self.server_update != "lloyd":
                 raise ValueError("dp-epsilon needs server-update='lloyd' (differentially "

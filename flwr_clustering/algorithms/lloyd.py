@@ -121,12 +121,18 @@ def check_features(X: np.ndarray, n_features: int, *, name: str = "data") -> Non
         )
 
 
-def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None) -> np.ndarray:
-    """Validate a data matrix and return it as C-contiguous float64.
+#: The floating types the Lloyd kernels compute in (``dtype=None`` of :func:`check_data`
+#: keeps these, anything else becomes float64).
+FLOAT_DTYPES = ("float64", "float32")
 
-    No copy is made of data that is already C-contiguous float64, and the finiteness scan
-    runs in row blocks (:func:`row_blocks`), so validating 10 million rows costs no second
-    copy of them.
+
+def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = None,
+               dtype: type | str | None = np.float64) -> np.ndarray:
+    """Validate a data matrix and return it as a C-contiguous float array.
+
+    No copy is made of data that is already C-contiguous in the target type, and the
+    finiteness scan runs in row blocks (:func:`row_blocks`), so validating 10 million rows
+    costs no second copy of them.
 
     Parameters
     ----------
@@ -137,18 +143,23 @@ def check_data(X: np.ndarray, *, name: str = "data", n_features: int | None = No
     n_features : int, optional
         The number of features the data must have (e.g. the dimension of the global
         centroids).
+    dtype : numpy dtype, str or None, default float64
+        The type returned; ``None`` keeps float32 data float32 (half the memory: the
+        kernels that accept it compute in it) and makes anything else float64.
 
     Returns
     -------
     numpy.ndarray
-        ``X`` as float64.
+        ``X`` as ``dtype``.
 
     Raises
     ------
     ValueError
         If ``X`` is not 2-D, holds NaN or inf, or has the wrong number of features.
     """
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    if dtype is None:
+        dtype = X.dtype if getattr(X, "dtype", None) == np.float32 else np.float64
+    X = np.ascontiguousarray(X, dtype=dtype)
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (n_samples, n_features), got shape {X.shape}")
     n_bad, first = 0, None
@@ -172,7 +183,8 @@ def _checked_pair(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     C = check_data(C, name="centroids")
     if len(C) == 0:
         raise ValueError("centroids must hold at least one row (k >= 1)")
-    return check_data(X, name="data", n_features=C.shape[1]), C
+    # float32 data stays float32 (the labels are those of its exact distances all the same)
+    return check_data(X, name="data", n_features=C.shape[1], dtype=None), C
 
 
 def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -266,8 +278,10 @@ def nearest(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 #: Rows whose two nearest centroids by the GEMM expansion are closer than this many
 #: ``(d + 2) * eps * (||x|| + max ||c||)**2`` are assigned again with exact distances: 4
-#: times the sum of both routes' worst-case rounding (the expansion's and cdist's).
-_GAP_FACTOR = 8.0 * np.finfo(np.float64).eps
+#: times the sum of both routes' worst-case rounding (the expansion's and cdist's), with
+#: ``eps`` of the type the expansion is computed in (float32 data: float32, whose rounding
+#: of the centroids is within the same bound).
+_GAP_FACTOR = 8.0
 
 
 def nearest_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -297,22 +311,27 @@ def nearest_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def nearest_labels_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """:func:`nearest_labels` of validated float64 arrays.
+    """:func:`nearest_labels` of validated arrays (``X`` float64 or float32, ``C`` float64).
 
     For callers that checked ``X`` once already: the finiteness scan of 2 million rows
-    costs a third of the matrix product.
+    costs a third of the matrix product. Float32 data is expanded in float32 (half the
+    memory traffic), against the centroids rounded to float32; the unsure rows are
+    assigned again from the exact distances to ``C`` itself, so the labels are those of
+    ``assign_to_nearest(X, C)`` in either type.
     """
     (n, d), k = X.shape, len(C)
     labels = np.empty(n, dtype=np.int64)
-    cc = np.einsum("ij,ij->i", C, C)[:, None]
-    c_norm = float(np.sqrt(cc.max())) if k else 0.0
-    neg2_c = -2.0 * C
-    factor = _GAP_FACTOR * (d + 2)
+    ftype = X.dtype if X.dtype == np.float32 else np.dtype(np.float64)
+    Cw = np.asarray(C, dtype=ftype)
+    cc = np.einsum("ij,ij->i", Cw, Cw)[:, None]
+    c_norm = float(np.sqrt(np.max(np.einsum("ij,ij->i", C, C)))) if k else 0.0
+    neg2_c = -2.0 * Cw
+    factor = _GAP_FACTOR * float(np.finfo(ftype).eps) * (d + 2)
     # (k, rows) layout: the reductions over the centroids run along axis 0, in k
     # vectorised passes (along axis 1 NumPy loops per row of k values: 2-3x slower)
     blocks = list(row_blocks(n, max(k, d)))
     size = blocks[0].stop if blocks else 0  # work arrays reused by every block: a fresh
-    work = np.empty((k, size))              # 8 MiB array per block costs its page faults
+    work = np.empty((k, size), dtype=ftype)  # 8 MiB array per block costs its page faults
     mask = np.empty((k, size), dtype=bool)
     for rows in blocks:
         block = X[rows]

@@ -59,6 +59,7 @@ def check_local_centroids(
     privacy_threshold: int = 2,
     k: int | None = None,
     max_centroids: int | None = None,
+    dtype: str | None = None,
 ) -> LocalCentroids:
     """Validate an upload received from a client (server side).
 
@@ -74,6 +75,10 @@ def check_local_centroids(
         Number of global centroids; ``index`` entries must be in ``[-1, k)``.
     max_centroids : int, optional
         The most local centroids the protocol lets a client send.
+    dtype : str, optional
+        The type the run computes in; ``"float32"``: the means must be float32 (a client
+        that computed in float64 did not run what the server asked). ``None`` or
+        ``"float64"``: any real type.
 
     Returns
     -------
@@ -87,6 +92,10 @@ def check_local_centroids(
     """
     if np.asarray(upload.means).dtype.kind not in "fiu":
         raise ValueError(f"means must be a real array, got {np.asarray(upload.means).dtype}")
+    if dtype not in (None, "float64") and np.asarray(upload.means).dtype != dtype:
+        raise ValueError(f"means are {np.asarray(upload.means).dtype}, the run computes in "
+                         f"{dtype} (its dtype option): the client did not run what the "
+                         "server asked")
     means = np.asarray(upload.means, dtype=np.float64)
     counts = np.asarray(upload.counts)
     index = np.asarray(upload.index)

@@ -30,6 +30,7 @@ __all__ = [
     "default_run_config",
     "merged_config",
     "results_dir",
+    "run_dtype",
 ]
 
 
@@ -154,9 +155,24 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown run-config key {key!r}; valid keys: {sorted(cfg)}")
         cfg[key] = value
     spec.options.from_config(cfg, run_config_only=True)  # a bad option value is an error here
+    if str(cfg.get("dtype", "float64")) != "float64" and not _has_dtype(spec):
+        able = [n for n in registry.names() if _has_dtype(registry.get(n))] or ["none"]
+        raise ValueError(f"dtype={cfg['dtype']!r}: algorithm {spec.name!r} computes in "
+                         f"float64 only (dtype float32: {', '.join(able)}); leave dtype "
+                         "at 'float64'")
     AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
+
+
+def _has_dtype(spec: registry.AlgorithmSpec) -> bool:
+    return "dtype" in spec.options.run_config_defaults()
+
+
+def run_dtype(cfg: dict[str, Any]) -> str:
+    """The type the clients of a merged run config hold their rows in (``dtype``)."""
+    spec = registry.get(str(cfg["algorithm"]))
+    return str(cfg.get("dtype", "float64")) if _has_dtype(spec) else "float64"
 
 
 def results_dir(cfg: dict[str, Any]) -> Path:
@@ -214,7 +230,10 @@ def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, clien
     ClusteringClient
         The client class registered with the algorithm.
     """
-    return registry.get(str(cfg["algorithm"])).client(X, y, client_id=client_id)
+    spec = registry.get(str(cfg["algorithm"]))
+    if _has_dtype(spec):  # the rows are converted once, on arrival
+        return spec.client(X, y, client_id=client_id, dtype=run_dtype(cfg))
+    return spec.client(X, y, client_id=client_id)
 
 
 def dataset_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -154,12 +154,21 @@ class ClusteringClient(NumPyClient):
         also returns a contingency table and the local ARI.
     client_id : int, default 0
         Stable id (partition id): seeds the client's generator and orders replies.
+    dtype : str, optional
+        The type to hold the rows in, one of :attr:`dtypes` (default: the first,
+        float64). A run's ``dtype`` option converts them at its first message
+        (:meth:`use_dtype`); given here, the rows are converted once, on arrival.
 
     Raises
     ------
     ValueError
-        If ``X`` is not a finite 2-D array, is empty, or ``y`` does not match it.
+        If ``X`` is not a finite 2-D array, is empty, or ``y`` does not match it, or
+        ``dtype`` is not one the algorithm computes in.
     """
+
+    #: The types the algorithm's client computes in, the default first. FKM adds
+    #: float32 (its ``dtype`` option); the others hold their rows as float64.
+    dtypes: tuple[str, ...] = ("float64",)
 
     #: Whether the local data may hold NaN (read as unobserved features; masked algorithms).
     #: A local file with a missing value is refused for clients that do not accept it.
@@ -201,8 +210,10 @@ class ClusteringClient(NumPyClient):
                 f"allow raw rows to leave it. The data owner may allow it (flower-supernode "
                 f"--node-config \"... {RAW_ROWS_KEY}=true\"), or run without {option}")
 
-    def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0):
+    def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0,
+                 dtype: str | None = None):
         self.client_id = int(client_id)
+        self.dtype = self._checked_dtype(self.dtypes[0] if dtype is None else dtype)
         self.X = self.validated(X)
         if len(self.X) == 0:
             raise ValueError(f"client {self.client_id} data is empty")
@@ -228,7 +239,28 @@ class ClusteringClient(NumPyClient):
         numpy.ndarray
             The data, finite and 2-D.
         """
-        return check_data(X, name=f"client {self.client_id} data")
+        return check_data(X, name=f"client {self.client_id} data", dtype=self.dtype)
+
+    def _checked_dtype(self, dtype: str) -> str:
+        if str(dtype) not in self.dtypes:
+            raise ValueError(f"client {self.client_id}: {type(self).__name__} computes in "
+                             f"{' or '.join(self.dtypes)}, not {dtype!r}")
+        return str(dtype)
+
+    def use_dtype(self, dtype: str) -> None:
+        """Hold the rows in ``dtype`` from now on (a run's ``dtype`` option).
+
+        Float64 to float32 rounds every value once; float32 to float64 is exact.
+
+        Raises
+        ------
+        ValueError
+            If the algorithm does not compute in ``dtype`` (:attr:`dtypes`).
+        """
+        dtype = self._checked_dtype(dtype)
+        if dtype != self.dtype:
+            self.X = np.ascontiguousarray(self.X, dtype=dtype)
+            self.dtype = dtype
 
     def centroids_from(self, parameters: list[np.ndarray]) -> np.ndarray:
         """Return the global centroids (first array of ``parameters``), validated.

@@ -43,6 +43,9 @@ class FedKMeansClient(ClusteringClient):
         per-centroid sums and counts), which reach the server only summed.
     the keys of :class:`~flwr_clustering.algorithms.fkm.FKMOptions` and ``seed``
         See :func:`flwr_clustering.algorithms.fkm.fkm_client_init`.
+    ``dtype``
+        ``"float32"``: hold the rows as float32 from this message on, compute in float32
+        and send float32 means (:meth:`~flwr_clustering.clients.base.ClusteringClient.use_dtype`).
     ``evaluate``
         In ``"update"``, also return the evaluation statistics of the received
         centroids (the paper scores round ``r`` on the assignment to ``C_g`` before the
@@ -57,6 +60,9 @@ class FedKMeansClient(ClusteringClient):
     X, y, client_id
         See :class:`~flwr_clustering.clients.base.ClusteringClient`.
     """
+
+    #: FKM computes in float32 too (its ``dtype`` option: half the memory and messages).
+    dtypes = ("float64", "float32")
 
     #: The phases that are differentially private (a node with ``dp-max-epsilon`` in its
     #: node config answers no other train phase).
@@ -79,6 +85,7 @@ class FedKMeansClient(ClusteringClient):
         """
         phase = config.get("phase", "update")
         options = FKMOptions.from_config(config)
+        self.use_dtype(options.dtype)
         opts = dict(privacy_threshold=options.privacy_threshold,
                     local_iters=options.local_iterations, recount=options.recount)
         metrics: dict = {}

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from ..algorithms.fkm import FKMOptions, fkm_server_aggregate, run_fkm
+from ..algorithms.fkm import FKMOptions, as_run_dtype, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.base import DATA_SOURCE_PHASE
@@ -60,6 +60,12 @@ class FedKMeans(ClusteringStrategy):
         Aggregations at most.
     tol : float, default 1e-6
         Convergence tolerance on the Hungarian-matched shift (negative: never).
+    dtype : {"float64", "float32"}, default "float64"
+        The type the clients compute in and send. With ``"float32"`` the clients hold
+        their rows as float32 and upload float32 means (a float64 reply is refused), and
+        every new ``C_g`` is rounded to float32 before it is broadcast, as float32; the
+        server's k-means runs in float64. Not with differential privacy or secure
+        aggregation.
     **kwargs
         :class:`~flwr_clustering.strategies.base.ClusteringStrategy` options
         (``min_nodes``, ``fraction``, ``seed``, ``round_timeout``, ...).
@@ -77,6 +83,9 @@ class FedKMeans(ClusteringStrategy):
 
     def secure_aggregation_problem(self) -> str | None:
         """Federated Lloyd (``server-update='lloyd'``) needs only the totals."""
+        if self.options.dtype != "float64":
+            return ("secure aggregation sums float64 totals: run it with dtype='float64', "
+                    f"not {self.options.dtype!r}")
         if self.options.server_update == "lloyd":
             return None
         return ("FKM's server-update='kmeans' (the paper) clusters every client's local "
@@ -179,6 +188,17 @@ class FedKMeans(ClusteringStrategy):
         })
         return ledger
 
+    def initial_centroids(self, initial_arrays) -> np.ndarray | None:
+        """The base's starting centroids, rounded to the run's ``dtype``."""
+        C = super().initial_centroids(initial_arrays)
+        return None if C is None else as_run_dtype(C, self.options.dtype).astype(np.float64)
+
+    def train_arrays(self, server_round: int) -> list[np.ndarray]:
+        """The current centroids, in the run's ``dtype`` (float32: half the broadcast)."""
+        if self.centroids is None:
+            return []
+        return [as_run_dtype(self.centroids, self.options.dtype)]
+
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the client options; ``phase`` is ``init`` until centroids exist."""
         if getattr(self, "dp", False):  # (the echo benchmark borrows this method)
@@ -211,6 +231,7 @@ class FedKMeans(ClusteringStrategy):
             k=None if self.centroids is None else len(self.centroids),
             # init: k seeds; update: one local centroid per global centroid at most
             max_centroids=self.k if self.centroids is None else len(self.centroids),
+            dtype=self.options.dtype,
         )
 
     def payload_counts(self, payload: Any) -> np.ndarray | None:
@@ -244,7 +265,8 @@ class FedKMeans(ClusteringStrategy):
                 "round %d: only %d local centroids received (<= k=%d); using them as they are",
                 server_round, len(new), self.k,
             )
-        return new
+        # what the clients will compute with (the base keeps it as float64 values)
+        return as_run_dtype(new, self.options.dtype)
 
     def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
         """Federated Lloyd from the secure totals (DP: noisy totals, as ``dp-update``)."""
@@ -314,7 +336,8 @@ register(AlgorithmSpec(
     protocol=(
         Phase("init", "train", "round 1 (when no initial centroids are given)",
               sends=("nothing",),
-              reply_arrays=("`means` (k_i, d) float64: local cluster means, k_i <= min(n, k)",
+              reply_arrays=("`means` (k_i, d) float64 (`dtype` float32: float32): local cluster "
+                            "means, k_i <= min(n, k)",
                             "`counts` (k_i,) int64: rows behind each mean, each >= "
                             "privacy-threshold",
                             "`index` (k_i,) int64: all -1"),
@@ -323,8 +346,10 @@ register(AlgorithmSpec(
                     "upload, with \"paper\" it uploads the seeds themselves, **which are raw "
                     "rows**. Clusters of fewer than privacy-threshold rows are left out."),
         Phase("update", "train", "every later round (also round 1, given initial centroids)",
-              sends=("`centroids` (k, d) float64: the global centroids",),
-              reply_arrays=("`means` (k_i, d) float64: means after local-iterations Lloyd "
+              sends=("`centroids` (k, d) float64 (`dtype` float32: float32): the global "
+                     "centroids",),
+              reply_arrays=("`means` (k_i, d) float64 (`dtype` float32: float32): means after "
+                            "local-iterations Lloyd "
                             "steps from the global centroids that attract a local row, "
                             "k_i <= k",
                             "`counts` (k_i,) int64: rows behind each mean, each >= "

@@ -1,4 +1,4 @@
-"""``bench lloyd-step`` and ``bench data-build``: the Lloyd step and a client's rows.
+"""``bench lloyd-step``, ``bench data-build``, ``bench dtype``: the Lloyd step, a client's rows.
 
 The client's Lloyd step against its floors, and how long a client waits for its rows.
 
@@ -20,6 +20,11 @@ The client's Lloyd step against its floors, and how long a client waits for its 
     :func:`~flwr_clustering.data.load_partition` (the cache empty, as in a new Ray worker):
     the import time and the build time, and the import time of the library's ClientApp
     (``flwr_clustering.app.client_app``).
+
+``dtype``
+    FKM's ``dtype='float32'`` against float64 (:func:`bench_dtype`): ARI and SSE on the
+    Garst grid (the paper's beta split and a 100,000-row grid) and scikit-learn's digits,
+    over seeds, and the Lloyd step's time and memory in both types.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import numpy as np
 
 from .bench import _load, _machine, _thread_limit, _write
 
-__all__ = ["add_parsers", "bench_data_build", "bench_lloyd_step"]
+__all__ = ["add_parsers", "bench_data_build", "bench_dtype", "bench_lloyd_step"]
 
 #: The issue's shapes: (n, d, k).
 SHAPES = ((2_000_000, 16, 16), (1_000_000, 2, 16), (200_000, 64, 10))
@@ -187,7 +192,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Register ``lloyd-step`` and ``data-build`` on ``bench``'s subparsers."""
+    """Register ``lloyd-step``, ``data-build`` and ``dtype`` on ``bench``'s subparsers."""
     p = subparsers.add_parser("lloyd-step", help="the Lloyd step against X @ C.T, one read "
                               "of X and scikit-learn")
     p.add_argument("--shapes", nargs="+", default=[f"{n}x{d}x{k}" for n, d, k in SHAPES],
@@ -202,3 +207,101 @@ def add_parsers(subparsers: Any) -> None:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--out", default="bench-results")
     b.set_defaults(func=_cmd_build)
+    t = subparsers.add_parser("dtype", help="FKM in float32 against float64: ARI and SSE on "
+                              "the Garst grid and digits, the Lloyd step's time")
+    t.add_argument("--seeds", type=int, default=5)
+    t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--out", default="bench-results")
+    t.set_defaults(func=_cmd_dtype)
+
+
+#: (name, data set arguments of load_dataset, k, clients) of ``bench dtype``.
+DTYPE_CASES = (
+    ("garst-grid beta 0.1 (paper's split, 800 rows)", None, 16, 5),
+    ("garst-grid 100,000 rows, iid", {"dataset": "garst-grid", "ppc": 6250}, 16, 5),
+    ("digits (1,797 x 64), iid", {"dataset": "digits"}, 10, 5),
+)
+
+
+def bench_dtype(cases=DTYPE_CASES, seeds=range(5), shape=(2_000_000, 16, 16),
+                repeats: int = 3) -> dict[str, Any]:
+    """FKM in float32 against float64: quality per data set and seed, the step's time.
+
+    Quality: the pure loop :func:`~flwr_clustering.algorithms.fkm.run_fkm` (20 rounds at
+    most, the defaults) in both types on the same clients; the ARI of the pooled rows'
+    labels against the truth and the pooled SSE of the final centroids, both computed in
+    float64 on the float64 rows. Speed: one Lloyd step and ``X @ C.T`` in both types, one
+    thread, on ``shape``.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from flwr_clustering.algorithms.fkm import run_fkm
+    from flwr_clustering.algorithms.lloyd import lloyd_step, nearest_labels
+    from flwr_clustering.data import load_dataset
+    from flwr_clustering.data.splits import iid_indices
+    from flwr_clustering.data.synthetic import garst_beta_split
+    from flwr_clustering.metrics import sse
+
+    quality = []
+    for name, data, k, clients in cases:
+        if data is None:
+            X, y, c = garst_beta_split(0.1)
+            parts = [np.flatnonzero(c == i) for i in range(clients)]
+        else:
+            X, y = load_dataset(data["dataset"], **{a: v for a, v in data.items()
+                                                   if a != "dataset"})[:2]
+            parts = iid_indices(len(X), clients, 0)
+        for seed in seeds:
+            row: dict[str, Any] = {"data": name, "k": k, "clients": clients, "seed": seed}
+            for dtype in ("float64", "float32"):
+                res = run_fkm([X[p] for p in parts], k, seed=seed, dtype=dtype)
+                C = np.asarray(res.centroids, dtype=np.float64)
+                row[f"ari_{dtype}"] = float(adjusted_rand_score(y, nearest_labels(X, C)))
+                row[f"sse_{dtype}"] = float(sse(X, C))
+                row[f"rounds_{dtype}"] = len(res.history)
+            row["sse_rel_diff"] = row["sse_float32"] / row["sse_float64"] - 1
+            quality.append(row)
+            print(json.dumps(row), flush=True)
+    n, d, k = shape
+    rng = np.random.default_rng(0)
+    X64 = rng.normal(size=(n, d))
+    C = X64[rng.choice(n, k, replace=False)].copy()
+    speed: dict[str, Any] = {"n": n, "d": d, "k": k}
+    with _thread_limit("1"):
+        for dtype in ("float64", "float32"):
+            X = X64.astype(dtype)
+            Cd = C.astype(dtype)
+            speed[f"step_{dtype}_s"] = _best(lambda X=X: lloyd_step(X, C), repeats)
+            speed[f"gemm_{dtype}_s"] = _best(lambda X=X, Cd=Cd: X @ Cd.T, repeats)
+            speed[f"rows_{dtype}_mib"] = X.nbytes / 2**20
+            del X
+    print(json.dumps(speed), flush=True)
+    return {"quality": quality, "speed": speed}
+
+
+def _dtype_markdown(result: dict[str, Any]) -> str:
+    lines = ["| data | seed | ARI float64 | ARI float32 | SSE float64 | SSE float32 / float64 "
+             "- 1 | rounds 64 / 32 |", "|---|---|---|---|---|---|---|"]
+    for r in result["quality"]:
+        lines.append(f"| {r['data']} | {r['seed']} | {r['ari_float64']:.4f} | "
+                     f"{r['ari_float32']:.4f} | {r['sse_float64']:.6g} | "
+                     f"{r['sse_rel_diff']:.2e} | {r['rounds_float64']} / "
+                     f"{r['rounds_float32']} |")
+    s = result["speed"]
+    lines += ["", f"One Lloyd step, {s['n']:,} x {s['d']}, k {s['k']}, one thread:", "",
+              "| dtype | rows MiB | step ms | X @ C.T ms | step / X@C.T |", "|---|---|---|---|---|"]
+    for dtype in ("float64", "float32"):
+        lines.append(f"| {dtype} | {s[f'rows_{dtype}_mib']:.0f} | "
+                     f"{s[f'step_{dtype}_s'] * 1e3:.0f} | {s[f'gemm_{dtype}_s'] * 1e3:.0f} | "
+                     f"{s[f'step_{dtype}_s'] / s[f'gemm_{dtype}_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_dtype(args: argparse.Namespace) -> int:
+    load = _load()
+    result = {"benchmark": "dtype", "machine": _machine(), "load_before": load,
+              **bench_dtype(seeds=range(args.seeds), repeats=args.repeats)}
+    result["load_after"] = _load()
+    print(_dtype_markdown(result))
+    _write(Path(args.out), "dtype", result, _dtype_markdown(result))
+    return 0
