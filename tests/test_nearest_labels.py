@@ -36,7 +36,10 @@ def test_labels_equal_cdist_argmin_in_one_block_and_in_many(monkeypatch, name, X
     np.testing.assert_array_equal(assign_to_nearest(X, C)[0], expected)
     with monkeypatch.context() as m:  # blocks of 3 rows, the last one short
         m.setattr(lloyd, "BLOCK_BYTES", 8 * 3 * max(len(C), X.shape[1]))
+        m.setattr(lloyd, "_LABEL_BLOCK_BYTES", 8 * 3 * len(C))
+        m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
         np.testing.assert_array_equal(nearest_labels(X, C), expected)
+        np.testing.assert_array_equal(lloyd.nearest_labels_unchecked(X, C), expected)
 
 
 def test_the_exact_recheck_decides_ties_and_near_ties():
@@ -59,3 +62,27 @@ def test_lloyd_step_is_unchanged_and_empty_data_gives_no_label():
     assert nearest_labels(np.zeros((0, 8)), C).shape == (0,)
     with pytest.raises(ValueError, match="NaN or inf"):
         nearest_labels(np.full((3, 8), np.nan), C)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_nan_or_inf_anywhere_raises_check_datas_error_without_a_scan_of_its_own(
+        monkeypatch, bad, dtype):
+    """nearest_labels scans only the rows it assigns again: every non-finite row must be
+    among them, whatever the signs of the centroids (a row of -inf against positive
+    centroids has +inf everywhere: all k within an inf bound), the block or k."""
+    rng = np.random.default_rng(7)
+    for k, signs in [(2, 1.0), (5, 1.0), (5, -1.0), (16, 0.0)]:
+        C = np.abs(rng.normal(size=(k, 4))) * signs
+        X = rng.normal(size=(700, 4)).astype(dtype)
+        X[[3, 300, 699], [0, 2, 3]] = bad
+        X[450] = bad  # a whole row
+        with monkeypatch.context() as m:
+            m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
+            m.setattr(lloyd, "_LABEL_BLOCK_BYTES", 8 * 64 * k)
+            for call in (nearest_labels, lloyd_step):
+                with pytest.raises(ValueError, match=r"NaN or inf in 7 value\(s\) "
+                                                     r"\(first bad row: 3\)"):
+                    call(X, C)
+    with pytest.raises(ValueError, match="first bad row: 1"):  # k = 1: scanned up front
+        nearest_labels(np.array([[0.0], [bad]], dtype=dtype), np.zeros((1, 1)))
