@@ -86,3 +86,30 @@ def test_a_nan_or_inf_anywhere_raises_check_datas_error_without_a_scan_of_its_ow
                     call(X, C)
     with pytest.raises(ValueError, match="first bad row: 1"):  # k = 1: scanned up front
         nearest_labels(np.array([[0.0], [bad]], dtype=dtype), np.zeros((1, 1)))
+
+
+def test_threads_give_the_same_labels_and_sums_bit_for_bit(monkeypatch):
+    """With several CPUs the label blocks and the sums' blocks run in threads; the result
+    must not depend on it (labels exact, block sums added in block order)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(5000, 12)) * 10
+    X[::7] = X[1::7]  # exact ties between rows
+    C = X[rng.choice(5000, 9, replace=False)].copy()
+    C[3] = C[2]  # a duplicated centroid
+    serial_labels = nearest_labels(X, C)
+    serial_sums = lloyd.cluster_sums(X, serial_labels, 9)
+    narrow_sums = lloyd.cluster_sums(X[:, :3], serial_labels, 9)  # the bincount path
+    with monkeypatch.context() as m:
+        m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
+        m.setattr(lloyd, "_LABEL_BLOCK_BYTES", 8 * 9 * 97)  # 52 blocks of 97 rows
+        m.setattr(lloyd, "BLOCK_BYTES", 8 * 12 * 300)  # 17 sum blocks
+        serial_small = lloyd.cluster_sums(X, serial_labels, 9)
+        m.setattr(lloyd, "_label_threads", lambda n_blocks: 3)
+        np.testing.assert_array_equal(nearest_labels(X, C), serial_labels)
+        np.testing.assert_array_equal(nearest_labels(X, C), _exact(X, C))
+        threaded = lloyd.cluster_sums(X, serial_labels, 9)
+        threaded_narrow = lloyd.cluster_sums(X[:, :3], serial_labels, 9)
+    for ours, theirs in ((threaded, serial_small), (threaded_narrow, narrow_sums)):
+        np.testing.assert_array_equal(ours[0], theirs[0])
+        np.testing.assert_array_equal(ours[1], theirs[1])
+    np.testing.assert_allclose(serial_small[0], serial_sums[0], rtol=1e-12)

@@ -355,11 +355,50 @@ def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool) -> np.ndarray:
     # (k, rows) layout: the reductions over the centroids run along axis 0, as k - 1
     # vectorised passes (along axis 1 NumPy loops per row of k values: 2-3x slower)
     size = min(n, max(_LABEL_MIN_ROWS, _LABEL_BLOCK_BYTES // (ftype.itemsize * k)))
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf rows: found below
-        bad_rows = _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan)
+
+    def run(rows: slice) -> bool:
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf rows: found below
+            return _label_blocks(X[rows], C, labels[rows], neg2_c, cc, c_norm, factor,
+                                 size, scan)
+
+    n_blocks = -(-n // size)
+    threads = _label_threads(n_blocks)
+    if threads == 1:
+        bad_rows = run(slice(0, n))
+    else:
+        # the client was given several CPUs (BLAS may use them): contiguous runs of blocks
+        # in as many threads, each with single-threaded BLAS (NumPy and BLAS release the
+        # GIL); the labels do not depend on the split (the unsure rows are exact)
+        cuts = [n_blocks * i // threads * size for i in range(threads)] + [n]
+        runs = [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        bad_rows = any(_in_threads(run, runs, threads))
     if bad_rows:  # check_data's own error, with its count and first bad row
         check_data(X, name="data")
     return labels
+
+
+#: :func:`nearest_labels` runs in threads from this many row blocks on.
+_LABEL_THREAD_MIN_BLOCKS = 4
+
+
+@functools.cache
+def _blas_controller():
+    """Threadpoolctl's handle on the BLAS libraries NumPy and SciPy loaded (built once)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
+def _label_threads(n_blocks: int) -> int:
+    """Threads for ``n_blocks`` row blocks: 1 for few, else what BLAS may use now.
+
+    The CPUs the client was given (``OMP_NUM_THREADS``, threadpoolctl limits, Ray's CPU
+    count), at most one per two blocks.
+    """
+    if n_blocks < _LABEL_THREAD_MIN_BLOCKS:
+        return 1
+    budget = max((int(i["num_threads"]) for i in _blas_controller().info()), default=1)
+    return max(1, min(budget, n_blocks // 2))
 
 
 def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan) -> bool:
@@ -452,22 +491,47 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
 
     n, d = X.shape
     counts = np.bincount(labels, minlength=k).astype(np.int64)
+    blocks = list(row_blocks(n, d))
+    threads = _label_threads(len(blocks))  # (blocks of 8 MiB: big data only)
     if d <= _BINCOUNT_MAX_FEATURES:
         # Both paths add the rows of a cluster in row order, so they agree bit for bit;
         # one bincount per column is the faster one for few features.
         sums = np.empty((k, d))
-        for j in range(d):
+
+        def column(j: int) -> None:
             sums[:, j] = np.bincount(labels, weights=X[:, j], minlength=k)
+
+        _in_threads(column, range(d), min(threads, d))
         return sums, counts
+
     # One-hot products in row blocks (memory flat in n); a block's product adds its rows
-    # in row order, and the blocks are added in order. Built as CSC (one entry per
-    # column, no sorting): the same additions as the CSR product, 2-3x faster to build.
-    sums = np.zeros((k, d))
-    for rows in row_blocks(n, d):
+    # in row order, and the blocks are added in order (also when the blocks' products ran
+    # in threads). Built as CSC (one entry per column, no sorting): the same additions as
+    # the CSR product, 2-3x faster to build.
+    def block_sums(rows: slice) -> np.ndarray:
         b = rows.stop - rows.start
         onehot = sp.csc_matrix((np.ones(b), labels[rows], np.arange(b + 1)), shape=(k, b))
-        sums += onehot @ X[rows]
+        return onehot @ X[rows]
+
+    sums = np.zeros((k, d))
+    if threads == 1:
+        for rows in blocks:
+            sums += block_sums(rows)
+        return sums, counts
+    parts = _in_threads(block_sums, blocks, threads)
+    for part in parts:
+        sums += part
     return sums, counts
+
+
+def _in_threads(fn, items, threads: int) -> list:
+    """``[fn(item) for item in items]``, in ``threads`` threads (BLAS single-threaded)."""
+    if threads == 1:
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _blas_controller().limit(limits=1), ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
 
 
 def lloyd_step(
