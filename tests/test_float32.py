@@ -130,12 +130,14 @@ def test_float32_flower_run_equals_the_float32_pure_loop(client_dtype):
     assert means and all(a.dtype == np.float32 for a in means)
 
 
-def test_a_float64_reply_in_a_float32_run_is_refused():
+def test_a_reply_in_the_other_type_is_refused():
     upload = LocalCentroids(np.zeros((2, 3)), np.array([5, 5]), np.array([0, 1]))
     with pytest.raises(ValueError, match="the run computes in float32"):
         check_local_centroids(upload, n_features=3, dtype="float32")
     ok = LocalCentroids(np.zeros((2, 3), np.float32), np.array([5, 5]), np.array([0, 1]))
     assert check_local_centroids(ok, n_features=3, dtype="float32").means.dtype == np.float64
+    with pytest.raises(ValueError, match="the run computes in float64"):  # and the reverse
+        check_local_centroids(ok, n_features=3, dtype="float64")
 
 
 def test_the_client_converts_its_rows_once_on_the_first_float32_message():

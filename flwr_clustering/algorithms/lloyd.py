@@ -277,7 +277,8 @@ def nearest(d2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: Rows whose two nearest centroids by the GEMM expansion are closer than this many
-#: ``(d + 2) * eps * (||x|| + max ||c||)**2`` are assigned again with exact distances: 4
+#: ``(d + 2) * eps * (||x|| + max ||c||)**2`` (``||x||`` bounded by its block's largest
+#: ``|value| * sqrt(d)``) are assigned again with exact distances: 4
 #: times the sum of both routes' worst-case rounding (the expansion's and cdist's), with
 #: ``eps`` of the type the expansion is computed in (float32 data: float32, whose rounding
 #: of the centroids is within the same bound).

@@ -76,9 +76,8 @@ def check_local_centroids(
     max_centroids : int, optional
         The most local centroids the protocol lets a client send.
     dtype : str, optional
-        The type the run computes in; ``"float32"``: the means must be float32 (a client
-        that computed in float64 did not run what the server asked). ``None`` or
-        ``"float64"``: any real type.
+        The type the run computes in: the means must be of it (a client that computed in
+        another type did not run what the server asked). ``None``: any real type.
 
     Returns
     -------
@@ -92,7 +91,7 @@ def check_local_centroids(
     """
     if np.asarray(upload.means).dtype.kind not in "fiu":
         raise ValueError(f"means must be a real array, got {np.asarray(upload.means).dtype}")
-    if dtype not in (None, "float64") and np.asarray(upload.means).dtype != dtype:
+    if dtype is not None and np.asarray(upload.means).dtype != dtype:
         raise ValueError(f"means are {np.asarray(upload.means).dtype}, the run computes in "
                          f"{dtype} (its dtype option): the client did not run what the "
                          "server asked")

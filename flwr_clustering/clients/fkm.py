@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
-from ..algorithms.lloyd import client_rng
+from ..algorithms.lloyd import FLOAT_DTYPES, client_rng
 from .base import ClusteringClient
 
 __all__ = ["FedKMeansClient"]
@@ -62,7 +62,7 @@ class FedKMeansClient(ClusteringClient):
     """
 
     #: FKM computes in float32 too (its ``dtype`` option: half the memory and messages).
-    dtypes = ("float64", "float32")
+    dtypes = FLOAT_DTYPES
 
     #: The phases that are differentially private (a node with ``dp-max-epsilon`` in its
     #: node config answers no other train phase).
