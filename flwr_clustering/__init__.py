@@ -1,16 +1,18 @@
 """Federated and distributed clustering for Flower.
 
 Importing the package is cheap: :class:`FederatedClustering` (the scikit-learn entry
-point, :mod:`flwr_clustering.estimator`) loads scikit-learn and Flower on first use.
+point, :mod:`flwr_clustering.estimator`) loads scikit-learn and Flower on first use;
+:func:`load_model` (a run's ``model.json``, to label new files at a site) loads NumPy only.
 """
 
 from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["FederatedClustering", "__version__"]
+__all__ = ["ClusteringModel", "FederatedClustering", "__version__", "load_model"]
 
-_LAZY = {"FederatedClustering": "flwr_clustering.estimator"}
+_LAZY = {"FederatedClustering": "flwr_clustering.estimator",
+         "ClusteringModel": "flwr_clustering.model", "load_model": "flwr_clustering.model"}
 
 
 def __getattr__(name: str) -> Any:

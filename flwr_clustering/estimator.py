@@ -1,7 +1,8 @@
 """A scikit-learn entry point: :class:`FederatedClustering` runs a federation in-process.
 
 ``FederatedClustering(algorithm, n_clusters, random_state=0, **options).fit(partitions)``
-takes one array per client and runs the algorithm's real strategy and real clients (the
+takes one array or pandas DataFrame per client and runs the algorithm's real strategy and
+real clients (the
 registry's classes, configured by the App's own run config,
 :func:`flwr_clustering.app.config.merged_config`) over an
 :class:`~flwr_clustering.testing.InProcessGrid`: the messages, the seeds and the arithmetic
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +60,22 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _is_frame(obj: Any) -> bool:
+    """Whether ``obj`` is a pandas DataFrame (without importing pandas: none exists then)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(obj, pd.DataFrame)
+
+
+def _with_parameter_names(ex: Exception) -> str:
+    """A schema error's message, with the estimator's names of the run-config keys it cites."""
+    message = str(ex)
+    if "index-column" not in message and "feature-columns" not in message:
+        return message
+    return (f"{message} [FederatedClustering: client i is partitions[i]; the run-config keys "
+            "index-column and feature-columns are the parameters index_column='...' and "
+            "feature_columns=[...]]")
+
+
 def _check_option_names(algorithm: Any, options: dict[str, Any]) -> None:
     """Raise ``TypeError`` for a keyword that is not an option of ``algorithm``.
 
@@ -94,11 +113,18 @@ def _check_option_names(algorithm: Any, options: dict[str, Any]) -> None:
 class FederatedClustering(ClusterMixin, BaseEstimator):
     """Federated clustering with a scikit-learn interface, run in-process.
 
-    ``fit(partitions)`` starts one simulated client per array of ``partitions`` and runs the
-    algorithm's strategy and clients through an in-process Flower grid, exactly as
-    ``flwr run`` would with one SuperNode per array: same classes, same run config, same
-    seeds, same messages, hence the same model bit for bit. The clients label their own
-    rows with the final model (``labels_``), as clients of a real federation do.
+    ``fit(partitions)`` starts one simulated client per array (or DataFrame) of
+    ``partitions`` and runs the algorithm's strategy and clients through an in-process
+    Flower grid, exactly as ``flwr run`` would with one SuperNode per array: same classes,
+    same run config, same seeds, same messages, hence the same model bit for bit. The
+    clients label their own rows with the final model (``labels_``), as clients of a real
+    federation do.
+
+    Before round 1 the federation agrees on its features by name (DataFrames: the column
+    names; arrays: the positions ``"0"``, ``"1"``, ...) and scales them from the clients'
+    sums (``scaling``); the model is computed in those scaled units, and everything the
+    estimator returns (``cluster_centers_``, ``user_centers_``) is mapped back to the
+    data's own units (``feature_transform_``).
 
     Parameters
     ----------
@@ -124,6 +150,27 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Ask the clients for evaluation statistics (``metrics_``). ``False`` leaves
         ``metrics_`` empty and is slightly faster; the model and ``labels_`` are the same.
         (The App always evaluates, so this is the one parameter ``flwr run`` lacks.)
+    scaling : {"standard", "minmax", "none"}, default "standard"
+        How the features are scaled across the clients before round 1 (run-config key
+        ``scaling``), from the clients' counts and sums (never rows): ``"standard"``
+        z-scores with the federation's mean and standard deviation (as
+        ``sklearn.preprocessing.StandardScaler`` on the pooled rows), ``"minmax"`` ``[0, 1]``
+        from the clients' extremes (``MinMaxScaler``), ``"none"`` the rows as they are (a
+        sentence in ``warnings_`` when the features' spreads differ by more than 10x).
+        DeepFeCA takes its rows as they are whatever the value (``scaling_`` says
+        ``"none"``).
+    feature_columns : list of str or None, default None
+        The federation's features, in this order (run-config key ``feature-columns``,
+        comma-joined); every client must have them, its other columns are ignored (a text
+        column, an identifier). ``None``: every column the clients share, in the order
+        most of them use (a client with a column the others lack, or without one they
+        have, is an error naming it). With arrays the names are the positions ``"0"``,
+        ``"1"``, ...
+    index_column : str or None, default None
+        An identifier column the clients have (a patient or record id; run-config key
+        ``index-column``): never a feature, and ignored by ``predict``. An undeclared
+        column that looks like an identifier (named like one, or a different whole number
+        or text on every row) is refused at ``fit``.
     **algorithm_options
         The algorithm's options, by the field names of its options dataclass (snake case:
         ``max_rounds=5``, ``privacy_threshold=0``, ``tol=1e-4``, ...), exactly the
@@ -134,8 +181,11 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     Attributes
     ----------
-    cluster_centers_ : numpy.ndarray of shape (n_clusters, n_features)
-        The global model's centroids (the App's ``centroids.npz``). DGC: the mean of the
+    cluster_centers_ : numpy.ndarray of shape (n_clusters, n_features_in_)
+        The global model's centroids in the data's own units (the model,
+        ``strategy_.centroids``, is in the scaled units: ``cluster_centers_`` is
+        ``feature_transform_.inverse(strategy_.centroids)``), columns in the order of
+        ``feature_names_in_``. DGC: the mean of the
         nodes' own centres; KDC: the input-space means of the initial clusters (plots
         only: KDC labels with its kernel); DeepFeCA: ``C*`` in the network's feature space
         (``proj_dim`` columns); masked algorithms: NaN where no client observed a feature
@@ -144,8 +194,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``labels_[i]`` is the cluster of every row of ``partitions[i]``, computed by client
         ``i`` itself with the final model (DGC: with its own centres); ``None`` for a
         client that failed (possible only with ``min_nodes`` below the number of clients).
-    user_centers_ : numpy.ndarray of shape (n_clients, n_clusters, n_features) or None
-        DGC: every node's own final centres (``user_centers_[i]`` labels ``labels_[i]``);
+    user_centers_ : numpy.ndarray of shape (n_clients, n_clusters, n_features_in_) or None
+        DGC: every node's own final centres, in the data's own units
+        (``user_centers_[i]`` labels ``labels_[i]``, in the scaled units);
         ``None`` for the other algorithms (every client holds the global model).
     history_ : list of dict
         The strategy's per-round records (the App's ``history.json``).
@@ -164,6 +215,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         with the reason, and per algorithm DGC's ``consensus-distance`` and
         ``consensus-relative``, KDC's ``psi``, ``tau`` and ``cores``
         (:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.diagnose`).
+    cluster_profile_ : pandas.DataFrame or None
+        Per cluster its size and share, its rows at every client (a count below the
+        privacy threshold is NaN), and per feature its mean and standard deviation in the
+        original units (the App's ``profile.csv``), from the clients' per-cluster sums of
+        the final evaluation; ``None`` without an evaluation, or for algorithms without a
+        centre-based profile (masked, KDC, DeepFeCA).
     warnings_ : list of str
         One sentence per degenerate result (collapsed or empty centres, NaN entries, the
         round cap hit, clients withheld or dropped, no consensus, too few cores), naming
@@ -172,7 +229,19 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     n_iter_ : int
         Train rounds run.
     n_features_in_ : int
-        Features of the rows.
+        The federation's features (DataFrames: the agreed columns, ``index_column`` and
+        the columns left out of ``feature_columns`` excluded; arrays: their columns).
+    feature_names_in_ : numpy.ndarray of str (dtype object)
+        The agreed features, in the federation's order (the order of the columns of
+        ``cluster_centers_``). Only when ``fit`` was given DataFrames (scikit-learn's
+        convention: absent for arrays).
+    feature_transform_ : FeatureTransform or None
+        The features and scaling every client applied
+        (:class:`~flwr_clustering.data.schema.FeatureTransform`: ``features``, ``center``,
+        ``scale``, ``transform``, ``inverse``); ``None`` for DeepFeCA, whose clients take
+        their rows as they are.
+    scaling_ : str
+        The scaling used: ``scaling``, or ``"none"`` for DeepFeCA.
     n_clients_ : int
         Number of clients (arrays in ``partitions``).
     seed_ : int
@@ -182,7 +251,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     Notes
     -----
-    ``fit`` takes a federation (a list of per-client arrays), not one ``X``: the
+    ``fit`` takes a federation (a list of per-client arrays or DataFrames), not one
+    ``X``: the
     estimator does not follow scikit-learn's ``fit(X)`` contract and is not meant for
     :func:`sklearn.utils.estimator_checks.check_estimator`; ``get_params``,
     ``set_params`` and :func:`sklearn.base.clone` work, with the algorithm options among
@@ -197,6 +267,15 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     >>> est = FederatedClustering("fkm", n_clusters=2, max_rounds=10).fit(parts)
     >>> est.cluster_centers_.shape, len(est.labels_)
     ((2, 2), 4)
+
+    DataFrames: columns matched by name, whatever their order at each client.
+
+    >>> import pandas as pd
+    >>> frames = [pd.DataFrame(P, columns=["x", "y"]) for P in parts]
+    >>> frames[1] = frames[1][["y", "x"]]
+    >>> est = FederatedClustering("fkm", n_clusters=2, max_rounds=10).fit(frames)
+    >>> list(est.feature_names_in_), est.scaling_
+    (['x', 'y'], 'standard')
     """
 
     def __init__(
@@ -208,6 +287,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         min_nodes: int | None = None,
         early_stop: bool = True,
         evaluate: bool = True,
+        scaling: str = "standard",
+        feature_columns: Sequence[str] | None = None,
+        index_column: str | None = None,
         **algorithm_options: Any,
     ) -> None:
         self.algorithm = algorithm
@@ -216,6 +298,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.min_nodes = min_nodes
         self.early_stop = early_stop
         self.evaluate = evaluate
+        # stored as given (clone checks identity); validated at fit
+        self.scaling = scaling
+        self.feature_columns = feature_columns
+        self.index_column = index_column
         _check_option_names(algorithm, algorithm_options)
         self.algorithm_options = dict(algorithm_options)
 
@@ -300,15 +386,63 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         spec = registry.get(self.algorithm)
         run_config = {"algorithm": self.algorithm, "k": _plain(self.n_clusters),
                       "seed": seed, "min-nodes": int(min_nodes),
-                      "early-stop": _plain(self.early_stop)}
+                      "early-stop": _plain(self.early_stop),
+                      # merged_config checks the value against the App's choices
+                      "scaling": _plain(self.scaling),
+                      "feature-columns": self._feature_columns_key(),
+                      "index-column": self._index_column_key()}
         for name, value in self.algorithm_options.items():
             if value is not None:
                 run_config[spec.options.key_of(fields[name])] = _plain(value)
         return run_config
 
+    def _feature_columns_key(self) -> str:
+        """``feature_columns`` as the run config's comma-separated ``feature-columns``."""
+        columns = self.feature_columns
+        if columns is None:
+            return ""
+        if isinstance(columns, str | bytes):
+            raise ValueError(f"feature_columns must be a list of column names (or None), got "
+                             f"the string {columns!r}: e.g. feature_columns=['a', 'b']")
+        try:
+            names = [str(_plain(c)) for c in columns]
+        except TypeError as ex:
+            raise ValueError(f"feature_columns must be a list of column names (or None), got "
+                             f"{columns!r}") from ex
+        if not names:
+            raise ValueError("feature_columns is empty: list the features, or None for every "
+                             "column the clients share")
+        bad = [n for n in names if "," in n or n != n.strip() or not n]
+        if bad:
+            raise ValueError(f"feature_columns: the name(s) {bad} cannot travel in the run "
+                             "config's comma-separated feature-columns (a comma, an empty "
+                             "name, or leading/trailing spaces): rename those columns")
+        return ",".join(names)
+
+    def _index_column_key(self) -> str:
+        """``index_column`` as the run config's ``index-column`` (``""``: none)."""
+        index = self.index_column
+        if index is None:
+            return ""
+        if isinstance(index, bool) or not isinstance(index, str | numbers.Integral):
+            raise ValueError(f"index_column must be a column name (or None), got {index!r}")
+        name = str(_plain(index))
+        if not name or name != name.strip() or name == "none":
+            raise ValueError(f"index_column {index!r} cannot travel in the run config's "
+                             "index-column: rename that column")
+        return name
+
     @staticmethod
-    def _partitions(partitions: Any, labels: Any) -> tuple[list[np.ndarray], list]:
-        """Check the per-client arrays and labels; return them as float64 / int64."""
+    def _partitions(partitions: Any, labels: Any
+                    ) -> tuple[list[np.ndarray], list, list | None]:
+        """Check the per-client rows and labels.
+
+        Returns the rows as float64 arrays, the labels as int64 (or ``None``s), and for
+        DataFrames every client's :class:`~flwr_clustering.data.schema.FeatureTable`
+        (``None`` for arrays).
+        """
+        from .data.schema import FeatureTable
+
         if isinstance(partitions, np.ndarray) and partitions.ndim != 3:
             raise ValueError(
                 f"partitions must be a list of 2-D arrays, one per client; got one array of "
@@ -318,8 +452,29 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                              f"{type(partitions).__name__}")
         if len(partitions) == 0:
             raise ValueError("partitions is empty: give one 2-D array per client")
-        parts = []
-        for i, part in enumerate(partitions):
+        frames = [_is_frame(part) for part in partitions]
+        if any(frames) and not all(frames):
+            raise ValueError(
+                f"partitions mixes DataFrames (partitions[{frames.index(True)}]) and arrays "
+                f"(partitions[{frames.index(False)}]): give every client a DataFrame (columns "
+                "matched by name) or every client an array (columns matched by position)")
+        parts: list[np.ndarray] = []
+        tables: list | None = None
+        if all(frames):
+            tables = []
+            for i, frame in enumerate(partitions):
+                try:
+                    table = FeatureTable.from_frame(frame)
+                except ValueError as ex:
+                    raise ValueError(f"partitions[{i}]: {ex}") from ex
+                if table.X.shape[0] == 0:
+                    raise ValueError(f"partitions[{i}] is empty (shape {frame.shape})")
+                if table.X.shape[1] == 0:
+                    raise ValueError(f"partitions[{i}] has no numeric column (text columns: "
+                                     f"{list(table.text)})")
+                tables.append(table)
+                parts.append(np.ascontiguousarray(table.X, dtype=np.float64))
+        for i, part in enumerate(partitions if tables is None else ()):
             if hasattr(part, "toarray") or hasattr(part, "tocsr"):
                 raise ValueError(f"partitions[{i}] is sparse; pass dense arrays")
             try:
@@ -338,7 +493,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                     "algorithms: NaN on the features a client does not observe)")
             parts.append(np.ascontiguousarray(X))
         if labels is None:
-            return parts, [None] * len(parts)
+            return parts, [None] * len(parts), tables
         if (isinstance(labels, np.ndarray) and labels.ndim < 2) or len(labels) != len(parts):
             raise ValueError(f"labels must be a list of {len(parts)} arrays, one per client "
                              "(or None)")
@@ -353,18 +508,22 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                 raise ValueError(f"labels[{i}] must be integers (ground truth for the "
                                  f"metrics), got dtype {y.dtype}")
             ys.append(y.astype(np.int64))
-        return parts, ys
+        return parts, ys, tables
 
     # ------------------------------------------------------------------ fit
-    def fit(self, partitions: Sequence[np.ndarray], labels: Sequence[np.ndarray] | None = None
+    def fit(self, partitions: Sequence[Any], labels: Sequence[np.ndarray] | None = None
             ) -> FederatedClustering:
         """Run the federation: one in-process client per array of ``partitions``.
 
         Parameters
         ----------
-        partitions : list of array_like of shape (n_i, n_features)
+        partitions : list of array_like of shape (n_i, n_features), or list of DataFrame
             The rows of every client (client ``i`` gets ``partitions[i]``; its Flower
-            ``partition-id`` is ``i``). Masked algorithms: NaN on the features a client
+            ``partition-id`` is ``i``). Arrays: every client the same columns, matched by
+            position. pandas DataFrames (all of them, or none): columns matched by name,
+            in any order at each client; numeric columns are features, text columns are
+            refused unless left out (``feature_columns``), an identifier column must be
+            declared (``index_column``). Masked algorithms: NaN on the features a client
             does not observe.
         labels : list of array_like of shape (n_i,), optional
             Ground-truth classes per client, for the metrics only (``metrics_`` then has
@@ -378,9 +537,14 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            On malformed input (not a list of 2-D arrays, an empty client, feature counts
-            that differ, NaN where the algorithm does not allow it, labels that do not
-            match), an unknown algorithm, or a bad option value.
+            On malformed input (not a list of 2-D arrays or DataFrames, DataFrames mixed
+            with arrays, an empty client, feature counts that differ, a column mixing
+            numbers and text, NaN where the algorithm does not allow it, labels that do not
+            match), an unknown algorithm, or a bad option value. Columns that do not make
+            one federation (a client lacks a column or names it differently, a text or an
+            undeclared identifier column among the features) raise the strategy's
+            :class:`~flwr_clustering.data.schema.SchemaError` (a ``ValueError``), naming
+            the client and the columns, before any training message.
         TypeError
             On an option the algorithm does not have, or a ``random_state`` that is not
             an int.
@@ -388,28 +552,52 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             If the run fails (e.g. too few valid client replies); the message carries the
             clients' reasons.
         """
+        from . import registry
         from .app.config import build_client, build_strategy, merged_config, run_dtype
         from .clients import client_app, stored_labels
         from .clients.base import client_id_of
+        from .data.schema import FeatureTable, SchemaError
         from .testing import InProcessGrid
 
-        parts, ys = self._partitions(partitions, labels)
+        parts, ys, tables = self._partitions(partitions, labels)
         seed = self._seed()
         run_config = self._run_config(len(parts), seed)
         cfg = merged_config(run_config)
-        for i, (X, y) in enumerate(zip(parts, ys, strict=True)):
-            build_client(cfg, X, y, i)  # the client's own checks (NaN, labels), up front
+        scales = bool(registry.get(self.algorithm).strategy.scales_features)
+        if tables is not None and not scales:
+            strategy_cls = registry.get(self.algorithm).strategy
+            raise ValueError(
+                f"algorithm {self.algorithm!r} takes its rows as they are, without agreeing "
+                f"on columns by name ({strategy_cls.scales_features_why or 'no feature step'}"
+                "): pass arrays with the same columns in the same order at every client "
+                "(e.g. frame[columns].to_numpy())")
+        if tables is None and scales:
+            # the rows by position ("0", "1", ...), as the App's ClientApp names a file's
+            # columns: the federation's transform then rounds float64 rows once, as there
+            tables = [FeatureTable(X) for X in parts]
+
+        def make_client(cid: int):
+            client = build_client(cfg, parts[cid], ys[cid], cid)
+            if tables is not None:
+                client.feature_table = tables[cid]  # the columns by name (round 0 agrees)
+            return client
+
+        for i in range(len(parts)):
+            make_client(i)  # the client's own checks (NaN, labels), up front
         strategy = build_strategy(cfg, evaluate=bool(self.evaluate))
 
         def client_fn(context):
             # what the App's ClientApp does (flwr_clustering.app.client_app.client_fn),
             # with the node's rows in memory instead of in a data-path file
-            cid = client_id_of(context)
-            return build_client(cfg, parts[cid], ys[cid], cid)
+            return make_client(client_id_of(context))
 
         grid = InProcessGrid(client_app(client_fn), len(parts), run_config=run_config)
         try:
             strategy.start(grid=grid)
+        except SchemaError as ex:
+            # the sites' columns do not make one federation: the strategy's own sentence
+            # (naming the client, the columns and the option), raised before round 1
+            raise SchemaError(_with_parameter_names(ex)) from ex
         except (RuntimeError, ValueError) as ex:
             # the strategy logs why it dropped a reply; say it here too (the library's
             # logger prints nothing unless the program configures logging)
@@ -418,22 +606,43 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                 raise
             raise RuntimeError(f"the federated run failed: {ex}; client errors: "
                                f"{'; '.join(reasons[:5])}") from ex
+        transform = strategy.feature_transform
+
+        def original(A: Any) -> np.ndarray:
+            """Model entries (scaled units) in the data's own units; NaN stays NaN."""
+            return np.asarray(A, dtype=np.float64) if transform is None \
+                else transform.inverse(A)
+
         self.strategy_ = strategy
         self.seed_ = seed
         self.n_clients_ = len(parts)
-        self.n_features_in_ = int(parts[0].shape[1])
+        self.feature_transform_ = transform
+        self.scaling_ = "none" if transform is None else transform.scaling
+        #: the columns predict takes as an array (every client's, by position)
+        self._n_columns = int(parts[0].shape[1])
+        self.__dict__.pop("feature_names_in_", None)  # a refit on arrays has none
+        if transform is not None and _is_frame(partitions[0]):
+            self.feature_names_in_ = np.asarray(transform.features, dtype=object)
+        self.n_features_in_ = (self._n_columns if transform is None
+                               else len(transform.features))
         # float64, or float32 when the run computes in it (scikit-learn's KMeans keeps
         # float32 data's centres float32 too)
         self.cluster_centers_ = (None if strategy.centroids is None
-                                 else np.array(strategy.centroids, dtype=run_dtype(cfg)))
+                                 else np.array(original(strategy.centroids),
+                                               dtype=run_dtype(cfg)))
         self.labels_ = [stored_labels(grid.contexts[100 + i]) for i in range(len(parts))]
         models = strategy.user_models()
-        self.user_centers_ = None if models is None else np.array(models, dtype=np.float64)
+        self.user_centers_ = None if models is None else np.array(original(models),
+                                                                  dtype=np.float64)
         self.history_ = strategy.history
         self.metrics_ = dict(strategy.final_metrics)
         self.diagnostics_ = dict(strategy.diagnostics)
         self.warnings_ = list(strategy.warnings)
         self.n_iter_ = int(strategy.history[-1]["round"]) if strategy.history else 0
+        from .app.results import cluster_profile_of
+
+        self.cluster_profile_ = (cluster_profile_of(strategy, int(
+            cfg.get("privacy-threshold", 2))) if self.evaluate else None)
         return self
 
     def fit_predict(self, partitions: Sequence[np.ndarray],
@@ -459,10 +668,76 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
         return issubclass(registry.get(self.algorithm).client, MaskedClient)
 
-    def predict(self, X: np.ndarray, client: int | None = None) -> np.ndarray:
+    def _frame_rows(self, frame: Any) -> np.ndarray:
+        """A DataFrame's feature columns, by name, in the federation's order (float64)."""
+        from .data.schema import FeatureTable
+
+        features = [str(f) for f in self.feature_names_in_]
+        names = [str(c) for c in frame.columns]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"X has the column name(s) {twice} twice")
+        missing = [f for f in features if f not in names]
+        if missing:
+            raise ValueError(f"X lacks the feature column(s) {missing}: "
+                             f"{type(self).__name__} is fitted with {features}")
+        options = self.strategy_.feature_options  # as they were at fit
+        if options.feature_columns is None:  # the other columns are the index only
+            extra = [n for n in names if n not in features and n != options.index_column]
+            if extra:
+                declared = ("" if options.index_column is None
+                            else f", except the index_column {options.index_column!r}")
+                raise ValueError(
+                    f"X has the column(s) {extra}, which {type(self).__name__} was not "
+                    f"fitted with: drop them (X's columns must be the features "
+                    f"{features}{declared}; fit with feature_columns=[...] to have the "
+                    "other columns ignored)")
+        position = {n: j for j, n in enumerate(names)}
+        chosen = frame.iloc[:, [position[f] for f in features]]
+        if len(chosen) == 0:
+            return np.empty((0, len(features)))
+        # the same parsing and column selection as the clients' (FeatureTable.from_frame)
+        return FeatureTable.from_frame(chosen).columns(features)
+
+    def _rows(self, X: Any) -> np.ndarray:
+        """``X`` as float64 rows in the federation's features, unscaled (checked)."""
+        from .data.schema import FeatureTable
+
+        name = type(self).__name__
+        named = hasattr(self, "feature_names_in_")
+        if _is_frame(X):
+            if named:
+                return self._frame_rows(X)
+            warnings.warn(f"X has feature names, but {name} was fitted without feature "
+                          "names", UserWarning, stacklevel=3)
+            X = X.to_numpy()
+        elif named:
+            warnings.warn(f"X does not have valid feature names, but {name} was fitted with "
+                          "feature names", UserWarning, stacklevel=3)
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape "
+                             f"{X.shape} (one row: reshape(1, -1))")
+        # an array's columns: the fitted ones by position (fitted on DataFrames: the
+        # features in the order of feature_names_in_)
+        width = self.n_features_in_ if named else getattr(self, "_n_columns",
+                                                          self.n_features_in_)
+        if X.shape[1] != width:
+            raise ValueError(f"X has {X.shape[1]} features, but {name} is fitted with {width}"
+                             + ("" if width == self.n_features_in_ else
+                                f" columns (of which {self.n_features_in_} are features)"))
+        transform = self.feature_transform_
+        if named or transform is None:
+            return X
+        # the clients took their features from their columns by position ("0", "1", ...)
+        return FeatureTable(X).columns(transform.features)
+
+    def predict(self, X: Any, client: int | None = None) -> np.ndarray:
         """Assign rows to the fitted clusters, as the federation's model does.
 
-        Per algorithm:
+        ``X`` is taken in the federation's features (a DataFrame's columns by name) and
+        scaled with ``feature_transform_``, as the clients scaled their rows; then, per
+        algorithm:
 
         - FKM, k-FED, FeCA, M-Avg, FFCM: the nearest of ``cluster_centers_`` (FFCM: the
           hard label of the fuzzy model, the highest membership);
@@ -476,14 +751,21 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
           ``i``'s own centres ``user_centers_[i]``, which is how node ``i`` labelled its
           rows in ``labels_[i]``.
 
-        For every algorithm ``predict(partitions[i], client=i)`` equals ``labels_[i]``,
-        and for every algorithm but DGC ``client`` changes nothing (every client holds the
+        (Nearest in the scaled units the model was computed in: the nearest of the
+        centres ``strategy_.centroids`` to ``feature_transform_.transform(rows)``.) For
+        every algorithm ``predict(partitions[i], client=i)`` equals ``labels_[i]``, and
+        for every algorithm but DGC ``client`` changes nothing (every client holds the
         same model).
 
         Parameters
         ----------
-        X : array_like of shape (n, n_features)
-            Rows to assign (masked algorithms: NaN on unobserved features).
+        X : array_like of shape (n, n_features) or DataFrame
+            Rows to assign (masked algorithms: NaN on unobserved features). Fitted on
+            DataFrames: a DataFrame with the columns ``feature_names_in_`` in any order
+            (the ``index_column``, and with ``feature_columns`` any other column, are
+            ignored; another extra column is an error), or an array of those columns in
+            that order (with a ``UserWarning``, as scikit-learn's). Fitted on arrays: an
+            array with the partitions' columns.
         client : int, optional
             Label as client ``client`` would (differs from the global model for DGC only).
 
@@ -497,15 +779,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
         check_is_fitted(self, "strategy_")
         masked = self._masked()
-        # a float32 model labels float32 rows, as its clients held theirs
-        dtype = getattr(self.cluster_centers_, "dtype", np.float64)
-        X = np.asarray(X, dtype=np.float32 if dtype == np.float32 else np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape "
-                             f"{X.shape} (one row: reshape(1, -1))")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is "
-                             f"fitted with {self.n_features_in_}")
+        X = self._rows(X)
         if not masked and not np.isfinite(X).all():
             raise ValueError(f"X contains NaN or inf ({self.algorithm!r} is not a "
                              "masked-feature algorithm)")
@@ -515,12 +789,21 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                              f"got {client!r}")
         if len(X) == 0:
             return np.empty(0, dtype=np.int64)
-        labels = self.strategy_.pooled_labels(X)  # KDC, DeepFeCA: the model labels rows
+        # the rows as the clients held theirs: scaled in float64 from the float64 rows
+        # (FeatureTransform.apply), then in the run's dtype (a float32 model labels
+        # float32 rows)
+        dtype = getattr(self.cluster_centers_, "dtype", np.float64)
+        dtype = np.float32 if dtype == np.float32 else np.float64
+        transform = self.feature_transform_
+        Z = np.asarray(X if transform is None else transform.transform(X), dtype=dtype)
+        labels = self.strategy_.pooled_labels(Z)  # KDC, DeepFeCA: the model labels rows
         if labels is not None:
             return np.asarray(labels, dtype=np.int64)
-        C = self.cluster_centers_
-        if client is not None and self.user_centers_ is not None:
-            C = self.user_centers_[int(client)]
+        # the model in the scaled units (cluster_centers_ is in the data's own units)
+        C = np.asarray(self.strategy_.centroids, dtype=dtype)
+        models = self.strategy_.user_models() if client is not None else None
+        if models is not None:
+            C = np.asarray(models[int(client)], dtype=np.float64)
         if masked:
-            return pooled_masked_squared_distances(X, C).argmin(axis=1).astype(np.int64)
-        return nearest_labels(X, C).astype(np.int64)
+            return pooled_masked_squared_distances(Z, C).argmin(axis=1).astype(np.int64)
+        return nearest_labels(Z, C).astype(np.int64)

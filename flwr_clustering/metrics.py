@@ -424,7 +424,7 @@ def matched_centroid_mse(C_est: np.ndarray, C_true: np.ndarray) -> float:
 
 def local_evaluation_stats(
     X: np.ndarray, C: np.ndarray, y: np.ndarray | None = None, n_classes: int | None = None,
-    min_rows: int = 2,
+    min_rows: int = 2, profile: bool = False,
 ) -> dict[str, float | int | np.ndarray]:
     """Additive evaluation statistics of centroids ``C`` on one client's data.
 
@@ -444,6 +444,9 @@ def local_evaluation_stats(
     min_rows : int, default 2
         The privacy threshold: with fewer rows, ``"sum-x"`` and ``"sst-local"`` are not
         sent (:func:`moment_stats`).
+    profile : bool, default False
+        Also the per-cluster sums of squared deviations (``"cluster-sq-residuals"``,
+        :func:`residual_stats`) for the cluster profile.
 
     Returns
     -------
@@ -467,12 +470,13 @@ def local_evaluation_stats(
     stats, labels = evaluation_stats_from_blocks(distance_blocks(X, C), len(X),
                                                  len(np.asarray(C)), y, n_classes)
     stats.update(moment_stats(X, min_rows))
-    stats.update(residual_stats(X, C, labels, min_rows))
+    stats.update(residual_stats(X, C, labels, min_rows, squares=profile))
     return stats
 
 
 def residual_stats(
-    X: np.ndarray, C: np.ndarray, labels: np.ndarray, min_rows: int = 2
+    X: np.ndarray, C: np.ndarray, labels: np.ndarray, min_rows: int = 2,
+    squares: bool = False,
 ) -> dict[str, np.ndarray]:
     """A client's per-cluster residual sums, for the Lloyd-step check (never a row).
 
@@ -497,17 +501,22 @@ def residual_stats(
         Nearest centroid of every row.
     min_rows : int, default 2
         The privacy threshold.
+    squares : bool, default False
+        Also ``"cluster-sq-residuals"``: per cluster and feature the sum of
+        ``(x - c_j)**2`` over its rows (the cluster profile's spread: the final
+        evaluation asks for it), withheld like the residuals.
 
     Returns
     -------
     dict
-        ``{"cluster-residuals": (k, d) float64}``, whole NaN rows for the withheld
-        clusters, NaN columns for unobserved features.
+        ``{"cluster-residuals": (k, d) float64}`` (and ``"cluster-sq-residuals"``), whole
+        NaN rows for the withheld clusters, NaN columns for unobserved features.
     """
     X = _float_rows(X)
     C = np.asarray(C, dtype=np.float64)
     if X.ndim != 2 or len(X) == 0:
-        return {"cluster-residuals": np.zeros_like(C)}
+        empty = {"cluster-residuals": np.zeros_like(C)}
+        return {**empty, "cluster-sq-residuals": np.zeros_like(C)} if squares else empty
     p = max(int(min_rows), 1)
     seen = np.ones(X.shape[1], dtype=bool)  # a masked client's observed features
     for rows in row_blocks(len(X), X.shape[1]):
@@ -532,7 +541,18 @@ def residual_stats(
     residuals = np.full(C.shape, np.nan)
     residuals[:, seen] = sums - counts[:, None] * C[:, seen]
     residuals[withheld] = np.nan
-    return {"cluster-residuals": residuals}
+    if not squares:
+        return {"cluster-residuals": residuals}
+    # the squared deviations from the row's own centre, one row block at a time
+    sq = np.zeros((len(C), int(seen.sum())))
+    Cs = np.nan_to_num(C[:, seen])
+    for rows in row_blocks(len(X), X.shape[1]):
+        D = np.asarray(X[rows][:, seen], dtype=np.float64) - Cs[labels[rows]]
+        sq += cluster_sums(D * D, labels[rows], len(C))[0]
+    squared = np.full(C.shape, np.nan)
+    squared[:, seen] = sq
+    squared[withheld] = np.nan
+    return {"cluster-residuals": residuals, "cluster-sq-residuals": squared}
 
 
 def _float_rows(X: np.ndarray) -> np.ndarray:

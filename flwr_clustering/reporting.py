@@ -162,6 +162,7 @@ def save_run(
     summary: dict[str, Any],
     X: np.ndarray | None = None,
     labels: np.ndarray | None = None,
+    extra_arrays: dict[str, np.ndarray] | None = None,
 ) -> dict[str, str]:
     """Write ``centroids.npz``, ``history.json``, ``result.json`` and ``clusters.png``.
 
@@ -179,6 +180,8 @@ def save_run(
         Final metrics, configuration and anything else worth keeping.
     X, labels : numpy.ndarray, optional
         Pooled data and labels for the scatter plot.
+    extra_arrays : dict, optional
+        More arrays for ``centroids.npz`` (e.g. ``scaled_centroids``).
 
     Returns
     -------
@@ -194,7 +197,8 @@ def save_run(
         "plot": str(out / "clusters.png"),
     }
     rounds = {f"round_{i + 1}": np.asarray(c) for i, c in enumerate(centroid_history)}
-    atomic_savez(paths["centroids"], centroids=np.asarray(centroids), **rounds)
+    atomic_savez(paths["centroids"], centroids=np.asarray(centroids), **rounds,
+                 **(extra_arrays or {}))
     atomic_write_text(paths["history"], json.dumps(to_jsonable(history), indent=2))
     atomic_write_text(paths["result"],
                       json.dumps(to_jsonable({**summary, "files": paths}), indent=2))

@@ -132,7 +132,8 @@ def test_ffcm_default_fuzzifier_does_not_collapse_on_digits(caplog):
 
 def test_kfed_empty_centre_is_reported(caplog):
     X, _ = make_blobs(4000, centers=16, n_features=10, random_state=2)
-    est, lines = _fit(caplog, "kfed", 16, _iid(X, 10, seed=2), random_state=2)
+    est, lines = _fit(caplog, "kfed", 16, _iid(X, 10, seed=2), random_state=2,
+                      scaling="none")
     d = est.diagnostics_
     assert d["non-empty-clusters"] == 15 and sum(d["cluster-counts"]) == 4000
     assert d["cluster-counts"].count(0) == 1

@@ -93,7 +93,14 @@ def _without_seconds(record):
 def _assert_same_run(est, out, app_labels):
     """Estimator and App: model, labels, metrics and history bit for bit."""
     app = out["strategy"]
-    np.testing.assert_array_equal(est.cluster_centers_, out["centroids"])
+    # the model (the App's run_server centroids) is in the federation's scaled units;
+    # cluster_centers_ is that model in the data's own units
+    np.testing.assert_array_equal(est.strategy_.centroids, out["centroids"])
+    assert est.feature_transform_ == app.feature_transform
+    original = (out["centroids"] if est.feature_transform_ is None
+                else est.feature_transform_.inverse(out["centroids"]))
+    np.testing.assert_array_equal(est.cluster_centers_,
+                                  np.asarray(original, dtype=est.cluster_centers_.dtype))
     mine, theirs = est.strategy_.model_record(), app.model_record()
     assert list(mine) == list(theirs)
     for key in mine:  # every array of the model (KDC's kernel, DeepFeCA's weights, ...)
@@ -149,9 +156,14 @@ def test_every_algorithm_equals_the_app_and_predict_matches_the_clients(tmp_path
         np.testing.assert_array_equal(est.predict(P, client=i), est.labels_[i])
         if algorithm == "dgc":
             # DGC: node i labels with its OWN centres; predict(X) uses the network mean
-            own = ((P[:, None, :] - est.user_centers_[i][None]) ** 2).sum(-1).argmin(1)
+            # (both nearest in the federation's scaled units, where the model lives)
+            Z = est.feature_transform_.transform(P)
+            own_scaled = est.strategy_.user_models()[i]
+            np.testing.assert_array_equal(est.user_centers_[i],
+                                          est.feature_transform_.inverse(own_scaled))
+            own = ((Z[:, None, :] - own_scaled[None]) ** 2).sum(-1).argmin(1)
             np.testing.assert_array_equal(est.labels_[i], own)
-            mean = ((P[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+            mean = ((Z[:, None, :] - est.strategy_.centroids[None]) ** 2).sum(-1).argmin(1)
             np.testing.assert_array_equal(est.predict(P), mean)
         else:  # one global model: the client changes nothing
             np.testing.assert_array_equal(est.predict(P), est.labels_[i])
@@ -159,6 +171,8 @@ def test_every_algorithm_equals_the_app_and_predict_matches_the_clients(tmp_path
         assert est.user_centers_.shape == (4, 3, 4)
         np.testing.assert_allclose(est.user_centers_.mean(axis=0), est.cluster_centers_,
                                    rtol=0, atol=1e-12)
+        np.testing.assert_allclose(est.strategy_.user_models().mean(axis=0),
+                                   est.strategy_.centroids, rtol=0, atol=1e-12)
     else:
         assert est.user_centers_ is None
     assert est.fit_predict(parts, ys) is est.labels_
@@ -170,7 +184,8 @@ def test_get_set_params_and_clone_carry_the_algorithm_options():
     params = est.get_params()
     assert params == {"algorithm": "fkm", "n_clusters": 3, "random_state": 1,
                       "min_nodes": None, "early_stop": True, "evaluate": True,
-                      "max_rounds": 5, "tol": 1e-3}
+                      "scaling": "standard", "feature_columns": None,
+                      "index_column": None, "max_rounds": 5, "tol": 1e-3}
     copy = clone(est)
     assert copy is not est and copy.get_params() == params
     assert "max_rounds=5" in repr(est)
@@ -300,3 +315,239 @@ def test_readme_snippet_runs(capsys):
     out = capsys.readouterr().out
     assert out.startswith("(3, 13) ARI ")
     assert float(re.search(r"ARI ([0-9.]+)", out).group(1)) > 0.8
+
+
+# ------------------------------------------------- real data: DataFrames, names, scaling
+WINE_SIZES = (59, 66, 53)
+
+
+def _wine_frames(reverse_site_1=True):
+    """Wine in raw units as 3 sites' DataFrames (59/66/53 rows), site 1's columns reversed."""
+    wine = load_wine(as_frame=True)
+    order = np.random.default_rng(0).permutation(len(wine.data))
+    idx = np.split(order, np.cumsum(WINE_SIZES)[:-1])
+    frames = [wine.data.iloc[i].reset_index(drop=True) for i in idx]
+    if reverse_site_1:
+        frames[1] = frames[1][frames[1].columns[::-1]]
+    return wine.data, wine.target.to_numpy(), idx, frames
+
+
+@pytest.fixture(scope="module")
+def wine_fit():
+    """FKM on the raw wine frames (default scaling='standard'), fitted once per module."""
+    df, y, idx, frames = _wine_frames()
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames)
+    return df, y, idx, frames, est
+
+
+def test_dataframes_are_matched_by_name_scaled_and_reported_in_raw_units(wine_fit):
+    df, y, idx, frames, est = wine_fit
+    assert [len(f) for f in frames] == list(WINE_SIZES)
+    assert list(frames[1].columns) == list(df.columns[::-1])
+    # the federation's order is the one most sites use: the original one
+    assert isinstance(est.feature_names_in_, np.ndarray) and est.feature_names_in_.dtype == object
+    assert list(est.feature_names_in_) == list(df.columns) and est.n_features_in_ == 13
+    assert est.scaling_ == "standard" and est.feature_transform_.scaling == "standard"
+    assert est.feature_transform_.features == tuple(df.columns)
+    # the federation's scaling is StandardScaler's on the pooled rows
+    scaler = StandardScaler().fit(df)
+    np.testing.assert_allclose(est.feature_transform_.center, scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(est.feature_transform_.scale, scaler.scale_, rtol=1e-12)
+    # the model lives in the scaled units; cluster_centers_ in the data's own units
+    np.testing.assert_array_equal(est.cluster_centers_,
+                                  est.feature_transform_.inverse(est.strategy_.centroids))
+    assert est.cluster_centers_.dtype == np.float64 and est.cluster_centers_.shape == (3, 13)
+    proline = est.cluster_centers_[:, list(df.columns).index("proline")]
+    assert np.all((proline >= df["proline"].min()) & (proline <= df["proline"].max()))
+    assert proline.max() > 500  # mg/l, not z-scores
+    # clusters as well as centralized k-means on the standardised pooled rows
+    fed = adjusted_rand_score(np.concatenate([y[i] for i in idx]), np.concatenate(est.labels_))
+    central = adjusted_rand_score(
+        y, KMeans(3, n_init=10, random_state=0).fit_predict(scaler.transform(df)))
+    assert fed >= central - 0.05, (fed, central)
+    # a client labelled its rows as predict does, whatever the frame's column order
+    for i, frame in enumerate(frames):
+        np.testing.assert_array_equal(est.predict(frame), est.labels_[i])
+        np.testing.assert_array_equal(est.predict(frame, client=i), est.labels_[i])
+        shuffled = frame[frame.columns[np.random.default_rng(i).permutation(13)]]
+        np.testing.assert_array_equal(est.predict(shuffled), est.labels_[i])
+    assert est.predict(frames[0].iloc[:0]).shape == (0,)
+    # a fitted estimator pickles with its transform and names
+    again = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(again.predict(frames[2]), est.labels_[2])
+
+
+def test_the_sites_column_order_does_not_change_the_clustering(wine_fit):
+    *_, est = wine_fit
+    _, _, _, frames = _wine_frames(reverse_site_1=False)
+    same = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames)
+    assert list(same.feature_names_in_) == list(est.feature_names_in_)
+    np.testing.assert_array_equal(same.cluster_centers_, est.cluster_centers_)
+    for a, b in zip(same.labels_, est.labels_, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_scaling_none_warns_about_the_widest_feature_and_minmax_works():
+    _, _, _, frames = _wine_frames()
+    raw = FederatedClustering("fkm", n_clusters=3, random_state=0, scaling="none").fit(frames)
+    assert raw.scaling_ == "none" and not raw.feature_transform_.scaled
+    hits = [w for w in raw.warnings_ if "'proline'" in w and "scaling='standard'" in w]
+    assert len(hits) == 1, raw.warnings_
+    np.testing.assert_array_equal(raw.cluster_centers_, raw.strategy_.centroids)
+    mm = FederatedClustering("fkm", n_clusters=3, random_state=0, scaling="minmax",
+                             max_rounds=5).fit(frames)
+    assert mm.scaling_ == "minmax" and not any("scaling='none'" in w for w in mm.warnings_)
+    pooled = np.vstack([f[list(mm.feature_names_in_)].to_numpy() for f in frames])
+    np.testing.assert_array_equal(mm.feature_transform_.center, pooled.min(axis=0))
+    for i, frame in enumerate(frames):
+        np.testing.assert_array_equal(mm.predict(frame), mm.labels_[i])
+        np.testing.assert_array_equal(raw.predict(frame), raw.labels_[i])
+
+
+def test_an_identifier_column_must_be_declared(wine_fit):
+    *_, idx, frames, plain = wine_fit
+    ids = 2_000_000_000 + np.random.default_rng(1).permutation(178) * 33_000_000  # 2e9..8e9
+    with_ids = [f.assign(patient_id=ids[i]) for f, i in zip(frames, idx, strict=True)]
+    with pytest.raises(ValueError, match=r"(?s)'patient_id'.*index-column") as info:
+        FederatedClustering("fkm", n_clusters=3, random_state=0).fit(with_ids)
+    assert type(info.value).__name__ == "SchemaError"  # the strategy's, not a RuntimeError
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0,
+                              index_column="patient_id").fit(with_ids)
+    assert "patient_id" not in est.feature_names_in_ and est.n_features_in_ == 13
+    assert est._run_config(3, 0)["index-column"] == "patient_id"
+    for i, frame in enumerate(with_ids):  # the index is ignored; the clustering is the same
+        np.testing.assert_array_equal(est.labels_[i], plain.labels_[i])
+        np.testing.assert_array_equal(est.predict(frame), est.labels_[i])
+    with pytest.raises(ValueError, match=r"column\(s\) \['extra'\].*not fitted with"):
+        est.predict(with_ids[0].assign(extra=1.0))
+
+
+def test_a_renamed_column_names_the_site():
+    _, _, _, frames = _wine_frames()
+    frames[1] = frames[1].rename(columns={"hue": "Hue"})
+    with pytest.raises(ValueError, match=r"client 1.*'Hue'"):
+        FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames)
+
+
+def test_a_text_column_is_refused_unless_left_out_of_feature_columns(wine_fit):
+    df, _, _, frames, plain = wine_fit
+    regions = np.array(["north", "south", "east"])
+    texts = [f.assign(region=regions[np.arange(len(f)) % 3]) for f in frames]
+    with pytest.raises(ValueError, match="text column.*'region'"):
+        FederatedClustering("fkm", n_clusters=3, random_state=0).fit(texts)
+    numeric = list(df.columns)
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0,
+                              feature_columns=numeric).fit(texts)
+    assert list(est.feature_names_in_) == numeric
+    assert est._run_config(3, 0)["feature-columns"] == ",".join(numeric)
+    for i, frame in enumerate(texts):  # the other columns are ignored, by fit and predict
+        np.testing.assert_array_equal(est.labels_[i], plain.labels_[i])
+        np.testing.assert_array_equal(est.predict(frame.assign(note="x")), est.labels_[i])
+    # a column mixing numbers and text is named with its row
+    bad = [f.copy() for f in frames]
+    bad[2]["hue"] = bad[2]["hue"].astype(object)
+    bad[2].loc[4, "hue"] = "n/a"
+    with pytest.raises(ValueError, match=r"partitions\[2\].*'n/a'.*'hue'.*row 5"):
+        FederatedClustering("fkm", n_clusters=3).fit(bad)
+
+
+def test_predict_aligns_dataframes_and_warns_on_arrays(wine_fit):
+    *_, frames, est = wine_fit
+    with pytest.raises(ValueError, match=r"lacks the feature column\(s\) \['hue'\]"):
+        est.predict(frames[0].drop(columns="hue"))
+    with pytest.raises(ValueError, match=r"column\(s\) \['color'\].*not fitted with"):
+        est.predict(frames[0].assign(color=1.0))
+    rows = frames[0][list(est.feature_names_in_)].to_numpy()
+    with pytest.warns(UserWarning, match="X does not have valid feature names"):
+        labels = est.predict(rows)
+    np.testing.assert_array_equal(labels, est.labels_[0])
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="X has 12 features"):
+        est.predict(rows[:, :12])
+    # fitted on arrays: no feature names, and a DataFrame is read by position
+    parts = [f[list(est.feature_names_in_)].to_numpy() for f in frames]
+    arr = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(parts)
+    assert not hasattr(arr, "feature_names_in_") and arr.n_features_in_ == 13
+    assert arr.feature_transform_.features == tuple(str(j) for j in range(13))
+    for a, b in zip(arr.labels_, est.labels_, strict=True):  # same columns by position
+        np.testing.assert_array_equal(a, b)
+    with pytest.warns(UserWarning, match="X has feature names, but"):
+        np.testing.assert_array_equal(arr.predict(frames[0][list(est.feature_names_in_)]),
+                                      est.labels_[0])
+    # a refit on arrays drops the names of a fit on DataFrames
+    est2 = clone(est).fit(frames)
+    assert hasattr(est2, "feature_names_in_")
+    assert not hasattr(est2.fit(parts), "feature_names_in_")
+
+
+def test_dataframes_with_float32_and_masked_algorithms_predict_as_the_clients():
+    _, _, _, frames = _wine_frames()
+    f32 = FederatedClustering("fkm", n_clusters=3, random_state=0, dtype="float32",
+                              max_rounds=5).fit(frames)
+    assert f32.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(
+        f32.cluster_centers_,
+        f32.feature_transform_.inverse(f32.strategy_.centroids).astype(np.float32))
+    for i, frame in enumerate(frames):
+        np.testing.assert_array_equal(f32.predict(frame), f32.labels_[i])
+    # masked: each site misses one feature (NaN); NaN stays NaN through the scaling
+    masked = [f.copy() for f in frames]
+    for i, f in enumerate(masked):
+        f[["ash", "hue", "magnesium"][i]] = np.nan
+    est = FederatedClustering("masked-oneshot", n_clusters=3, random_state=0,
+                              k_local=3).fit(masked)
+    assert list(est.feature_names_in_) == list(frames[0].columns)
+    for i, frame in enumerate(masked):
+        np.testing.assert_array_equal(est.predict(frame, client=i), est.labels_[i])
+    np.testing.assert_array_equal(np.isnan(est.cluster_centers_),
+                                  np.isnan(est.strategy_.centroids))
+
+
+def test_dataframe_input_errors():
+    _, _, _, frames = _wine_frames()
+    with pytest.raises(ValueError, match=r"mixes DataFrames \(partitions\[0\]\) and arrays "
+                                         r"\(partitions\[1\]\)"):
+        FederatedClustering("fkm", 3).fit([frames[0], frames[1].to_numpy()])
+    with pytest.raises(ValueError, match=r"partitions\[1\] is empty"):
+        FederatedClustering("fkm", 3).fit([frames[0], frames[1].iloc[:0]])
+    with pytest.raises(ValueError, match=r"labels\[0\] has shape"):
+        FederatedClustering("fkm", 3).fit(frames, [np.zeros(3, int)] * 3)
+    with pytest.raises(ValueError, match="must be a list of column names"):
+        FederatedClustering("fkm", 3, feature_columns="hue,ash").fit(frames)
+    with pytest.raises(ValueError, match="scaling must be one of"):
+        FederatedClustering("fkm", 3, scaling="zscore").fit(frames)
+    with pytest.raises(ValueError, match="'deepfeca' takes its rows as they are"):
+        FederatedClustering("deepfeca", 3).fit(frames)
+
+
+def test_get_params_and_clone_carry_the_feature_parameters():
+    est = FederatedClustering("fkm", 3, scaling="minmax", feature_columns=["a", "b"],
+                              index_column="id", max_rounds=5)
+    params = est.get_params()
+    assert {k: params[k] for k in ("scaling", "feature_columns", "index_column")} == {
+        "scaling": "minmax", "feature_columns": ["a", "b"], "index_column": "id"}
+    assert "max_rounds" in params and "scaling" not in est.algorithm_options
+    copy = clone(est)
+    assert copy.get_params() == params and copy.feature_columns is not est.feature_columns
+    assert est.set_params(scaling="none", feature_columns=None) is est
+    assert est.scaling == "none" and est.feature_columns is None
+    assert est.algorithm_options == {"max_rounds": 5}
+    rc = est.set_params(feature_columns=("a", "b")).set_params(
+        index_column=None)._run_config(2, 0)
+    assert (rc["scaling"], rc["feature-columns"], rc["index-column"]) == ("none", "a,b", "")
+
+
+def _doc_snippet(path, tag):
+    pattern = r"<!-- estimator-test: ([\w-]+) -->\n```python\n(.*?)```"
+    return [code for t, code in re.findall(pattern, path.read_text(), re.S) if t == tag]
+
+
+def test_docs_dataframe_snippet_runs(capsys):
+    (code,) = _doc_snippet(ROOT / "docs" / "estimator.md", "dataframes")
+    ns = {}
+    exec(compile(code, "docs/estimator.md:dataframes", "exec"), ns)
+    first, second, third = capsys.readouterr().out.splitlines()[:3]
+    assert first.startswith("13 proline standard ARI ")
+    assert float(re.search(r"ARI ([0-9.]+)", first).group(1)) > 0.8
+    assert "patient_id" not in ns["est"].feature_names_in_
+    labels = ns["est"].predict(ns["frames"][0])
+    np.testing.assert_array_equal(labels, ns["est"].labels_[0])

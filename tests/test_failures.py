@@ -240,7 +240,7 @@ def test_masked_federated_with_fewer_local_centroids_than_k_says_so():
     with pytest.raises(ValueError, match=r"the clients sent \d+ local centroids in all "
                                          r"\(client 0: \d+, client 1: \d+, client 2: \d+\), "
                                          r"fewer than k=16"):
-        _run_app("masked-federated", 16, [10, 40, 40])
+        _run_app("masked-federated", 16, [10, 40, 40], scaling="none")
 
 
 def test_a_missing_data_path_is_logged_on_the_node_and_named_by_the_server(tmp_path, log):

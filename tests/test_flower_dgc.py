@@ -103,7 +103,7 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
 
     rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
           "min-nodes": 5, "graph": "ring", "rho": 100.0, "iterations": 50,
-          "node-init": "random", "out-dir": str(tmp_path / "dgc")}
+          "node-init": "random", "out-dir": str(tmp_path / "dgc"), "scaling": "none"}
     out = run_server(InProcessGrid(app_client, 5, run_config=rc), rc)
     strategy = out["strategy"]
     assert len(strategy.history) == 51 and strategy.history[-1]["consensus"] > 0
@@ -163,7 +163,10 @@ def test_per_user_metrics_score_only_user_eval_nodes_users_each_node_labels_with
     strategy = run_server(grid, rc)["strategy"]
     ids = strategy.scored_ids().tolist()
     assert ids == [0, 2, 5]
-    parts = [load_partition(i, m, dataset="iris", partitioner="iid") for i in range(m)]
+    # the nodes cluster the federation's scaled rows (scaling='standard')
+    scaled = strategy.feature_transform.transform
+    parts = [(scaled(X_i), y_i) for X_i, y_i in (
+        load_partition(i, m, dataset="iris", partitioner="iid") for i in range(m))]
     X, y = np.vstack([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     centres = strategy.node_centres
     joint = [hungarian_accuracy(y, assign(X, centres[i])) for i in ids]

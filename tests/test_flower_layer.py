@@ -283,7 +283,8 @@ def test_app_with_local_data_files(tmp_path):
         path = tmp_path / (f"site{i}.csv" if i % 2 else f"site{i}.npz")
         save_local_file(path, x, y)
         paths.append({"data-path": str(path)})
-    run_config = {"dataset": "local", "out-dir": str(tmp_path / "out"), "max-rounds": 5}
+    run_config = {"dataset": "local", "out-dir": str(tmp_path / "out"), "max-rounds": 5,
+                  "scaling": "none"}
     grid = InProcessGrid(client, 5, run_config=run_config, node_configs=paths)
     out = run_server(grid, run_config)
     ref = run_fkm([x for x, _ in data], 16, seed=0, max_rounds=5)
@@ -291,6 +292,11 @@ def test_app_with_local_data_files(tmp_path):
     assert out["centralized"] is None and out["federated"]["ari"] > 0.9
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert "centralized" not in result and result["run-config"]["dataset"] == "local"
+    # the CSV sites name their columns (x0, x1), the NPZ sites do not: taken by position,
+    # and the run says so
+    assert result["features"]["features"] == ["x0", "x1"]
+    assert any("client 0, client 2, client 4 have files without column names" in w
+               for w in result["warnings"])
 
 
 def test_app_simulation_config_reports_centralized_baseline(tmp_path):

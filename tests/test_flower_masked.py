@@ -89,7 +89,7 @@ def test_the_flower_app_on_dim_is_exact_with_silhouette_k_i(tmp_path, algorithm,
     rc = {"algorithm": algorithm, "dataset": "dim-128", "partitioner": "natural",
           "feature-mask": feature_mask,
           "method": method, "k": 16, "min-nodes": 10, "tol": -1.0,
-          "out-dir": str(tmp_path / "run")}
+          "out-dir": str(tmp_path / "run"), "scaling": "none"}
     out = run_server(InProcessGrid(app_client, 10, run_config=rc, shuffle_seed=4), rc)
     parts = [load_partition(i, 10, dataset="dim-128", feature_mask=feature_mask)
              for i in range(10)]

@@ -298,6 +298,8 @@ def test_every_algorithm_leaves_the_final_labels_on_every_node(tmp_path, name):
     cfg = merged_config(rc)
     for i in range(n):
         X, _ = load_partition(i, n, **dataset_kwargs(cfg))
+        if strategy.feature_transform is not None:  # the App scales (scaling='standard')
+            X = strategy.feature_transform.transform(X)
         labels = stored_labels(grid.contexts[100 + i])
         assert labels is not None and labels.shape == (len(X),)
         if name == "dgc":  # each DGC user labels with its own centres
@@ -331,9 +333,13 @@ def test_the_app_keys_for_per_round_evaluation_and_exact_rounds(tmp_path):
     grid = InProcessGrid(app, 2, run_config=rc)
     run_server(grid, rc)
     kinds = [m.metadata.message_type for m in grid.sent]
-    # round 0: the library's data-source query (one per node), then the rounds
-    assert kinds == ["query"] * 2 + (["train"] * 2 + ["evaluate"] * 2) * 4
+    # round 0: the library's data-source query (one per node) and its feature moments
+    # (the scaling, scaling='standard' by default), then the rounds
+    assert kinds == ["query"] * 4 + (["train"] * 2 + ["evaluate"] * 2) * 4
     assert all(m.content["config"]["phase"] == "data-source" for m in grid.sent[:2])
+    assert all(m.content["config"]["phase"] == "feature-moments" for m in grid.sent[2:4])
+    # every message after the moments carries the federation's features and scaling
+    assert all("feature-transform" in m.content["config"] for m in grid.sent[4:])
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert [h["round"] for h in history] == [1, 2, 3, 4]  # FKM converges earlier; no early stop
     assert all(h["metrics"]["num-examples"] == 800 for h in history)

@@ -80,9 +80,17 @@ def test_the_differencing_attack_recovers_rows_from_default_fkm(tmp_path, beta):
     run_server(grid, run_config)
     uploads = fkm_uploads(grid.received)
     assert all(len(u) == 20 for u in uploads.values())
+    # the clients hold their rows in the federation's scaled units (scaling='standard'),
+    # which the server knows: a row recovered there is a raw row
+    import json
+
+    features = json.loads((tmp_path / "result.json").read_text())["features"]
+    assert features["scaling"] == "standard"
+    center, scale = np.asarray(features["center"]), np.asarray(features["scale"])
     recovered = 0
     for cid, rounds in uploads.items():
         X, _ = load_partition(cid, 5, dataset="garst-grid", beta=beta, partitioner="natural")
+        X = (X - center) / scale
         candidates = differencing_attack(rounds)
         recovered += recovered_rows(candidates, X)
         # ... although every single upload is a mean of at least privacy-threshold rows

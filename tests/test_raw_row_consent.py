@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 
 from flwr_clustering.app.client_app import app as client_app
@@ -66,10 +67,14 @@ def test_with_every_owner_agreeing_the_raw_rows_are_sent_and_logged(tmp_path, ca
     grid = InProcessGrid(client_app, 5, run_config=run_config, node_configs=nodes)
     with caplog.at_level(logging.INFO, logger="flwr_clustering"):
         run_server(grid, run_config)
-    rows = {tuple(r) for X in parts for r in X}
+    # the rows in the federation's scaled units (scaling='standard'; the server knows
+    # the scaling, so a scaled row is a raw row)
+    features = json.loads((tmp_path / "out" / "result.json").read_text())["features"]
+    center, scale = np.asarray(features["center"]), np.asarray(features["scale"])
+    rows = {tuple(r) for X in parts for r in (X - center) / scale}
     seeds = [m.content["arrays"].to_numpy_ndarrays()[0] for m in grid.received
              if m.metadata.message_type == "train" and m.metadata.group_id == "1"]
-    assert all(tuple(r) in rows for s in seeds for r in s)  # they are raw rows
+    assert seeds and all(tuple(r) in rows for s in seeds for r in s)  # they are raw rows
     # every node logged what it sent: 16 raw rows in round 1, none after
     sent = [r.getMessage() for r in caplog.records if "sent " in r.getMessage()
             and r.getMessage().startswith("client ")]

@@ -75,7 +75,7 @@ MEAN = registry.AlgorithmSpec(name="toy-mean", strategy=FederatedMean, client=Me
 def test_a_new_algorithm_runs_through_the_app_by_module_path(tmp_path):
     cfg = {"algorithm": "test_registry:MEAN", "toy-shift": 0.0, "min-nodes": 4,
            "dataset": "blobs", "n-samples": 200, "partitioner": "iid", "centers": 3, "k": 1,
-           "out-dir": str(tmp_path)}
+           "out-dir": str(tmp_path), "scaling": "none"}
     grid = InProcessGrid(client_app, 4, run_config=cfg)
     out = run_server(grid, cfg)
     parts = [load_partition(i, 4, dataset="blobs", n_samples=200, partitioner="iid",
@@ -85,8 +85,8 @@ def test_a_new_algorithm_runs_through_the_app_by_module_path(tmp_path):
     # the non-training exchange went as QUERY messages, the round as TRAIN
     kinds = [(m.metadata.message_type, m.content["config"]["phase"]) for m in grid.sent
              if "config" in m.content and "phase" in m.content["config"]]
-    assert kinds == [("query", "data-source")] * 4 + [("query", "sizes")] * 4 + [
-        ("train", "sum")] * 4
+    assert kinds == [("query", "data-source")] * 4 + [("query", "feature-moments")] * 4 + [
+        ("query", "sizes")] * 4 + [("train", "sum")] * 4
     # the App wrote the strategy's artifact beside the common files
     toy = np.load(tmp_path / "toy.npz")
     np.testing.assert_array_equal(toy["sizes"], sorted(len(p) for p in parts))

@@ -190,7 +190,10 @@ def test_secure_fkm_equals_federated_lloyd_and_the_server_sees_only_totals():
         if keys <= SECAGG_RECORDS:
             assert not any(len(r) for r in msg.content.array_records.values())
             continue
-        assert keys == {"metrics"}, keys
+        # the data-source reply also names the columns and their kinds (no value)
+        assert keys in ({"metrics"}, {"metrics", "columns"}), keys
+        if "columns" in keys:
+            assert set(msg.content["columns"]) == {"names", "kinds", "unique", "rows"}
         metrics = dict(msg.content["metrics"])
         assert all(isinstance(v, int) for v in metrics.values()), metrics
     ledger = secure.privacy_ledger()
@@ -385,9 +388,13 @@ def test_the_app_runs_secure_aggregation_and_writes_it_to_privacy_json(tmp_path)
     out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert ledger["secure-aggregation"] is True
-    # the start's moments, 4 rounds, the evaluation
+    # the federation's feature scaling (scaling='standard'), the start's moments, 4
+    # rounds, the evaluation
     assert [t["phase"] for t in ledger["secure-totals"]] == (
-        ["secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
+        ["feature-moments", "secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["features"]["scaling"] == "standard"
+    assert result["features"]["features"] == ["0", "1"]
     assert all(t["clients"] == 5 for t in ledger["secure-totals"])
     result = json.loads((tmp_path / "result.json").read_text())
     # the federated metrics come from the secure evaluation's totals

@@ -32,6 +32,7 @@ from ..reporting import atomic_savez, atomic_write_text, to_jsonable
 
 __all__ = [
     "CHECKPOINT",
+    "centroid_arrays",
     "PRIVACY_LEDGER",
     "RESUME_FREE_KEYS",
     "RoundWriter",
@@ -145,11 +146,7 @@ class RoundWriter:
     def __call__(self, strategy, server_round: int) -> None:
         """Write ``centroids.npz``, ``history.json``, ``checkpoint.npz`` and ``.json``."""
         t0 = time.perf_counter()
-        rounds = {f"round_{i + 1}": np.asarray(c)
-                  for i, c in enumerate(strategy.centroid_history)}
-        model = {} if strategy.centroids is None else {
-            "centroids": np.asarray(strategy.centroids)}
-        atomic_savez(self.out / "centroids.npz", **model, **rounds)
+        atomic_savez(self.out / "centroids.npz", **centroid_arrays(strategy))
         # compact JSON (the C encoder); the final save_results writes it indented
         atomic_write_text(self.out / "history.json",
                           json.dumps(to_jsonable(strategy.history), separators=(",", ":")))
@@ -171,6 +168,22 @@ class RoundWriter:
         self.write_seconds.append(time.perf_counter() - t0)
         logger.debug("round %d written to %s in %.1f ms", server_round, self.out,
                      1e3 * self.write_seconds[-1])
+
+
+def centroid_arrays(strategy) -> dict[str, np.ndarray]:
+    """``centroids.npz``: the model and every round's, in the data's own units.
+
+    With a scaling (``scaling='standard'``, the default) the arrays are mapped back to
+    the original units, and ``scaled_centroids`` keeps the model as computed.
+    """
+    out = {f"round_{i + 1}": np.asarray(strategy.in_original_units(c))
+           for i, c in enumerate(strategy.centroid_history)}
+    if strategy.centroids is not None:
+        out["centroids"] = np.asarray(strategy.in_original_units(strategy.centroids))
+        transform = getattr(strategy, "feature_transform", None)
+        if transform is not None and transform.scaled:
+            out["scaled_centroids"] = np.asarray(strategy.centroids)
+    return out
 
 
 def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, Any],

@@ -171,6 +171,10 @@ def client_fn(context: Context) -> ClusteringClient:
         X, y = load_partition(pid, num, **dataset_kwargs(cfg))
         source = {"local": False, "partition-id": pid, "num-partitions": num}
     client = build_client(cfg, X, y, cid)
+    if "data-path" in context.node_config:
+        # the file's columns by name: the federation agrees on its features from them
+        # (strategies.features) and every message says which, in which order and units
+        client.feature_table = loaded.table()
     # told to the server in the library's data-source phase (clients.base.DATA_SOURCE_PHASE)
     client.data_source = source
     client.allow_raw_rows = node_flag(context.node_config, RAW_ROWS_KEY,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from ..data.schema import SCALINGS
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
 
@@ -63,6 +64,15 @@ class AppOptions(Options):
     secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
                                      "key shares rebuild a key (the others may drop out)")
+    scaling: str = option("standard", choices=SCALINGS, help="scale the features across the "
+                          "sites before round 1, from the clients' sums: standard (z-scores), "
+                          "minmax ([0, 1]; not with secure aggregation) or none (warns when "
+                          "the spreads differ by more than 10x); see docs/data.md")
+    feature_columns: str = option("", help="the federation's features, comma-separated, in "
+                                  "this order (each site's other columns are ignored); empty: "
+                                  "every column the sites share")
+    index_column: str = option("", help="an identifier column at the sites (never a "
+                               "feature); empty: none (an undeclared one is refused)")
 
 
 @dataclass(frozen=True)
@@ -210,6 +220,8 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
         **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
            "secure_aggregation": app.secure_aggregation,
            "secagg_threshold": app.secagg_threshold,
+           "scaling": app.scaling, "feature_columns": app.feature_columns,
+           "index_column": app.index_column,
            **overrides})
 
 

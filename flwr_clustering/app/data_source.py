@@ -22,6 +22,7 @@ from typing import Any
 from ..clients.base import DATA_SOURCE_PHASE, data_hash
 from ..data.registry import load_partition
 from ..log import logger
+from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 
 __all__ = ["NO_DATA_PATH", "check_data_sources", "check_raw_row_consent", "query_data_sources"]
@@ -43,7 +44,11 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
         and ``{node id: reason}`` of the nodes without a valid reply.
     """
     replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
-                                per_node={int(n): ([], {}) for n in nodes}, min_replies=0)
+                                per_node={int(n): ([], data_source_config(strategy))
+                                          for n in nodes}, min_replies=0)
+    # the clients' column names and kinds: the strategy agrees on the features from them
+    # before round 1 (strategies.features) without asking again
+    strategy.site_columns = {r.client_id: r.columns for r in replies}
     sources = []
     for r in replies:
         local = int(r.metrics.get("data-local", -1))

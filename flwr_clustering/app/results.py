@@ -20,6 +20,7 @@ import numpy as np
 
 from ..log import logger
 from ..reporting import atomic_write_text, plot_curves, save_run, to_jsonable
+from .checkpoint import centroid_arrays
 
 __all__ = ["save_results"]
 
@@ -55,14 +56,19 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
         **strategy.result_summary(),
         "diagnostics": getattr(strategy, "diagnostics", {}),
         "warnings": list(getattr(strategy, "warnings", [])),
+        "features": getattr(strategy, "feature_summary", None),
         **extra,
     }
-    paths = save_run(out_dir, strategy.centroids, strategy.centroid_history, strategy.history,
-                     summary, X, labels)
+    arrays = centroid_arrays(strategy)  # in the data's own units
+    rounds = [arrays[f"round_{i + 1}"] for i in range(len(strategy.centroid_history))]
+    extra_arrays = {k: v for k, v in arrays.items() if k == "scaled_centroids"}
+    paths = save_run(out_dir, arrays.get("centroids"), rounds, strategy.history,
+                     summary, X, labels, extra_arrays)
     if hasattr(strategy, "privacy_ledger"):
         paths["privacy"] = str(Path(out_dir) / "privacy.json")
         atomic_write_text(paths["privacy"],
                           json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
+    paths.update(save_data_terms(strategy, out_dir, summary, paths))
     for filename, arrays in strategy.artifacts().items():
         paths[Path(filename).stem] = str(Path(out_dir) / filename)
         np.savez(paths[Path(filename).stem], **arrays)
@@ -72,3 +78,113 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
                     title=f"{strategy.name} training")
     logger.info("results written to %s", out_dir)
     return paths
+
+
+def cluster_profile_of(strategy, privacy_threshold: int = 2):
+    """The final model's cluster profile in the data's own units (``None`` without one).
+
+    From the final evaluation's per-cluster counts, residual sums and squared residual
+    sums (no row). A cluster's mean and spread come from the clients that sent its
+    statistics (a client withholds a cluster of fewer than ``privacy-threshold`` rows);
+    its size counts every row. Rows per site only where the server saw each client's
+    counts (not under secure aggregation).
+    """
+    from ..profile import cluster_profile
+
+    stats = list(getattr(strategy, "evaluation_stats", []) or [])
+    C = strategy.centroids
+    keys = ("cluster-counts", "cluster-residuals", "cluster-sq-residuals")
+    if not stats or C is None or np.ndim(C) != 2 or any(
+            key not in s for s in stats for key in keys):
+        return None
+    k, d = np.shape(C)
+    total = np.zeros(k)
+    n_eff, R, Q = np.zeros(k), np.zeros((k, d)), np.zeros((k, d))
+    for s in stats:
+        counts = np.asarray(s["cluster-counts"], dtype=np.float64)
+        r = np.asarray(s["cluster-residuals"], dtype=np.float64)
+        q = np.asarray(s["cluster-sq-residuals"], dtype=np.float64)
+        if counts.shape != (k,) or r.shape != (k, d) or q.shape != (k, d):
+            return None
+        total += counts
+        sent = np.isfinite(r).all(axis=1) & np.isfinite(q).all(axis=1)
+        n_eff[sent] += counts[sent]
+        R[sent] += r[sent]
+        Q[sent] += q[sent]
+    if not n_eff.any():
+        return None  # e.g. masked clients: no cluster has every feature
+    transform = strategy.feature_transform
+    names = list(transform.features) if transform is not None else [str(j) for j in range(d)]
+    if len(names) != d:
+        return None
+    sites = None
+    if len(stats) > 1 and not strategy.secure_aggregation:
+        sites = {f"client {int(s.get('client-id', i))}": np.asarray(s["cluster-counts"])
+                 for i, s in enumerate(stats)}
+    scaled = transform is not None and transform.scaled
+    profile = cluster_profile(
+        n_eff, R, Q, C, names, center=np.asarray(transform.center) if scaled else None,
+        scale=np.asarray(transform.scale) if scaled else None, site_counts=sites,
+        privacy_threshold=privacy_threshold)
+    profile["size"] = total.astype(np.int64)
+    profile["fraction"] = total / total.sum() if total.sum() else np.nan
+    return profile
+
+
+def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
+                    paths: dict[str, str]) -> dict[str, str]:
+    """The results in the data's own terms: ``model.json``, the profile, ``report.html``.
+
+    ``model.json`` (:class:`~flwr_clustering.model.ClusteringModel`: feature names, scaling,
+    centres in the model's and in the original units) labels new files at any site with
+    :func:`flwr_clustering.load_model`; ``profile.csv`` and ``profile.png`` hold the cluster
+    profile (:func:`cluster_profile_of`); ``report.html`` is one self-contained page with
+    the settings, warnings, profile, rows per site and convergence.
+    """
+    from .. import __version__
+    from ..data.schema import FeatureTransform
+    from ..model import ClusteringModel
+    from ..profile import plot_profile, write_report
+
+    out = Path(out_dir)
+    written: dict[str, str] = {}
+    C = strategy.centroids
+    transform = strategy.feature_transform
+    run_config = summary.get("run-config") or {}
+    threshold = int(run_config.get("privacy-threshold", getattr(strategy, "privacy_threshold",
+                                                                 2)))
+    if C is not None and np.ndim(C) == 2 and strategy.labelling != "network":
+        names = (transform.features if transform is not None
+                 else tuple(str(j) for j in range(np.shape(C)[1])))
+        if len(names) == np.shape(C)[1]:
+            model = ClusteringModel(
+                algorithm=strategy.name, k=int(np.shape(C)[0]), feature_names=tuple(names),
+                transform=transform if transform is not None else FeatureTransform(names),
+                centroids=np.asarray(C, dtype=np.float64), options=to_jsonable(run_config),
+                library_version=__version__, labelling=strategy.labelling)
+            written["model"] = str(model.save(out / "model.json"))
+    profile = None
+    try:
+        profile = cluster_profile_of(strategy, threshold)
+    except ValueError as ex:  # a profile must not fail a finished run
+        logger.warning("no cluster profile: %s", ex)
+    images = {"clusters and convergence": paths.get("plot", "")}
+    if profile is not None:
+        written["profile"] = str(out / "profile.csv")
+        profile.to_csv(written["profile"])
+        written["profile-plot"] = str(out / "profile.png")
+        plot_profile(written["profile-plot"], profile, list(
+            transform.features if transform is not None
+            else [str(j) for j in range(np.shape(C)[1])]),
+            title=f"{strategy.name}: cluster profile")
+        images["cluster profile"] = written["profile-plot"]
+        logger.info("cluster profile (original units): %s", written["profile"])
+    written["report"] = str(out / "report.html")
+    settings = {"algorithm": strategy.name, **run_config}
+    if summary.get("features"):
+        settings["features"] = summary["features"].get("features")
+        settings["scaling"] = summary["features"].get("scaling")
+    write_report(written["report"], title=f"flwr-clustering: {strategy.name}",
+                 settings=settings, warnings=summary.get("warnings", []), profile=profile,
+                 images=images, history=strategy.history)
+    return written

@@ -135,9 +135,14 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
                     if cfg["feature-mask"] != "none" else pooled)
     evaluate_fn = None
     if pooled is not None:
-        X, y = pooled
+        X_raw, y = pooled
+        scaled: dict = {}
 
         def evaluate_fn(server_round, arrays):
+            # the pooled rows in the federation's features and units (agreed in start())
+            if "X" not in scaled:
+                scaled["X"] = feature_rows(strategy, X_raw)
+            X = scaled["X"]
             labels = strategy.pooled_labels(X)
             if labels is not None:  # a model that labels rows itself (KDC)
                 stats = label_evaluation_stats(labels, int(cfg["k"]), y)
@@ -168,10 +173,12 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     if checkpoint is not None:
         extra["resumed-after-round"] = int(checkpoint["round"])
     if pooled is not None and complete is not None:
-        X, y = pooled
-        X_complete = complete[0]
+        X, y = feature_rows(strategy, pooled[0]), pooled[1]
+        X_complete = feature_rows(strategy, complete[0])
         from sklearn.cluster import KMeans  # the centralized baseline (simulation only)
 
+        # centralized k-means on the pooled rows in the same features and units (with the
+        # default scaling='standard': the standardised pooled rows)
         km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
         extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
         labels = strategy.pooled_labels(X)
@@ -186,7 +193,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         report = spec.pooled_report_fn()
         if report is not None and y is not None:  # e.g. DeepFeCA's linear probe
             extra.update(report(strategy, X, y))
-        extra["X"] = X_complete
+        extra["X"] = complete[0]  # the plot is in the data's own units
         extra["labels"] = labels
         logger.info("federated on pooled data: %s", extra["federated-on-pooled"])
         logger.info("centralized k-means:      %s", extra["centralized"])
@@ -195,6 +202,18 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         "centroids": centroids, "federated": strategy.final_metrics,
         "centralized": extra.get("centralized"), "out_dir": str(out_dir), "strategy": strategy,
     }
+
+
+def feature_rows(strategy, X: np.ndarray) -> np.ndarray:
+    """Pooled rows of a built-in data set in the federation's features and units.
+
+    The simulated clients hold the data set's columns in its own order (positional
+    names), so only the scaling applies.
+    """
+    transform = strategy.feature_transform
+    if transform is None or not transform.scaled or np.ndim(X) != 2:
+        return X
+    return transform.transform(X)
 
 
 @app.main()

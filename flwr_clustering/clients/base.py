@@ -22,6 +22,7 @@ in that file (``.npy``, else one integer per line). The labels never leave the n
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -29,23 +30,45 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Error,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
 from ..algorithms.lloyd import check_data, check_features, nearest_labels
+from ..data.schema import (
+    FeatureTable,
+    FeatureTransform,
+    SchemaError,
+    column_moments,
+    describe_columns,
+)
 from ..metrics import local_evaluation_stats
 
 __all__ = [
+    "COLUMNS_RECORD",
     "DATA_SOURCE_PHASE",
+    "FEATURES_KEY",
+    "FEATURE_MOMENTS_PHASE",
     "LABELS_PATH_KEY",
+    "MOMENT_KEYS",
     "DP_MAX_EPSILON_KEY",
     "RAW_ROWS_KEY",
     "ClusteringClient",
     "client_app",
     "client_id_of",
     "data_hash",
+    "columns_record",
     "data_source_metrics",
+    "feature_moments_arrays",
     "handle_evaluate",
     "handle_query",
     "handle_train",
@@ -78,6 +101,18 @@ _STATE_KEY = "flwr-clustering.labels"
 DATA_SOURCE_PHASE = "data-source"
 #: The federated evaluation under secure aggregation (a ``TRAIN`` message: SecAgg+'s).
 SECURE_EVALUATE_PHASE = "secure-evaluate"
+#: The library's phase (round 0) where every client sends its per-feature sums for the
+#: federation's scaling (:func:`feature_moments_arrays`), answered without the algorithm.
+FEATURE_MOMENTS_PHASE = "feature-moments"
+#: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
+MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
+                                "moment-max")
+#: Message-config key of the federation's features and scaling
+#: (:class:`~flwr_clustering.data.schema.FeatureTransform` as JSON): every client holds
+#: its rows in those features and units (:meth:`ClusteringClient.use_features`).
+FEATURES_KEY = "feature-transform"
+#: Reply record of the ``data-source`` phase: the client's column names and kinds.
+COLUMNS_RECORD = "columns"
 
 
 def data_hash(X: np.ndarray) -> int:
@@ -122,6 +157,70 @@ def data_source_metrics(client: Any) -> tuple[int, dict[str, int]]:
     metrics["num-features"] = int(np.prod(X.shape[1:], dtype=np.int64))
     metrics["data-hash"] = data_hash(X)
     return len(X), metrics
+
+
+def columns_record(client: Any, magnitudes: bool = False) -> ConfigRecord | None:
+    """The ``columns`` record of a ``data-source`` reply: names and kinds, never values.
+
+    ``names``, ``kinds`` (``numeric``, ``integer``, ``text``), ``unique`` (1 where every
+    row holds another integer or text value), ``rows`` and, when the server asks
+    (``magnitudes``: a secure scaling exchange needs it), ``magnitude``: per numeric column
+    the power of two above its largest ``|value|`` (0 for text), an order of magnitude,
+    not a value. ``None`` for a client without rows.
+    """
+    X = getattr(client, "X", None)
+    if getattr(client, "feature_table", None) is not None:
+        table = client.feature_table
+    elif X is not None and np.ndim(X) == 2:  # not images (DeepFeCA): no columns to name
+        table = client.table() if hasattr(client, "table") else FeatureTable(np.asarray(X))
+    else:
+        return None
+    infos = describe_columns(table)
+    record: dict[str, Any] = {
+        "names": [c.name for c in infos], "kinds": [c.kind for c in infos],
+        "unique": [int(c.unique) for c in infos], "rows": int(len(table.X))}
+    if not magnitudes:
+        return ConfigRecord(record)
+    with np.errstate(all="ignore"):
+        largest = np.nanmax(np.abs(np.asarray(table.X, dtype=np.float64)), axis=0,
+                            initial=0.0) if table.X.size else np.zeros(table.X.shape[1])
+    exponents = [int(np.ceil(np.log2(v))) if np.isfinite(v) and v > 0 else 0
+                 for v in np.atleast_1d(largest)]
+    exponents += [0] * len(table.text)
+    return ConfigRecord({**record, "magnitude": exponents})
+
+
+def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarray]:
+    """The reply to the ``feature-moments`` phase: per-feature sums for the scaling.
+
+    ``[count, sum, sumsq]`` of the client's rows in the federation's features (NaN left
+    out), each value divided by ``2**e`` of the config's ``moment-exponents`` (a secure
+    exchange keeps its totals in the fixed-point range); with ``scaling='minmax'`` also
+    ``[min, max]`` (one row's value each: refused under secure aggregation by the server).
+
+    Raises
+    ------
+    ValueError
+        When the client has fewer rows than the config's ``privacy-threshold`` (its sums
+        would be its rows): the reply is withheld.
+    """
+    X = np.asarray(client.X, dtype=np.float64)
+    threshold = int(config.get("privacy-threshold", 2))
+    if len(X) < threshold:
+        raise ValueError(f"client {client.client_id}: {len(X)} rows, fewer than the privacy "
+                         f"threshold ({threshold}): its feature sums are withheld")
+    exponents = config.get("moment-exponents")
+    if exponents:
+        exponents = json.loads(exponents) if isinstance(exponents, str) else exponents
+        if len(exponents) != X.shape[1]:
+            raise ValueError(f"client {client.client_id}: {len(exponents)} moment exponents "
+                             f"for {X.shape[1]} features")
+        X = X / np.exp2(np.asarray(exponents, dtype=np.float64))
+    m = column_moments(X)
+    arrays = [m["count"], m["sum"], m["sumsq"]]
+    if config.get("scaling") == "minmax":
+        arrays += [m["min"], m["max"]]
+    return arrays
 
 
 def client_id_of(context: Context) -> int:
@@ -188,6 +287,42 @@ class ClusteringClient(NumPyClient):
     #: The largest epsilon this node accepts in a differentially private run (node config
     #: ``dp-max-epsilon``); ``None``: any. See :meth:`FedKMeansClient.fit`.
     dp_max_epsilon: float | None = None
+
+    #: The client's columns by name (the App sets it from the node's file, the estimator
+    #: from a DataFrame); ``None``: ``X``'s columns, named by position ``"0"``, ``"1"``...
+    feature_table: FeatureTable | None = None
+
+    def table(self) -> FeatureTable:
+        """The client's columns by name, as read (before the federation's transform)."""
+        if self.feature_table is None:
+            self.feature_table = FeatureTable(self.X)
+        return self.feature_table
+
+    def use_features(self, text: str) -> None:
+        """Hold the rows in the federation's features and units from now on.
+
+        ``text`` is a :class:`~flwr_clustering.data.schema.FeatureTransform` as JSON (the
+        ``feature-transform`` key of every message of a run that agreed on one): the
+        columns are taken by name, in the federation's order, and scaled. Applied once per
+        transform; the rows as read stay in :meth:`table`.
+
+        Raises
+        ------
+        ValueError
+            If this client lacks a feature (naming it).
+        """
+        if text == getattr(self, "_features_key", None):
+            return
+        transform = FeatureTransform.from_json(text)
+        try:
+            X = transform.apply(self.table(), dtype=self.dtype)
+        except SchemaError as ex:
+            raise ValueError(f"client {self.client_id}: the federation's features: "
+                             f"{ex}") from ex
+        if X is not self.X:
+            X = self.validated(X)
+        self.X = X
+        self._features_key = text
 
     def consent_to_raw_rows(self, option: str, what: str) -> None:
         """Refuse a step that sends raw rows unless this node allows it.
@@ -300,7 +435,8 @@ class ClusteringClient(NumPyClient):
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         # the sum of the rows is a row for a client of one: withheld below the threshold
         threshold = int(config.get("privacy-threshold", 2))
-        return local_evaluation_stats(self.X, C, self.y, n_classes, min_rows=threshold)
+        return local_evaluation_stats(self.X, C, self.y, n_classes, min_rows=threshold,
+                                      profile=bool(config.get("profile")))
 
     def local_labels(self, parameters: list[np.ndarray], config: dict[str, Any]) -> np.ndarray:
         """Label the local rows with the final model (the arrays of the final message).
@@ -396,6 +532,9 @@ def secure_evaluation_arrays(client: Any, C: np.ndarray, config: dict[str, Any]
             if table.shape != (k, width):
                 raise ValueError(f"labels outside the {width} classes of n-classes")
         out.append(table)
+    if config.get("profile"):  # the cluster profile's spreads, last
+        out.append(np.nan_to_num(np.asarray(
+            stats.get("cluster-sq-residuals", np.zeros((k, d))), dtype=np.float64)))
     return out
 
 
@@ -519,12 +658,27 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if not isinstance(client, NumPyClient):
             client = client(context)
         params, config = _unpack(msg)
+        if FEATURES_KEY in config and hasattr(client, "use_features"):
+            client.use_features(str(config[FEATURES_KEY]))
+        if config.get("phase") == FEATURE_MOMENTS_PHASE:  # the library's phase, any client
+            arrays = feature_moments_arrays(client, config)
+            if config.get("moments-secure"):  # summed by the secure aggregation mod
+                reply = pack_reply(msg, arrays, len(client.X), {}, cid)
+            else:
+                reply = pack_reply(msg, None, len(client.X),
+                                   dict(zip(MOMENT_KEYS, arrays, strict=False)), cid)
+            logger.info("client %d %s: %s", cid, FEATURE_MOMENTS_PHASE, sent_summary(reply))
+            return reply
         if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:
             arrays = secure_evaluation_arrays(client, params[0], config)
             return pack_reply(msg, arrays, len(client.X), {}, cid)
         if kind == "query" and config.get("phase") == DATA_SOURCE_PHASE:
             n, metrics = data_source_metrics(client)  # the library's phase, for any client
-            return pack_reply(msg, None, n, metrics, cid)
+            reply = pack_reply(msg, None, n, metrics, cid)
+            columns = columns_record(client, bool(config.get("magnitudes")))
+            if columns is not None:
+                reply.content[COLUMNS_RECORD] = columns
+            return reply
         if kind == "evaluate":
             if config.get("final") and hasattr(client, "local_labels"):
                 _keep_labels(context, client.local_labels(params, config), cid)

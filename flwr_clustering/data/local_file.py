@@ -24,6 +24,7 @@ Every message names the file.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .schema import FeatureTable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,6 +98,9 @@ class LocalFile:
         The declared index column that was dropped, or ``None``.
     header : bool or None
         CSV only: whether the first line was read as a header; ``None`` for other formats.
+    text : dict
+        Columns that hold text only, by name (not in ``X``): the federation's schema
+        check names them (a text column is not a feature).
     """
 
     path: Path
@@ -104,6 +110,13 @@ class LocalFile:
     label_column: Column | None
     index_column: Column | None
     header: bool | None
+    text: dict = dataclasses.field(default_factory=dict)
+
+    def table(self) -> FeatureTable:
+        """The file's columns by name (positions ``"0"``, ``"1"``... without a header)."""
+        positional = self.header is False or self.path.suffix.lower() in (".npy", ".npz")
+        return FeatureTable(self.X, tuple(str(f) for f in self.features),
+                            {str(k): v for k, v in self.text.items()}, positional)
 
     def describe(self) -> str:
         """One line for a log: file, rows, features and the label column."""
@@ -395,11 +408,17 @@ def _select(
         raise ValueError(f"{path}: file has no feature columns")
 
     data = {}
+    text: dict[Column, np.ndarray] = {}
     for name in features:
         col = frame[name]
         if col.dtype.kind not in "biuf":
             numeric = pd.to_numeric(col, errors="coerce")
             bad = numeric.isna() & col.notna()
+            if feature_columns is None and bad.any() and not numeric.notna().any():
+                # a text column: kept by name for the federation's schema check, which
+                # refuses it as a feature (naming it) unless the run leaves it out
+                text[name] = col.to_numpy(dtype=object)
+                continue
             if bad.any():
                 row = int(np.flatnonzero(bad.to_numpy())[0])
                 raise ValueError(
@@ -408,7 +427,9 @@ def _select(
                 )
             col = numeric
         data[name] = col.to_numpy(dtype=np.float64)
-    X = np.column_stack([data[name] for name in features])
+    features = [name for name in features if name not in text]
+    X = (np.column_stack([data[name] for name in features]) if features
+         else np.empty((len(frame), 0)))
     if not allow_nan:
         _check_nan(path, X, features, header)
     return LocalFile(
@@ -419,6 +440,7 @@ def _select(
         label_column="y" if labels is not None else label,
         index_column=index,
         header=header,
+        text=text,
     )
 
 

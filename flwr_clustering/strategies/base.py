@@ -42,11 +42,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .. import diagnostics as _diagnostics
-from ..clients.base import DATA_SOURCE_PHASE
+from ..clients.base import COLUMNS_RECORD, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE
+from ..data.schema import FeatureTransform
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
+from .features import FeatureOptions, prepare_features, with_features
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
@@ -79,6 +81,9 @@ class Reply:
         Scalar metrics of the reply.
     stats : dict
         Scalars and arrays together: the evaluation statistics, if any.
+    columns : dict or None
+        The ``columns`` record of a ``data-source`` reply (names and kinds of the client's
+        columns, :func:`~flwr_clustering.clients.base.columns_record`), else ``None``.
     """
 
     client_id: int
@@ -86,6 +91,7 @@ class Reply:
     payload: Any
     metrics: dict[str, Any]
     stats: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] | None = None
 
 
 def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int]:
@@ -184,6 +190,19 @@ class ClusteringStrategy(Strategy):
         Stop before ``num_rounds`` when the algorithm's own convergence rule says so
         (FKM and FFCM: matched centroid shift at most ``tol``; DGC only with
         ``tol >= 0``). With ``False`` :meth:`start` runs exactly ``num_rounds`` rounds.
+    scaling : {"standard", "minmax", "none"} or None, default None
+        Agree on the sites' columns by name and scale the features across the sites
+        before round 1, from the clients' sums (one more message per node;
+        :mod:`~flwr_clustering.strategies.features`); the App and the estimator default to
+        ``"standard"``. ``"none"``: columns agreed, rows not scaled, a warning when the
+        features' spreads differ by more than 10x. ``None`` (a strategy's default in your
+        own ServerApp): no features step, the rows as your clients hold them. The model
+        (``centroids``) is in the scaled units; :meth:`in_original_units` maps it back.
+    feature_columns : sequence of str or str, optional
+        The federation's features, in this order (each site's other columns are ignored).
+        Default: every column the sites share, in the order most of them use.
+    index_column : str, optional
+        A declared identifier column (never a feature).
     **kwargs
         Options by field name (see the algorithm's ``Options``).
 
@@ -203,6 +222,15 @@ class ClusteringStrategy(Strategy):
     name = "clustering"
     #: The algorithm's options dataclass.
     Options: type[Options] = ClusteringOptions
+    #: Whether the features are agreed and scaled before round 1
+    #: (:mod:`~flwr_clustering.strategies.features`); false for models of raw inputs
+    #: (DeepFeCA's images), which :attr:`scales_features_why` explains.
+    scales_features: bool = True
+    scales_features_why: str = ""
+    #: How the model labels a row (``model.json``'s ``labelling``): the nearest centre;
+    #: masked algorithms on each row's observed features; KDC its kernel, DeepFeCA its
+    #: network (their own artifacts hold those models).
+    labelling: str = "nearest-centroid"
     #: Per-round history series the App plots in ``training.png`` (none by default).
     curves: tuple[str, ...] = ()
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
@@ -234,6 +262,9 @@ class ClusteringStrategy(Strategy):
         early_stop: bool = True,
         secure_aggregation: bool = False,
         secagg_threshold: float = SECAGG_THRESHOLD,
+        scaling: str | None = None,
+        feature_columns: Any = None,
+        index_column: str | None = None,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)
@@ -271,6 +302,15 @@ class ClusteringStrategy(Strategy):
         if not 0.0 < float(secagg_threshold) <= 1.0:
             raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
         self.secagg_threshold = float(secagg_threshold)
+        self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
+                                                          index_column)
+        if self.secure_aggregation and self.feature_options.scaling == "minmax":
+            raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
+                             "minimum and maximum (one row's value each), which secure "
+                             "aggregation cannot sum: run with scaling='standard'")
+        #: What every client said about its columns, ``{client id: columns record}``, when
+        #: the caller asked already (the App's data-source check); else :meth:`start` asks.
+        self.site_columns: dict[int, Any] | None = None
         if self.secure_aggregation:
             problem = self.secure_aggregation_problem()
             if problem is not None:
@@ -329,6 +369,11 @@ class ClusteringStrategy(Strategy):
         self.ledger: list[dict[str, Any]] = []
         #: One entry per secure exchange: what the server learned (the federation's totals).
         self.secure_totals: list[dict[str, Any]] = []
+        #: The federation's features and scaling (agreed before round 1), ``None`` when
+        #: the rows are used as the clients hold them; ``feature_summary`` describes it.
+        self.feature_transform = None
+        self._feature_json: str | None = None
+        self.feature_summary: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
@@ -360,6 +405,8 @@ class ClusteringStrategy(Strategy):
             "sample_rng": self._sample_rng.bit_generator.state,
             "ledger": self.ledger,
             "secure_totals": self.secure_totals,
+            "feature_transform": self._feature_json,
+            "feature_summary": self.feature_summary,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -377,6 +424,11 @@ class ClusteringStrategy(Strategy):
         self.secure_totals = [dict(e) for e in state.get("secure_totals", [])]
         self.num_rounds = int(state["num_rounds"])
         self.stopped = bool(state["stopped"])
+        text = state.get("feature_transform")
+        if text:
+            self.feature_transform = FeatureTransform.from_json(str(text))
+            self._feature_json = str(text)
+        self.feature_summary = state.get("feature_summary")
 
     # ----------------------------------------------------- algorithm hooks
     def train_config(self, server_round: int) -> dict[str, Any]:
@@ -496,7 +548,7 @@ class ClusteringStrategy(Strategy):
         from ..secure import secure_sum
 
         nodes = self.sample_nodes(grid)
-        cfg = {**dict(config or {}), "phase": phase, "seed": self.seed}
+        cfg = with_features(self, {**dict(config or {}), "phase": phase, "seed": self.seed})
         timeout = getattr(self, "_run_timeout", self.round_timeout) if timeout is None \
             else timeout
         totals = secure_sum(grid, nodes, list(arrays), cfg, server_round=server_round,
@@ -704,9 +756,14 @@ class ClusteringStrategy(Strategy):
         n = max(self.min_nodes, int(round(self.fraction * len(ids))))
         return sorted(int(i) for i in self._sample_rng.choice(ids, size=n, replace=False))
 
-    @staticmethod
-    def records(arrays_list, config: dict[str, Any]) -> dict[str, Any]:
-        """The content of a message: ``arrays`` (list of ndarrays) and ``config``."""
+    def records(self, arrays_list, config: dict[str, Any]) -> dict[str, Any]:
+        """The content of a message: ``arrays`` (list of ndarrays) and ``config``.
+
+        Once the federation agreed on its features (:attr:`feature_transform`), the
+        config carries them (``feature-transform``), so that every client holds its rows
+        in the same features and units whatever message it answers.
+        """
+        config = with_features(self, config)
         return {"arrays": ArrayRecord(list(arrays_list)), "config": ConfigRecord(config)}
 
     @staticmethod
@@ -961,7 +1018,9 @@ class ClusteringStrategy(Strategy):
                 logger.warning("round %d %s: dropping reply of %s: invalid reply: %s",
                                server_round, kind, self.who(node), ex)
                 continue
-            valid.append(Reply(cid, node, payload, metrics, stats))
+            columns = (dict(msg.content[COLUMNS_RECORD]) if COLUMNS_RECORD in msg.content
+                       else None)
+            valid.append(Reply(cid, node, payload, metrics, stats, columns))
         if parse is not None:
             kept = self._drop_dimension_mismatch(server_round, valid)
             kept_nodes = {r.node_id for r in kept}
@@ -1003,7 +1062,7 @@ class ClusteringStrategy(Strategy):
                 parts.append("dropped: " + "; ".join(f"{self.who(n)} {why}"
                                                       for n, why in sorted(problems.items())))
             raise RuntimeError(f"round {server_round} {kind}: " + "; ".join(parts))
-        if kind != "evaluate":
+        if kind not in ("evaluate", DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE):
             self._check_rows_for_k(server_round, kind, valid, complete=not self.last_absent
                                    and sent is not None and self.fraction >= 1.0)
         return valid
@@ -1178,6 +1237,7 @@ class ClusteringStrategy(Strategy):
         totals = self.secure_exchange(grid, server_round, SECURE_EVALUATE_PHASE,
                                       [self.centroids], cfg, timeout=timeout)
         head, counts, sum_x, residuals, *table = totals.sums
+        squares = table.pop() if cfg.get("profile") else None
         n = int(np.rint(head[0]))
         stats: dict[str, Any] = {
             "num-examples": n, "sse": float(head[1]), "silhouette-sum": float(head[2]),
@@ -1185,6 +1245,8 @@ class ClusteringStrategy(Strategy):
         if self.secure_row_moments:  # (a masked federation's rows miss features)
             stats.update({"sum-x": sum_x, "cluster-residuals": residuals,
                           "sst-local": float(head[4] - sum_x @ sum_x / n) if n else 0.0})
+            if squares is not None:
+                stats["cluster-sq-residuals"] = squares
         labelled = int(np.rint(head[3]))
         if table and labelled == len(totals.nodes):
             stats["contingency"] = np.rint(table[0]).astype(np.int64)
@@ -1227,6 +1289,20 @@ class ClusteringStrategy(Strategy):
         if self.centroids is None:
             return ArrayRecord()
         return ArrayRecord({"centroids": Array(np.ascontiguousarray(self.centroids))})
+
+    def in_original_units(self, C: np.ndarray | None) -> np.ndarray | None:
+        """Centres (or means) of the model's space in the data's own units.
+
+        The model is computed on the federation's scaled features
+        (:attr:`feature_transform`); everything a user reads is mapped back with this.
+        Unchanged without a scaling.
+        """
+        if C is None or self.feature_transform is None or not self.feature_transform.scaled:
+            return C
+        C = np.asarray(C)
+        if C.ndim != 2 or C.shape[1] != len(self.feature_transform.features):
+            return C  # not in the feature space (e.g. DeepFeCA's network features)
+        return self.feature_transform.inverse(C)
 
     def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
         """Extra result files: ``{file name: {array name: array}}`` (written by the App)."""
@@ -1416,8 +1492,10 @@ class ClusteringStrategy(Strategy):
         :meth:`aggregate_evaluate` expects back.
         """
         self._expect_stats = (self.evaluate or not final) and not self.secure_aggregation
+        # the final evaluation also asks for the per-cluster spreads (the cluster profile)
         return ConfigRecord({**dict(config or {}), "final": final,
-                             "evaluate": self._expect_stats})
+                             "evaluate": self._expect_stats,
+                             "profile": bool(final and self._expect_stats)})
 
     def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
                            evaluate_config: ConfigRecord | None, *, final: bool,
@@ -1430,7 +1508,9 @@ class ClusteringStrategy(Strategy):
         if self.secure_aggregation:
             metrics = None
             if self.secure_evaluate and self.centroids is not None:
-                metrics = self.secure_evaluation(grid, server_round, evaluate_config, timeout)
+                cfg = {**dict(evaluate_config or {}), "profile": bool(final)}
+                metrics = self.secure_evaluation(grid, server_round, ConfigRecord(cfg),
+                                                 timeout)
             if final:
                 cfg = self.evaluation_config(evaluate_config, final=True)
                 messages = self.configure_evaluate(server_round, arrays, cfg, grid)
@@ -1552,6 +1632,8 @@ class ClusteringStrategy(Strategy):
         logger.info("%s: %d round(s) (%s); %s", self.name, num_rounds,
                     "the protocol's" if fixed is not None else "num_rounds", stop_rule)
         t0 = time.monotonic()
+        if resume is None:  # a resumed run keeps the features of its checkpoint
+            prepare_features(self, grid, timeout)
         result = Result()
         arrays = initial_arrays if initial_arrays is not None else ArrayRecord()
         if resume is not None:  # initialize and round 0 ran before the interruption

@@ -89,6 +89,10 @@ class DeepFeCA(ClusteringStrategy):
     """
 
     name = "deepfeca"
+    labelling = "network"
+    scales_features = False
+    scales_features_why = ("its clients train a network on raw inputs such as images, "
+                           "whose pixels share one unit")
     Options = DeepFeCAOptions
     curves = ("loss", "k-out")
     resumable = True

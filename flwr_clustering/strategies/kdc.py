@@ -65,6 +65,7 @@ class KDC(ClusteringStrategy):
     """
 
     name = "kdc"
+    labelling = "kernel"
     Options = KDCOptions
     advice = {**ClusteringStrategy.advice, "cores": ("psi", "tau", "auto")}
 

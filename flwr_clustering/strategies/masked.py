@@ -80,6 +80,7 @@ class MaskedFederated(ClusteringStrategy):
     """
 
     name = "masked-federated"
+    labelling = "masked-nearest-centroid"
     Options = MaskedFederatedOptions
     #: A global centre gets NaN where no client observed the feature in its cluster.
     advice = {**ClusteringStrategy.advice, "non-finite": ("k", "k_local")}
@@ -228,6 +229,7 @@ class MaskedOneShot(ClusteringStrategy):
     """
 
     name = "masked-oneshot"
+    labelling = "masked-nearest-centroid"
     Options = MaskedOneShotOptions
     advice = {**ClusteringStrategy.advice, "non-finite": ("k", "k_local")}
 

@@ -193,6 +193,8 @@ def _dgc_run_config(nodes: int, edge_probability: float, iterations: int, inner_
         "n-samples": samples_per_node * nodes, "n-features": features, "centers": k, "k": k,
         "min-nodes": nodes, "graph": "erdos-renyi", "er-p": float(edge_probability),
         "iterations": iterations, "inner-steps": inner_steps, "seed": seed,
+        # the relay against the pure core on the same rows (the App scales by default)
+        "scaling": "none",
     }
 
 

@@ -1,0 +1,623 @@
+"""The federation's features: one schema agreed across sites, and their scaling.
+
+A consortium's sites export their own files: the same columns in another order, raw units,
+an identifier column, a text column. This module turns what the sites *say about* their
+columns (names and kinds, never values) into one agreed feature list, and the sites' sums
+into one scaling, so that every algorithm sees the same features in the same order and in
+comparable units (:class:`FeatureTransform`). Layer 2: NumPy only (pandas for DataFrames).
+
+* :class:`FeatureTable` -- a site's columns by name (a numeric matrix plus text columns).
+* :func:`describe_columns` -- per column its name, kind (``numeric``, ``integer``,
+  ``text``) and whether every row holds another value (metadata a site sends in round 0).
+* :func:`agree_schema` -- the federation's features, or a :class:`SchemaError` naming the
+  site, the columns and the option that resolves it.
+* :func:`column_moments` / :func:`scaling_from_moments` -- per-feature counts, sums, sums of
+  squares and extremes (additive, except the extremes) and the scaling they give.
+* :class:`FeatureTransform` -- the agreed features and scaling, applied by every client,
+  inverted for everything a user reads (centroids, profiles, plots).
+
+The federation's order (no ``feature-columns`` given): the column order that most sites
+share; between orders that as many sites share, the one of the site listed first (the
+lowest client id). Columns are matched by name, so the order changes only the layout of
+the results, never the clustering.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ID_NAME_TOKENS",
+    "KINDS",
+    "MIN_ID_ROWS",
+    "SCALINGS",
+    "SPREAD_RATIO",
+    "ColumnInfo",
+    "FeatureTable",
+    "FeatureTransform",
+    "Schema",
+    "SchemaError",
+    "agree_schema",
+    "column_moments",
+    "describe_columns",
+    "looks_like_id_name",
+    "scaling_from_moments",
+    "spread_warning",
+]
+
+#: Column kinds a site declares.
+KINDS: tuple[str, ...] = ("numeric", "integer", "text")
+
+#: Values of the ``scaling`` option: z-scores (``StandardScaler``), ``[0, 1]``
+#: (``MinMaxScaler``), the rows as they are.
+SCALINGS: tuple[str, ...] = ("standard", "minmax", "none")
+
+#: Name tokens of an identifier column (``patient_id``, ``PatientID``, ``uuid``, ``MRN``).
+ID_NAME_TOKENS: frozenset[str] = frozenset({"id", "ids", "uuid", "guid", "mrn", "ssn"})
+#: Whole names of an identifier column.
+_ID_NAMES = frozenset({"index", "idx", "key", "rowid", "row", "record"})
+
+#: A column whose integer or text values all differ is an identifier only where a site
+#: has at least this many rows (a small site's integers differ by chance).
+MIN_ID_ROWS = 30
+
+#: With ``scaling='none'``, features whose standard deviations differ by more than this
+#: factor make the run warn: the widest feature decides the distances.
+SPREAD_RATIO = 10.0
+
+_OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features (each site's "
+                 "other columns are then ignored)")
+
+
+class SchemaError(ValueError):
+    """The sites' columns do not make one federation: the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """What a site says about one of its columns (never a value).
+
+    Attributes
+    ----------
+    name : str
+        The column's name (a position ``"0"``, ``"1"``, ... for files without names).
+    kind : str
+        ``"numeric"``, ``"integer"`` (every value a whole number) or ``"text"``.
+    unique : bool
+        Every row of the site holds another value (integer and text columns only).
+    rows : int
+        The site's rows.
+    """
+
+    name: str
+    kind: str
+    unique: bool = False
+    rows: int = 0
+
+
+@dataclass
+class FeatureTable:
+    """A site's columns by name: a numeric matrix and, optionally, text columns.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        The numeric columns (float; may hold NaN).
+    names : sequence of str, optional
+        The names of ``X``'s columns; default positions ``"0"``, ``"1"``, ...
+    text : mapping of str to numpy.ndarray, optional
+        Text columns (object arrays of length n), by name.
+    positional : bool, optional
+        Whether the names are positions (a file without column names); default: true
+        when ``names`` is not given.
+    """
+
+    X: np.ndarray
+    names: tuple[str, ...] = ()
+    text: dict[str, np.ndarray] = field(default_factory=dict)
+    positional: bool = False
+
+    def __post_init__(self) -> None:
+        X = np.asarray(self.X)
+        if X.ndim != 2:
+            raise ValueError(f"a feature table needs a 2-D matrix, got shape {X.shape}")
+        self.X = X
+        if not self.names:
+            self.names = tuple(str(j) for j in range(X.shape[1]))
+            self.positional = True
+        self.names = tuple(str(n) for n in self.names)
+        if len(self.names) != X.shape[1]:
+            raise ValueError(f"{len(self.names)} column names for {X.shape[1]} columns")
+        everything = list(self.names) + [str(n) for n in self.text]
+        duplicated = sorted({n for n in everything if everything.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"column names appear twice: {duplicated}")
+        for name, values in self.text.items():
+            if len(values) != len(X):
+                raise ValueError(f"text column {name!r} has {len(values)} rows, the table "
+                                 f"{len(X)}")
+
+    @classmethod
+    def from_frame(cls, frame: Any) -> FeatureTable:
+        """A table from a pandas DataFrame: numeric columns to ``X``, the others as text.
+
+        Raises
+        ------
+        ValueError
+            If a column mixes numbers and text (the first text value is named).
+        """
+        import pandas as pd
+
+        numeric: dict[str, np.ndarray] = {}
+        text: dict[str, np.ndarray] = {}
+        for name in frame.columns:
+            col = frame[name]
+            if col.dtype.kind in "mM" or str(col.dtype) == "category":
+                text[str(name)] = col.astype(object).to_numpy()  # dates, categories
+                continue
+            if col.dtype.kind in "biuf":
+                numeric[str(name)] = col.to_numpy(dtype=np.float64)
+                continue
+            values = pd.to_numeric(col, errors="coerce")
+            bad = values.isna() & col.notna()
+            if bad.all() or not values.notna().any():
+                text[str(name)] = col.to_numpy(dtype=object)
+            elif bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0])
+                raise ValueError(f"non-numeric value {col.iloc[row]!r} in column {name!r} "
+                                 f"(data row {row + 1}, 1-based)")
+            else:
+                numeric[str(name)] = values.to_numpy(dtype=np.float64)
+        X = (np.column_stack(list(numeric.values())) if numeric
+             else np.empty((len(frame), 0)))
+        return cls(X, tuple(numeric), text)
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        """Every column: the numeric ones, then the text ones."""
+        return self.names + tuple(self.text)
+
+    def columns(self, names: Sequence[str]) -> np.ndarray:
+        """The numeric columns ``names``, in that order (``X`` itself when it is ``X``'s).
+
+        Raises
+        ------
+        SchemaError
+            If a name is missing, or is a text column.
+        """
+        names = [str(n) for n in names]
+        position = {n: j for j, n in enumerate(self.names)}
+        text = [n for n in names if n in self.text]
+        if text:
+            raise SchemaError(f"column(s) {text} hold text, not numbers")
+        missing = [n for n in names if n not in position]
+        if missing and self.positional and len(names) == self.X.shape[1] and not self.text:
+            return self.X  # a file without names: its columns by position (agree_schema)
+        if missing:
+            raise SchemaError(f"no column(s) {missing}; the columns are {list(self.all_names)}")
+        idx = [position[n] for n in names]
+        if idx == list(range(self.X.shape[1])):
+            return self.X
+        return np.ascontiguousarray(self.X[:, idx])
+
+
+def looks_like_id_name(name: str) -> bool:
+    """Whether a column's name says it is an identifier (``patient_id``, ``PatientID``)."""
+    text = str(name).strip()
+    if text.lower() in _ID_NAMES:
+        return True
+    # camelCase and separators: "PatientID" -> patient, id; "record-no" -> record, no
+    tokens = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", text)
+    return any(t.lower() in ID_NAME_TOKENS for t in tokens)
+
+
+def describe_columns(table: FeatureTable) -> list[ColumnInfo]:
+    """What a site tells the federation about its columns: names, kinds, uniqueness.
+
+    Only integer and text columns are checked for uniqueness (a sort per such column):
+    those are the ones an identifier is stored in.
+    """
+    n = len(table.X)
+    out = []
+    for j, name in enumerate(table.names):
+        col = table.X[:, j]
+        finite = col[np.isfinite(col)]
+        integer = finite.size > 0 and bool(np.all(finite == np.round(finite)))
+        unique = integer and n >= 2 and finite.size == n and np.unique(finite).size == n
+        out.append(ColumnInfo(name, "integer" if integer else "numeric", bool(unique), n))
+    for name, values in table.text.items():
+        present = [v for v in values if v is not None and v == v]
+        unique = n >= 2 and len(present) == n and len(set(map(str, present))) == n
+        out.append(ColumnInfo(str(name), "text", bool(unique), n))
+    return out
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The federation's features, in order, and the declared identifier column."""
+
+    features: tuple[str, ...]
+    index_column: str | None = None
+    positional: bool = False
+    #: What the user should know about the agreement (sites matched by position).
+    notes: tuple[str, ...] = ()
+
+
+def _listing(names: Sequence[str]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+def agree_schema(
+    sites: Mapping[str, Sequence[ColumnInfo]],
+    *,
+    feature_columns: Sequence[str] | None = None,
+    index_column: str | None = None,
+) -> Schema:
+    """The federation's features from what every site said about its columns.
+
+    Parameters
+    ----------
+    sites : mapping of str to sequence of ColumnInfo
+        Per site (a display name such as ``"client 3"``, in client order) its columns, in
+        its own order (:func:`describe_columns`).
+    feature_columns : sequence of str, optional
+        The federation's features in this order (run config ``feature-columns``); every
+        site must have each of them, their other columns are ignored.
+    index_column : str, optional
+        A declared identifier column (run config ``index-column``): never a feature.
+
+    Returns
+    -------
+    Schema
+
+    Raises
+    ------
+    SchemaError
+        Naming the site(s), the column(s) and the option that resolves it: a site that
+        lacks a column, has one the others do not, names one differently, has another
+        number of unnamed columns; a text column among the features; an identifier
+        (named like one, or integer or text values that differ on every row at every site
+        with at least :data:`MIN_ID_ROWS` rows) that is not declared.
+    """
+    if not sites:
+        raise SchemaError("no site described its columns")
+    names = {site: [c.name for c in cols] for site, cols in sites.items()}
+    unnamed = [site for site, cols in names.items() if _positional(cols)]
+    if unnamed and len(unnamed) < len(sites):
+        return _with_unnamed_sites(sites, unnamed, feature_columns, index_column)
+    info: dict[str, dict[str, ColumnInfo]] = {
+        site: {c.name: c for c in cols} for site, cols in sites.items()}
+    for site, cols in names.items():
+        if len(set(cols)) != len(cols):
+            twice = sorted({c for c in cols if cols.count(c) > 1})
+            raise SchemaError(f"{site}: column name(s) {_listing(twice)} appear twice")
+    index = None if index_column in (None, "", "none") else str(index_column)
+    positional = all(_positional(cols) for cols in names.values())
+
+    if feature_columns is not None:
+        wanted = [str(c) for c in feature_columns]
+        if len(set(wanted)) != len(wanted):
+            raise SchemaError(f"feature-columns lists a column twice: {wanted}")
+        if index is not None and index in wanted:
+            raise SchemaError(f"column {index!r} is both index-column and in feature-columns")
+        problems = []
+        for site, cols in names.items():
+            missing = [c for c in wanted if c not in cols]
+            if missing:
+                near = _near(missing, [c for c in cols if c not in wanted])
+                problems.append(f"{site} has no column {_listing(missing)}{near}")
+        if problems:
+            raise SchemaError(
+                "the sites do not all have the feature-columns: " + "; ".join(problems)
+                + ": rename the columns in those sites' files, or leave them out of "
+                "feature-columns")
+        features = wanted
+    else:
+        if positional:
+            widths = {site: len(cols) for site, cols in names.items()}
+            common = Counter(widths.values()).most_common(1)[0][0]
+            odd = {s: w for s, w in widths.items() if w != common}
+            if odd:
+                raise SchemaError(
+                    "files without column names are matched by position, so every site "
+                    f"needs the same number of columns: most have {common}, "
+                    + ", ".join(f"{s} has {w}" for s, w in odd.items())
+                    + ": give the files a header row with the column names, or make every "
+                    "site export the same columns")
+        candidates = {site: [c for c in cols if c != index] for site, cols in names.items()}
+        # the columns at least half the sites have are expected; a site is named for the
+        # expected columns it lacks and the others it has
+        held = Counter(c for cols in candidates.values() for c in cols)
+        expected = [c for c in _union_in_order(candidates) if 2 * held[c] >= len(candidates)]
+        problems = []
+        for site, cols in candidates.items():
+            missing = [c for c in expected if c not in cols]
+            extra = [c for c in cols if c not in expected]
+            if missing or extra:
+                part = f"{site}"
+                if missing:
+                    part += f" lacks {_listing(missing)}"
+                if extra:
+                    part += (" and" if missing else "") + f" has {_listing(extra)}, which "
+                    part += "most sites do not have" + _near(extra, missing)
+                problems.append(part)
+        if problems:
+            raise SchemaError(
+                "the sites' columns differ: " + "; ".join(problems) + ": rename the columns "
+                "so that every site uses the same names, or " + _OPTIONS_HINT)
+        orders = Counter(tuple(cols) for cols in candidates.values())
+        top = max(orders.values())
+        features = list(next(tuple(c) for c in candidates.values()
+                             if orders[tuple(c)] == top))
+
+    text = {c: [s for s in sites if info[s][c].kind == "text"] for c in features}
+    text = {c: s for c, s in text.items() if s}
+    if text:
+        raise SchemaError(
+            "text column(s) among the features: " + "; ".join(
+                f"{c!r} at {', '.join(s)}" for c, s in text.items())
+            + ": clustering needs numbers; leave them out ("
+            + ("list the other columns in feature-columns" if feature_columns is None
+               else "remove them from feature-columns") + ")")
+    if feature_columns is None:
+        ids = [c for c in features if _looks_like_id(c, [info[s][c] for s in sites])]
+        if ids:
+            raise SchemaError(
+                f"column(s) {_listing(ids)} look like identifiers (named like an id, or a "
+                "different whole number or text on every row), and an identifier clustered "
+                "as a feature gives clusters of id ranges: declare it with "
+                f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
+                "feature, list it with the others in -c \"feature-columns='...'\"")
+    return Schema(tuple(features), index, positional)
+
+
+def _with_unnamed_sites(sites: Mapping[str, Sequence[ColumnInfo]], unnamed: list[str],
+                        feature_columns: Sequence[str] | None,
+                        index_column: str | None) -> Schema:
+    """Sites with named columns and sites whose files have none (NPY, no header row).
+
+    The named sites agree as usual; an unnamed site's columns are taken by position as the
+    federation's features, which needs the same number of columns, and the schema's
+    ``notes`` say so (the run warns: give that file a header row to match by name).
+    """
+    named = {site: cols for site, cols in sites.items() if site not in unnamed}
+    schema = agree_schema(named, feature_columns=feature_columns, index_column=index_column)
+    d = len(schema.features)
+    wrong = {site: len(sites[site]) for site in unnamed if len(sites[site]) != d}
+    if wrong:
+        raise SchemaError(
+            f"{', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} a file without column "
+            f"names ({', '.join(f'{s}: {w} columns' for s, w in wrong.items())}), so its "
+            f"columns can only be taken by position, as the other sites' {d} features "
+            f"{_listing(schema.features)}: give the file a header row with the column names")
+    text = [site for site in unnamed if any(c.kind == "text" for c in sites[site])]
+    if text:
+        raise SchemaError(f"{', '.join(text)}: a file without column names holds text: give "
+                          "it a header row with the column names")
+    note = (f"{', '.join(unnamed)} {'has' if len(unnamed) == 1 else 'have'} files without "
+            f"column names: their columns are taken by position as {_listing(schema.features)}"
+            "; give those files a header row to have them matched by name")
+    return Schema(schema.features, schema.index_column, False, (note,))
+
+
+def _positional(cols: Sequence[str]) -> bool:
+    return list(cols) == [str(j) for j in range(len(cols))]
+
+
+def _union_in_order(candidates: Mapping[str, Sequence[str]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for cols in candidates.values():
+        for c in cols:
+            seen.setdefault(c, None)
+    return list(seen)
+
+
+def _near(names: Sequence[str], others: Sequence[str]) -> str:
+    """`` ('Hue' may be 'hue')`` for names that look like another site's spelling."""
+    pairs = []
+    lowered = {o.lower().replace(" ", "_"): o for o in others}
+    for n in names:
+        key = n.lower().replace(" ", "_")
+        match = lowered.get(key) or next(iter(get_close_matches(n, others, 1, 0.8)), None)
+        if match is not None:
+            pairs.append(f"{n!r} may be {match!r}")
+    return f" ({'; '.join(pairs)})" if pairs else ""
+
+
+def _looks_like_id(name: str, infos: Sequence[ColumnInfo]) -> bool:
+    if looks_like_id_name(name):
+        return True
+    big = [c for c in infos if c.rows >= MIN_ID_ROWS]
+    return bool(big) and all(c.kind in ("integer", "text") and c.unique for c in big)
+
+
+# ---------------------------------------------------------------------------- scaling
+
+
+def column_moments(X: np.ndarray) -> dict[str, np.ndarray]:
+    """A site's per-feature statistics for the scaling (NaN entries are left out).
+
+    Returns
+    -------
+    dict
+        ``"count"`` (observed values per feature), ``"sum"``, ``"sumsq"`` (additive, so
+        they may be summed securely) and ``"min"``, ``"max"`` (NaN for a feature with no
+        value; each is one row's value: not additive).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    observed = ~np.isnan(X)
+    Z = np.where(observed, X, 0.0)
+    count = observed.sum(axis=0).astype(np.float64)
+    with np.errstate(all="ignore"):
+        lo = np.where(count > 0, np.nanmin(np.where(observed, X, np.inf), axis=0), np.nan)
+        hi = np.where(count > 0, np.nanmax(np.where(observed, X, -np.inf), axis=0), np.nan)
+    return {"count": count, "sum": Z.sum(axis=0), "sumsq": (Z * Z).sum(axis=0),
+            "min": lo, "max": hi}
+
+
+def _scale_or_one(scale: np.ndarray) -> np.ndarray:
+    """A scale of (nearly) zero becomes 1, as scikit-learn's scalers do."""
+    scale = np.asarray(scale, dtype=np.float64).copy()
+    scale[~(scale >= 10 * np.finfo(np.float64).eps)] = 1.0
+    return scale
+
+
+def scaling_from_moments(
+    method: str,
+    count: np.ndarray,
+    total: np.ndarray,
+    sumsq: np.ndarray,
+    minimum: np.ndarray | None = None,
+    maximum: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The centre and scale of every feature, from the federation's totals.
+
+    ``standard``: mean and population standard deviation (``StandardScaler``), from
+    ``sum / count`` and ``sumsq / count - mean**2`` (the sum-of-squares form is what
+    secure aggregation can sum; its relative error is about ``1e-16 * mean**2 / var``).
+    ``minmax``: minimum and range (``MinMaxScaler``). ``none``: 0 and 1. A scale of zero
+    (a constant feature) becomes 1.
+
+    Raises
+    ------
+    ValueError
+        On an unknown method, a feature without any value, or missing extremes for
+        ``minmax``.
+    """
+    if method not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {method!r}")
+    count = np.asarray(count, dtype=np.float64)
+    d = count.shape[0]
+    if method == "none":
+        return np.zeros(d), np.ones(d)
+    seen = count > 0  # a feature no site observes (masked data) keeps centre 0, scale 1
+    safe = np.where(seen, count, 1.0)
+    if method == "minmax":
+        if minimum is None or maximum is None:
+            raise ValueError("scaling='minmax' needs every site's minimum and maximum")
+        lo = np.where(seen, np.asarray(minimum, dtype=np.float64), 0.0)
+        hi = np.where(seen, np.asarray(maximum, dtype=np.float64), 1.0)
+        return lo, _scale_or_one(hi - lo)
+    mean = np.where(seen, np.asarray(total, dtype=np.float64) / safe, 0.0)
+    var = np.maximum(np.asarray(sumsq, dtype=np.float64) / safe - mean * mean, 0.0)
+    return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
+
+
+def spread_warning(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,
+                   names: Sequence[str], ratio: float = SPREAD_RATIO) -> str | None:
+    """A sentence when the features' spreads differ by more than ``ratio`` (else ``None``).
+
+    Used with ``scaling='none'``: the widest feature then decides every distance.
+    """
+    count = np.maximum(np.asarray(count, dtype=np.float64), 1.0)
+    mean = np.asarray(total, dtype=np.float64) / count
+    raw = np.sqrt(np.maximum(np.asarray(sumsq, dtype=np.float64) / count - mean * mean, 0.0))
+    positive = raw[raw > 0]
+    if positive.size < 2 or positive.max() <= ratio * positive.min():
+        return None
+    wide, narrow = int(np.argmax(raw)), int(np.argmin(np.where(raw > 0, raw, np.inf)))
+    return (f"scaling='none' and the features' spreads differ {raw[wide] / raw[narrow]:.3g}x "
+            f"(standard deviation of {names[wide]!r} {raw[wide]:.4g}, of {names[narrow]!r} "
+            f"{raw[narrow]:.4g}): the widest features decide the clusters; "
+            "scaling='standard' (the App's default) gives every feature the same weight")
+
+
+# ---------------------------------------------------------------------------- transform
+
+
+@dataclass(frozen=True)
+class FeatureTransform:
+    """The federation's features and scaling, as every client applies them.
+
+    Attributes
+    ----------
+    features : tuple of str
+        The features, in the federation's order.
+    scaling : str
+        ``"standard"``, ``"minmax"`` or ``"none"``.
+    center, scale : tuple of float
+        ``z = (x - center) / scale`` per feature (``()``: not scaled).
+    """
+
+    features: tuple[str, ...]
+    scaling: str = "none"
+    center: tuple[float, ...] = ()
+    scale: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scaling not in SCALINGS:
+            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
+                             f"got {self.scaling!r}")
+        d = len(self.features)
+        if self.center or self.scale:
+            if len(self.center) != d or len(self.scale) != d:
+                raise ValueError(f"a scaling of {len(self.center)}/{len(self.scale)} values "
+                                 f"for {d} features")
+            if not all(np.isfinite(self.center)) or not all(
+                    s > 0 and np.isfinite(s) for s in self.scale):
+                raise ValueError("a scaling needs finite centres and positive finite scales")
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the rows are scaled (not only selected)."""
+        return bool(self.center)
+
+    def to_json(self) -> str:
+        """The transform as a JSON string (exact floats: Python's shortest repr)."""
+        return json.dumps({"features": list(self.features), "scaling": self.scaling,
+                           "center": list(self.center), "scale": list(self.scale)},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> FeatureTransform:
+        """Read :meth:`to_json`'s output.
+
+        Raises
+        ------
+        ValueError
+            On anything else.
+        """
+        try:
+            data = json.loads(text)
+            return cls(tuple(str(f) for f in data["features"]), str(data["scaling"]),
+                       tuple(float(c) for c in data["center"]),
+                       tuple(float(s) for s in data["scale"]))
+        except (TypeError, KeyError, json.JSONDecodeError) as ex:
+            raise ValueError(f"malformed feature transform: {ex}") from ex
+
+    def apply(self, table: FeatureTable, dtype: Any = np.float64) -> np.ndarray:
+        """The client's rows in the federation's features and units.
+
+        Raises
+        ------
+        SchemaError
+            If the table lacks a feature or holds it as text.
+        """
+        X = table.columns(self.features)
+        if not self.scaled:
+            return X if X.dtype == dtype else np.ascontiguousarray(X, dtype=dtype)
+        out = (np.asarray(X, dtype=np.float64) - np.asarray(self.center)) / np.asarray(
+            self.scale)
+        return np.ascontiguousarray(out, dtype=dtype)
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """Scale rows already in the federation's feature order."""
+        X = np.asarray(X, dtype=np.float64)
+        if not self.scaled:
+            return X
+        return (X - np.asarray(self.center)) / np.asarray(self.scale)
+
+    def inverse(self, Z: np.ndarray) -> np.ndarray:
+        """Back to the original units (centroids, means); NaN stays NaN."""
+        Z = np.asarray(Z, dtype=np.float64)
+        if not self.scaled:
+            return Z
+        return Z * np.asarray(self.scale) + np.asarray(self.center)

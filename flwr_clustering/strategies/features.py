@@ -1,0 +1,280 @@
+"""The federation's features before round 1: one schema, one scaling (a part of the base).
+
+Before the algorithm's first message, :func:`prepare_features`
+
+1. reads what every client said about its columns in the library's ``data-source`` phase
+   (names and kinds, never values; the App asked already, else it asks now) and agrees on
+   the federation's features (:func:`~flwr_clustering.data.schema.agree_schema`): a site
+   that lacks a column, has another, names one differently, or an undeclared identifier
+   or text column stops the run here, naming the site, the columns and the option;
+2. asks every client for its per-feature count, sum and sum of squares (one ``QUERY``
+   message per node, phase ``feature-moments``; through secure aggregation when it is
+   on) and derives the scaling (``standard``, ``minmax``) or, with ``scaling='none'``,
+   warns when the features' spreads differ by more than 10x;
+3. keeps the result as the strategy's ``feature_transform``, which every later message
+   carries (``feature-transform`` in its config): each client takes its columns by name
+   in the federation's order and scales them before the algorithm sees them.
+
+Privacy: the column names and kinds are metadata; the sums are sums over at least
+``privacy-threshold`` rows (a smaller site withholds them and is scaled with the others'
+totals); under secure aggregation the server sees only the federation's totals, and a site
+tells only the power of two above each feature's largest ``|value|`` (so that the totals
+stay in the fixed-point range). ``minmax`` needs each site's extremes, one row's value each:
+it is refused under secure aggregation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..clients.base import DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE, FEATURES_KEY, MOMENT_KEYS
+from ..data.schema import (
+    SCALINGS,
+    ColumnInfo,
+    FeatureTransform,
+    Schema,
+    SchemaError,
+    agree_schema,
+    scaling_from_moments,
+    spread_warning,
+)
+from ..log import logger
+
+__all__ = ["FeatureOptions", "columns_of", "data_source_config", "prepare_features",
+           "with_features"]
+
+
+@dataclass(frozen=True)
+class FeatureOptions:
+    """How the federation's features are chosen and scaled.
+
+    Attributes
+    ----------
+    scaling : str or None
+        ``"standard"`` (z-scores from the federation's sums), ``"minmax"`` (``[0, 1]``
+        from the sites' extremes), ``"none"`` (the rows as they are, with a warning when
+        the features' spreads differ by more than 10x) or ``None``: no features step at
+        all (the rows as the clients hold them, no extra message), unless columns are
+        named.
+    feature_columns : tuple of str or None
+        The features in this order (each site's other columns are ignored); ``None``:
+        every column the sites share, in the order most of them use.
+    index_column : str or None
+        A declared identifier column, never a feature.
+    """
+
+    scaling: str | None = None
+    feature_columns: tuple[str, ...] | None = None
+    index_column: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the run agrees on its features at all (a scaling or a column was named)."""
+        return (self.scaling is not None or self.feature_columns is not None
+                or self.index_column is not None)
+
+    def __post_init__(self) -> None:
+        if self.scaling is not None and self.scaling not in SCALINGS:
+            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
+                             f"got {self.scaling!r}")
+
+    @classmethod
+    def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
+                    index_column: Any = None) -> FeatureOptions:
+        """From run-config values (a comma-separated ``feature-columns``; ``""``: none)."""
+        if isinstance(feature_columns, str):
+            feature_columns = [c.strip() for c in feature_columns.split(",") if c.strip()]
+        columns = tuple(str(c) for c in feature_columns) if feature_columns else None
+        index = None if index_column in (None, "", "none") else str(index_column)
+        return cls(None if scaling is None else str(scaling), columns, index)
+
+
+def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the strategy's agreed features, if any (``feature-transform``)."""
+    text = getattr(strategy, "_feature_json", None)
+    return config if text is None else {**config, FEATURES_KEY: text}
+
+
+def data_source_config(strategy: Any) -> dict[str, Any]:
+    """The ``data-source`` query's config: a secure scaling also asks for magnitudes."""
+    options = getattr(strategy, "feature_options", None)
+    secure = (options is not None and options.active and options.scaling != "none"
+              and bool(getattr(strategy, "secure_aggregation", False)))
+    return {"magnitudes": True} if secure else {}
+
+
+def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
+    """The columns a ``data-source`` reply described (``None``: it described none).
+
+    Raises
+    ------
+    ValueError
+        On a malformed record.
+    """
+    if record is None:
+        return None
+    names, kinds = list(record["names"]), list(record["kinds"])
+    unique = list(record["unique"])
+    if not (len(names) == len(kinds) == len(unique)):
+        raise ValueError("malformed columns record: names, kinds and unique differ in length")
+    rows = int(record.get("rows", 0))
+    return [ColumnInfo(str(n), str(k), bool(u), rows) for n, k, u in zip(names, kinds, unique,
+                                                                          strict=True)]
+
+
+def _set(strategy: Any, transform: FeatureTransform | None) -> None:
+    strategy.feature_transform = transform
+    strategy._feature_json = None if transform is None else transform.to_json()
+
+
+def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransform | None:
+    """Agree on the features and their scaling before round 1 (see the module).
+
+    Returns
+    -------
+    FeatureTransform or None
+        ``None`` when the algorithm takes its rows as they are (``scales_features`` false,
+        e.g. DeepFeCA's images) or no client described its columns.
+
+    Raises
+    ------
+    SchemaError
+        When the sites' columns do not make one federation (before any training message).
+    ValueError
+        When a scaling cannot be computed (a client without named columns, ``minmax``
+        under secure aggregation).
+    """
+    options: FeatureOptions = strategy.feature_options
+    _set(strategy, None)
+    if not options.active:
+        return None
+    if options.scaling is None:  # columns named, rows not scaled (no spread check)
+        options = FeatureOptions("none", options.feature_columns, options.index_column)
+    if not strategy.scales_features:
+        if options.scaling != "none":
+            logger.info("%s: scaling=%r does not apply (%s); its rows are used as they are",
+                        strategy.name, options.scaling, strategy.scales_features_why)
+        return None
+    records = getattr(strategy, "site_columns", None)
+    if records is None:
+        nodes = strategy.wait_for_nodes(grid)
+        replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
+                                    per_node={int(n): ([], data_source_config(strategy))
+                                              for n in nodes},
+                                    min_replies=0, timeout=timeout)
+        records = {r.client_id: r.columns for r in replies}
+    described = {cid: columns_of(rec) for cid, rec in sorted(records.items())
+                 if rec is not None}
+    silent = sorted(cid for cid, rec in records.items() if rec is None)
+    if not described:
+        if options.scaling != "none" or options.feature_columns:
+            raise ValueError(
+                f"scaling={options.scaling!r}: no client described its columns (clients "
+                "that are not flwr-clustering's ClusteringClient): run with scaling='none'")
+        return None
+    if silent:
+        raise SchemaError(
+            f"client(s) {', '.join(map(str, silent))} did not describe their columns while "
+            "the others did: every client must be a flwr-clustering client (or run the "
+            "federation without them)")
+    schema = agree_schema({f"client {cid}": cols for cid, cols in described.items()},
+                          feature_columns=options.feature_columns,
+                          index_column=options.index_column)
+    strategy.feature_schema = schema
+    for note in schema.notes:
+        logger.warning("%s", note)
+        strategy.run_warnings.append(note)
+    _set(strategy, FeatureTransform(schema.features))
+    count, total, sumsq, lo, hi, sites = _moments(strategy, grid, schema, records, timeout,
+                                                  options.scaling)
+    center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi)
+    if options.scaling == "none":
+        warning = spread_warning(count, total, sumsq, schema.features)
+        if warning is not None:
+            logger.warning("%s", warning)
+            strategy.run_warnings.append(warning)
+        transform = FeatureTransform(schema.features)
+    else:
+        transform = FeatureTransform(schema.features, options.scaling,
+                                     tuple(map(float, center)), tuple(map(float, scale)))
+    _set(strategy, transform)
+    strategy.feature_summary = {
+        "features": list(schema.features), "index-column": schema.index_column,
+        "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
+        "sites": sites, "center": list(transform.center), "scale": list(transform.scale)}
+    names = ", ".join(schema.features[:8]) + (", ..." if len(schema.features) > 8 else "")
+    logger.info("features: %d agreed by %d clients [%s]; scaling %s from %d rows of %d "
+                "sites", len(schema.features), len(described), names, options.scaling,
+                int(count.max()) if count.size else 0, sites)
+    return transform
+
+
+def _moments(strategy: Any, grid: Any, schema: Schema, records: dict[int, Any],
+             timeout: float, scaling: str) -> tuple[Any, ...]:
+    """The federation's per-feature totals (count, sum, sumsq, min, max) and its sites."""
+    config: dict[str, Any] = {"scaling": scaling,
+                              "privacy-threshold": int(getattr(strategy, "privacy_threshold",
+                                                               2))}
+    d = len(schema.features)
+    if strategy.secure_aggregation:
+        if scaling == "minmax":
+            raise ValueError(
+                "secure-aggregation=true: scaling='minmax' needs every site's minimum and "
+                "maximum (one row's value each), which secure aggregation cannot sum: run "
+                "with scaling='standard'")
+        # the power of two above each feature's largest |value| at any site, so that
+        # every total stays in the fixed-point range of the secure sum
+        magnitudes = [dict(zip(rec["names"], rec.get("magnitude", []), strict=False))
+                      for rec in records.values() if rec is not None]
+        exponents = [max(int(m.get(f, 0)) for m in magnitudes) for f in schema.features]
+        config["moment-exponents"] = json.dumps(exponents)
+        config["moments-secure"] = True
+        totals = strategy.secure_exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
+                                          timeout=timeout)
+        if len(totals.sums) < 3:
+            raise ValueError("secure feature moments: fewer than 3 totals came back")
+        power = np.exp2(np.asarray(exponents, dtype=np.float64))
+        count = np.round(np.asarray(totals.sums[0], dtype=np.float64))
+        total = np.asarray(totals.sums[1], dtype=np.float64) * power
+        sumsq = np.asarray(totals.sums[2], dtype=np.float64) * power * power
+        return count, total, sumsq, None, None, len(totals.nodes)
+    # a site with fewer rows than the privacy threshold withholds its sums; its rows are
+    # scaled with the others' totals (it takes part in every later round)
+    before = dict(getattr(strategy, "run_absent", {}))
+    replies = strategy.exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
+                                min_replies=1, timeout=timeout)
+    # a client without moments still takes part in the run: not absent from the model
+    strategy.run_absent = before
+    if strategy.last_absent:
+        text = ("feature scaling without " + "; ".join(
+            f"{strategy.who(node)} ({why})" for node, why in strategy.last_absent.items())
+            + ": the scaling comes from the other sites' sums")
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+    parts = []
+    for r in replies:
+        try:
+            arrays = [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[:3]]
+            if any(a.shape != (d,) for a in arrays) or not all(
+                    np.isfinite(a).all() for a in arrays) or (arrays[0] < 0).any():
+                raise ValueError(f"expected 3 finite arrays of {d} values")
+            if scaling == "minmax":
+                arrays += [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[3:]]
+        except (KeyError, ValueError) as ex:
+            raise ValueError(f"client {r.client_id}: malformed feature moments: {ex}") from ex
+        parts.append(arrays)
+    if not parts:
+        raise ValueError("no client sent its feature moments")
+    count = np.sum([p[0] for p in parts], axis=0)
+    total = np.sum([p[1] for p in parts], axis=0)
+    sumsq = np.sum([p[2] for p in parts], axis=0)
+    lo = hi = None
+    if scaling == "minmax":
+        with np.errstate(all="ignore"):
+            lo = np.nanmin([p[3] for p in parts], axis=0)
+            hi = np.nanmax([p[4] for p in parts], axis=0)
+    return count, total, sumsq, lo, hi, len(parts)

@@ -1,0 +1,127 @@
+"""Results in the data's terms: the profile, model.json and report.html of a run.
+
+The profile is computed from the clients' per-cluster sums (no row) and must equal pandas'
+groupby on the pooled rows; the model a site keeps must label rows as the clients did.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_breast_cancer, load_wine
+
+from flwr_clustering import FederatedClustering, load_model
+from flwr_clustering.app.client_app import app
+from flwr_clustering.app.server_app import run_server
+from flwr_clustering.data.local_file import save_local_file
+from flwr_clustering.testing import InProcessGrid
+
+
+def _frames(loader, n_sites=3, seed=0):
+    data = loader(as_frame=True)
+    frame = data.frame.drop(columns="target")
+    idx = np.array_split(np.random.default_rng(seed).permutation(len(frame)), n_sites)
+    return ([frame.iloc[i].reset_index(drop=True) for i in idx],
+            [data.target.to_numpy()[i] for i in idx])
+
+
+def _groupby(frames, labels):
+    pooled = pd.concat(frames, ignore_index=True)
+    by = pooled.groupby(np.concatenate(labels))
+    return pooled, by.mean(), by.std(ddof=0), by.size()
+
+
+@pytest.mark.parametrize("loader, k", [(load_wine, 3), (load_breast_cancer, 2)])
+def test_the_estimators_profile_equals_pandas_groupby_in_original_units(loader, k):
+    frames, ys = _frames(loader)
+    frames[1] = frames[1][frames[1].columns[::-1]]  # a site with its own column order
+    est = FederatedClustering("fkm", n_clusters=k, random_state=0).fit(frames, labels=ys)
+    profile = est.cluster_profile_
+    pooled, mean, std, size = _groupby([f[est.feature_names_in_] for f in frames], est.labels_)
+    assert list(profile.index) == list(range(k))
+    np.testing.assert_array_equal(profile["size"].to_numpy(), size.reindex(range(k)).to_numpy())
+    for name in est.feature_names_in_:
+        np.testing.assert_allclose(profile[f"{name} mean"], mean[name], rtol=1e-12)
+        np.testing.assert_allclose(profile[f"{name} std"], std[name], rtol=1e-9, atol=1e-12)
+    # rows per client, as the clients labelled them
+    for i, labels in enumerate(est.labels_):
+        counts = np.bincount(labels, minlength=k)
+        np.testing.assert_array_equal(profile[f"rows at client {i}"].fillna(-1).to_numpy(),
+                                      np.where((counts > 0) & (counts < 2), -1, counts))
+
+
+def test_a_small_count_at_a_site_is_suppressed():
+    data = load_wine(as_frame=True)
+    frame, y = data.frame.drop(columns="target"), data.target.to_numpy()
+    by_class = [np.flatnonzero(y == c) for c in range(3)]
+    # each site holds one class and a few rows of another: clusters of 2-3 rows there
+    sites = [np.r_[by_class[0], by_class[2][:3]], by_class[1],
+             np.r_[by_class[2][3:], by_class[0][:2]]]
+    frames = [frame.iloc[i].reset_index(drop=True) for i in sites]
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0, privacy_threshold=5)
+    est.fit(frames, labels=[y[i] for i in sites])
+    counts = [np.bincount(lab, minlength=3) for lab in est.labels_]
+    table = np.array([est.cluster_profile_[f"rows at client {i}"].to_numpy() for i in range(3)])
+    small = np.array([(c > 0) & (c < 5) for c in counts])
+    assert small.any()
+    assert np.isnan(table[small]).all() and not np.isnan(table[~small]).any()
+
+
+def test_the_app_writes_model_profile_and_report_in_the_files_terms(tmp_path):
+    frames, ys = _frames(load_wine)
+    configs = []
+    for i, (frame, y) in enumerate(zip(frames, ys, strict=True)):
+        f = frame.copy()
+        if i == 1:
+            f = f[f.columns[::-1]]
+        f.insert(0, "patient_id", 2_000_000_000 + np.arange(len(f)) * 7919 + i)
+        f["label"] = y
+        path = tmp_path / f"site{i}.csv"
+        f.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
+          "index-column": "patient_id", "out-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(app, 3, run_config=rc, node_configs=configs)
+    run_server(grid, rc)
+    out = tmp_path / "run"
+    result = json.loads((out / "result.json").read_text())
+    names = list(frames[0].columns)
+    assert result["features"]["features"] == names and result["features"]["scaling"] == "standard"
+    assert result["warnings"] == []
+    model = load_model(out / "model.json")
+    assert list(model.feature_names) == names
+    npz = np.load(out / "centroids.npz")
+    np.testing.assert_allclose(npz["centroids"], model.centroids_original, rtol=1e-12)
+    np.testing.assert_array_equal(npz["scaled_centroids"], model.centroids)
+    # a site labels its own file (extra columns, its own order) as the clients did
+    from flwr_clustering.clients import stored_labels
+
+    for i in range(3):
+        frame = pd.read_csv(configs[i]["data-path"])
+        np.testing.assert_array_equal(model.predict(frame),
+                                      stored_labels(grid.contexts[100 + i]))
+    labels = [stored_labels(grid.contexts[100 + i]) for i in range(3)]
+    profile = pd.read_csv(out / "profile.csv", index_col="cluster")
+    _, mean, std, size = _groupby(frames, labels)
+    for name in names:
+        np.testing.assert_allclose(profile[f"{name} mean"], mean[name], rtol=1e-12)
+    np.testing.assert_array_equal(profile["size"], size)
+    report = (out / "report.html").read_text()
+    assert "proline" in report and "http://" not in report and "https://" not in report
+    assert (out / "profile.png").stat().st_size > 0
+
+
+def test_scaling_none_warns_and_keeps_raw_units(tmp_path):
+    frames, _ = _frames(load_wine)
+    for i, frame in enumerate(frames):
+        save_local_file(tmp_path / f"s{i}.npy", frame.to_numpy())
+    configs = [{"data-path": str(tmp_path / f"s{i}.npy")} for i in range(3)]
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3, "scaling": "none",
+          "out-dir": str(tmp_path / "run")}
+    run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert any("'12'" in w and "scaling='standard'" in w for w in result["warnings"])
+    assert result["features"]["features"] == [str(j) for j in range(13)]
+    npz = np.load(tmp_path / "run" / "centroids.npz")
+    assert "scaled_centroids" not in npz.files
