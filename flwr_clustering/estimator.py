@@ -171,6 +171,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``index-column``): never a feature, and ignored by ``predict``. An undeclared
         column that looks like an identifier (named like one, or a different whole number
         or text on every row) is refused at ``fit``.
+    categorical_columns : list of str or None, default None
+        Columns of categories (text or integer codes; run-config key
+        ``categorical-columns``): one-hot encoded with the levels agreed across the
+        clients (a value held by fewer than ``privacy_threshold`` rows at a client, or in
+        the federation, becomes ``"other"``); their features are named
+        ``"<column>=<level>"``, after the numeric ones. DataFrames only.
     **algorithm_options
         The algorithm's options, by the field names of its options dataclass (snake case:
         ``max_rounds=5``, ``privacy_threshold=0``, ``tol=1e-4``, ...), exactly the
@@ -290,6 +296,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         scaling: str = "standard",
         feature_columns: Sequence[str] | None = None,
         index_column: str | None = None,
+        categorical_columns: Sequence[str] | None = None,
         **algorithm_options: Any,
     ) -> None:
         self.algorithm = algorithm
@@ -302,6 +309,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.scaling = scaling
         self.feature_columns = feature_columns
         self.index_column = index_column
+        self.categorical_columns = categorical_columns
         _check_option_names(algorithm, algorithm_options)
         self.algorithm_options = dict(algorithm_options)
 
@@ -390,32 +398,33 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       # merged_config checks the value against the App's choices
                       "scaling": _plain(self.scaling),
                       "feature-columns": self._feature_columns_key(),
-                      "index-column": self._index_column_key()}
+                      "index-column": self._index_column_key(),
+                      "categorical-columns": self._feature_columns_key("categorical_columns")}
         for name, value in self.algorithm_options.items():
             if value is not None:
                 run_config[spec.options.key_of(fields[name])] = _plain(value)
         return run_config
 
-    def _feature_columns_key(self) -> str:
-        """``feature_columns`` as the run config's comma-separated ``feature-columns``."""
-        columns = self.feature_columns
+    def _feature_columns_key(self, which: str = "feature_columns") -> str:
+        """A list of columns as the run config's comma-separated value (``feature-columns``)."""
+        columns = getattr(self, which)
         if columns is None:
             return ""
         if isinstance(columns, str | bytes):
-            raise ValueError(f"feature_columns must be a list of column names (or None), got "
-                             f"the string {columns!r}: e.g. feature_columns=['a', 'b']")
+            raise ValueError(f"{which} must be a list of column names (or None), got "
+                             f"the string {columns!r}: e.g. {which}=['a', 'b']")
         try:
             names = [str(_plain(c)) for c in columns]
         except TypeError as ex:
-            raise ValueError(f"feature_columns must be a list of column names (or None), got "
+            raise ValueError(f"{which} must be a list of column names (or None), got "
                              f"{columns!r}") from ex
         if not names:
-            raise ValueError("feature_columns is empty: list the features, or None for every "
-                             "column the clients share")
+            raise ValueError(f"{which} is empty: list the columns, or None")
         bad = [n for n in names if "," in n or n != n.strip() or not n]
+        key = which.replace("_", "-")
         if bad:
-            raise ValueError(f"feature_columns: the name(s) {bad} cannot travel in the run "
-                             "config's comma-separated feature-columns (a comma, an empty "
+            raise ValueError(f"{which}: the name(s) {bad} cannot travel in the run "
+                             f"config's comma-separated {key} (a comma, an empty "
                              "name, or leading/trailing spaces): rename those columns")
         return ",".join(names)
 
@@ -670,9 +679,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     def _frame_rows(self, frame: Any) -> np.ndarray:
         """A DataFrame's feature columns, by name, in the federation's order (float64)."""
-        from .data.schema import FeatureTable
+        from .data.schema import FeatureTable, FeatureTransform
 
-        features = [str(f) for f in self.feature_names_in_]
+        transform = self.feature_transform_
+        if transform is not None and transform.categories:  # the columns a client reads
+            features = [*transform.numeric_features, *(c for c, _ in transform.categories)]
+        else:
+            features = [str(f) for f in self.feature_names_in_]
         names = [str(c) for c in frame.columns]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -695,9 +708,14 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         position = {n: j for j, n in enumerate(names)}
         chosen = frame.iloc[:, [position[f] for f in features]]
         if len(chosen) == 0:
-            return np.empty((0, len(features)))
-        # the same parsing and column selection as the clients' (FeatureTable.from_frame)
-        return FeatureTable.from_frame(chosen).columns(features)
+            return np.empty((0, len(self.feature_names_in_)))
+        # the same parsing and column selection as the clients' (FeatureTable.from_frame);
+        # categorical columns one-hot encoded with the agreed levels, unscaled
+        table = FeatureTable.from_frame(chosen)
+        if transform is not None and transform.categories:
+            return FeatureTransform(transform.features,
+                                    categories=transform.categories).apply(table)
+        return table.columns(features)
 
     def _rows(self, X: Any) -> np.ndarray:
         """``X`` as float64 rows in the federation's features, unscaled (checked)."""

@@ -282,6 +282,8 @@ class ClusteringModel:
         dict
             ``format`` (:data:`MODEL_FORMAT`), ``algorithm``, ``k``, ``feature_names``,
             ``scaling``, ``center`` and ``scale`` (empty lists when not scaled),
+            ``categories`` (the levels of each one-hot encoded column, whose features
+            ``"<column>=<level>"`` come last),
             ``centroids`` (original units, what a person reads), ``model-centroids`` (the
             scaled space, what labels rows; exact), ``labelling``, ``options``,
             ``library-version``.
@@ -295,6 +297,7 @@ class ClusteringModel:
             "scaling": t.scaling,
             "center": [float(c) for c in t.center],
             "scale": [float(s) for s in t.scale],
+            "categories": {c: list(levels) for c, levels in t.categories},
             "centroids": _nan_to_none(self.centroids_original.tolist()),
             "model-centroids": _nan_to_none(self.centroids.tolist()),
             "labelling": self.labelling,
@@ -350,8 +353,15 @@ class ClusteringModel:
             raise ValueError("model key 'options' must be an object")
         features = tuple(data["feature_names"])
         center, scale = _floats(data["center"], "center"), _floats(data["scale"], "scale")
+        categories = data.get("categories") or {}
+        if not isinstance(categories, Mapping) or not all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v)
+                for v in categories.values()):
+            raise ValueError("model key 'categories' must map column names to lists of "
+                             "levels")
         transform = FeatureTransform(features, data["scaling"], tuple(center.tolist()),
-                                     tuple(scale.tolist()))
+                                     tuple(scale.tolist()),
+                                     tuple((str(c), tuple(v)) for c, v in categories.items()))
         C = _floats(data["model-centroids"], "model-centroids")
         if C.ndim == 1 and C.size == 0:  # [] is no centroid: let the model say so
             C = C.reshape(0, len(features))
@@ -418,6 +428,8 @@ class ClusteringModel:
                 f"the {self.algorithm!r} model labels rows by its {self.labelling!r} rule, "
                 f"not by the nearest centroid: predict cannot label with it; its model is "
                 f"in {where}")
+        if self.transform.categories:
+            return self._predict_categorical(X)
         X, names = self._rows(X)
         if len(X) == 0:
             return np.empty(0, dtype=np.int64)
@@ -446,6 +458,30 @@ class ClusteringModel:
                              f"a value on (first: row {int(np.argmax(lost))}): they cannot "
                              "be labelled")
         return np.argmin(d2, axis=1).astype(np.int64)
+
+    def _predict_categorical(self, X: Any) -> np.ndarray:
+        """Labels of a table with categorical columns (one-hot with the agreed levels)."""
+        transform = self.transform
+        needed = [*transform.numeric_features, *(c for c, _ in transform.categories)]
+        pd = sys.modules.get("pandas")
+        if pd is not None and isinstance(X, pd.DataFrame):
+            missing = [c for c in needed if c not in {str(n) for n in X.columns}]
+            if missing:
+                raise ValueError(f"the data lack column(s) {missing}; the model reads "
+                                 f"{needed}")
+            self._log_extra([str(n) for n in X.columns if str(n) not in needed])
+            X = FeatureTable.from_frame(X[[n for n in X.columns if str(n) in needed]])
+        if not isinstance(X, FeatureTable):
+            raise ValueError(f"the model one-hot encodes the categorical column(s) "
+                             f"{[c for c, _ in transform.categories]}: pass a DataFrame "
+                             "with the columns by name")
+        if len(X.X) == 0:
+            return np.empty(0, dtype=np.int64)
+        Z = transform.apply(X)
+        if not np.isfinite(Z).all():
+            raise ValueError("the data hold NaN or inf in a numeric feature: impute or drop "
+                             "those rows")
+        return nearest_labels(Z, self.centroids)
 
     def _rows(self, X: Any) -> tuple[np.ndarray, tuple[str, ...]]:
         """``X``'s feature columns as a float64 (n, d) array, and the names for errors."""

@@ -137,7 +137,42 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "it already holds. A resumed DGC run reads only the `client-id` of the "
               "replies: which node holds which client of its graph now "
               "(`ClusteringStrategy.identify_clients`), since the nodes may have come back "
-              "under new node ids."),
+              "under new node ids. The reply also carries a `columns` config record: "
+              "`names`, `kinds` (numeric, integer, text), `unique` (1 where an integer or "
+              "text column differs on every row), `rows` and, when the config asks "
+              "(`magnitudes`: a secure scaling), `magnitude` (per column the power of two "
+              "above its largest |value|): the server agrees on the federation's features "
+              "from them (`data.schema.agree_schema`)."),
+    Phase(
+        "categories", "query", "round 0, with `categorical-columns`, after `data-source`",
+        sends=("none",),
+        config=("`categorical-columns` str: the declared columns, a JSON list",
+                "`privacy-threshold` int"),
+        reply_arrays=("none",),
+        notes="Answered by the library. The reply's `columns` config record holds "
+              "`categories`: a JSON object {column: {value: count}} of the site's values; a "
+              "value held by fewer than `privacy-threshold` rows of the site is counted "
+              "only under `other`. The server keeps the values with at least "
+              "`privacy-threshold` rows in the federation, plus `other` "
+              "(`data.schema.agree_categories`). Refused under secure aggregation."),
+    Phase(
+        "feature-moments", "query", "round 0, before round 1, when the run agrees on its "
+        "features (a `scaling`, the App's default `standard`, or named columns)",
+        sends=("none",),
+        config=("`feature-transform` str: the agreed features (JSON), which every later "
+                "message carries too, scaled once agreed",
+                "`scaling` str: standard, minmax or none",
+                "`privacy-threshold` int: fewer rows withhold the reply",
+                "`moment-exponents` str, secure only: JSON list of per-feature powers of two "
+                "the values are divided by", "`moments-secure` bool, secure only"),
+        reply_arrays=("secure only: `count`, `sum`, `sumsq` (d,) float64 (summed by SecAgg+)",),
+        reply_stats=("`moment-count`, `moment-sum`, `moment-sumsq` (d,) float64: observed "
+                     "values per feature, their sum and sum of squares",
+                     "`moment-min`, `moment-max` (d,) float64: only with `scaling='minmax'`"),
+        notes="Answered by the library (`clients.base.feature_moments_arrays`) on the rows "
+              "in the agreed features. The server derives the scaling "
+              "(`data.schema.scaling_from_moments`); with `none` it only warns when the "
+              "spreads differ by more than 10x."),
     Phase(
         "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
         sends=("`centroids` (k, d) float64: the final global model",),

@@ -125,3 +125,52 @@ def test_scaling_none_warns_and_keeps_raw_units(tmp_path):
     assert result["features"]["features"] == [str(j) for j in range(13)]
     npz = np.load(tmp_path / "run" / "centroids.npz")
     assert "scaled_centroids" not in npz.files
+
+
+def _with_region(frames, ys):
+    out = []
+    for frame, y in zip(frames, ys, strict=True):
+        f = frame.copy()
+        f["region"] = np.array(["north", "south", "east"])[y]
+        out.append(f)
+    out[0].loc[0, "region"] = "island"  # one row: never a level (privacy threshold)
+    return out
+
+
+def test_a_categorical_column_is_one_hot_encoded_with_the_federations_levels(tmp_path):
+    frames, ys = _frames(load_wine)
+    frames = _with_region(frames, ys)
+    with pytest.raises(ValueError, match=r"'region'.*categorical-columns"):
+        FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames)
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0,
+                              categorical_columns=["region"]).fit(frames, labels=ys)
+    levels = ["region=east", "region=north", "region=south", "region=other"]
+    assert list(est.feature_names_in_[-4:]) == levels
+    assert est.strategy_.feature_transform.categories == (
+        ("region", ("east", "north", "south", "other")),)
+    for i, frame in enumerate(frames):
+        np.testing.assert_array_equal(est.predict(frame), est.labels_[i])
+    # the profile's one-hot means are the clusters' shares of each region
+    pooled = pd.concat(frames, ignore_index=True)
+    labels = np.concatenate(est.labels_)
+    for level in ("east", "north", "south"):
+        share = pooled.groupby(labels)["region"].apply(lambda s, v=level: (s == v).mean())
+        np.testing.assert_allclose(est.cluster_profile_[f"region={level} mean"], share,
+                                   rtol=1e-12, atol=1e-15)
+    # the App, each site reading its CSV with the text column: the same model
+    configs = []
+    for i, frame in enumerate(frames):
+        path = tmp_path / f"s{i}.csv"
+        frame.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
+          "categorical-columns": "region", "out-dir": str(tmp_path / "run")}
+    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    np.testing.assert_allclose(out["centroids"], est.strategy_.centroids, rtol=1e-12,
+                               atol=1e-12)
+    model = load_model(tmp_path / "run" / "model.json")
+    np.testing.assert_array_equal(model.predict(pd.read_csv(configs[2]["data-path"])),
+                                  est.labels_[2])
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["features"]["categorical-columns"] == {
+        "region": ["east", "north", "south", "other"]}

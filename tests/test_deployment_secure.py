@@ -282,10 +282,19 @@ def test_tls_and_supernode_auth_refuse_strangers_and_change_nothing(tmp_path, de
     assert [h["clients"] for h in history] == [NUM_CLIENTS] * result["rounds"], history
     centroids = _centroids(out)
     parts = [load_local_file(p) for p in files]
-    ref = run_fkm([X for X, _ in parts], 16, seed=0, max_rounds=MAX_ROUNDS, tol=1e-6)
-    np.testing.assert_array_equal(centroids, ref.centroids)
-    for path, (X_i, _) in zip(labels, parts, strict=True):  # written on each SuperNode
-        np.testing.assert_array_equal(np.load(path), assign_to_nearest(X_i, centroids)[0])
+    # the guide's run scales the features across the sites (scaling='standard'): the
+    # reference loop runs on the rows in the federation's units, as the clients hold them
+    features = result["features"]
+    assert features["scaling"] == "standard"
+    center, scale = np.asarray(features["center"]), np.asarray(features["scale"])
+    scaled = [(X - center) / scale for X, _ in parts]
+    ref = run_fkm(scaled, 16, seed=0, max_rounds=MAX_ROUNDS, tol=1e-6)
+    with np.load(out / "centroids.npz") as npz:
+        model = npz["scaled_centroids"]
+    np.testing.assert_array_equal(model, ref.centroids)
+    np.testing.assert_allclose(centroids, model * scale + center, rtol=1e-12)
+    for path, X_i in zip(labels, scaled, strict=True):  # written on each SuperNode
+        np.testing.assert_array_equal(np.load(path), assign_to_nearest(X_i, model)[0])
 
     # Nobody else took part: still only the registered ids, the refused processes never
     # reached a ClientApp, and the plain-text SuperNode is still retrying.

@@ -185,7 +185,8 @@ def test_get_set_params_and_clone_carry_the_algorithm_options():
     assert params == {"algorithm": "fkm", "n_clusters": 3, "random_state": 1,
                       "min_nodes": None, "early_stop": True, "evaluate": True,
                       "scaling": "standard", "feature_columns": None,
-                      "index_column": None, "max_rounds": 5, "tol": 1e-3}
+                      "index_column": None, "categorical_columns": None,
+                      "max_rounds": 5, "tol": 1e-3}
     copy = clone(est)
     assert copy is not est and copy.get_params() == params
     assert "max_rounds=5" in repr(est)

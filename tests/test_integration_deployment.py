@@ -74,7 +74,7 @@ def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[d
     run = dep.cli(
         "run", ".", CONNECTION, "--stream", "--run-config",
         f"algorithm='{algorithm}' dataset='local' min-nodes={NUM_CLIENTS} {overrides} "
-        f"out-dir='{out_dir}'",
+        f"scaling='none' out-dir='{out_dir}'",
         timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
     )
     assert run.returncode == 0, f"{run.report()}\n{dep.logs()}"
@@ -135,7 +135,8 @@ def test_deployment_three_supernodes_local_files(deployment):
     t0 = time.monotonic()
     run = dep.cli(
         "run", ".", CONNECTION, "--stream", "--run-config",
-        f"dataset='local' min-nodes={NUM_CLIENTS} max-rounds={MAX_ROUNDS} out-dir='{out_dir}'",
+        f"dataset='local' min-nodes={NUM_CLIENTS} max-rounds={MAX_ROUNDS} scaling='none' "
+        f"out-dir='{out_dir}'",
         timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
     )
     seconds = time.monotonic() - t0

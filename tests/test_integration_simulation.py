@@ -115,6 +115,11 @@ class LocalSuperLink:
         self, algorithm: str, out_dir: Path, extra: str = ""
     ) -> tuple[CliResult, int, dict]:
         """``flwr run . --stream`` one job from the repo root; return its final ``flwr ls``."""
+        # the rows as the paper's loops hold them (scaling='none'): every run here is
+        # compared with its pure loop on the raw partitions (the scaled App is tested
+        # in-process and in tests/test_deployment_data.py)
+        if "scaling=" not in extra:
+            extra = f"scaling='none' {extra}"
         overrides = f"algorithm='{algorithm}' out-dir='{out_dir}' {extra}".strip()
         cli = run_cli(
             [executable("flwr"), "run", ".", "--stream",
@@ -236,7 +241,8 @@ def test_the_estimator_equals_flwr_run(request, client_data, algorithm):
     run = request.getfixturevalue(f"{algorithm}_run")
     with np.load(run.out_dir / "centroids.npz") as npz:
         centroids = npz["centroids"]
-    est = FederatedClustering(algorithm, n_clusters=16, random_state=0).fit(client_data)
+    est = FederatedClustering(algorithm, n_clusters=16, random_state=0,
+                              scaling="none").fit(client_data)
     np.testing.assert_array_equal(est.cluster_centers_, centroids)
     assert est.n_iter_ == run.result["rounds"]
 

@@ -71,8 +71,8 @@ def test_round_trip_keeps_every_field_and_exact_centroids(model, tmp_path):
     data = json.loads(path.read_text())
     assert data["format"] == MODEL_FORMAT
     assert set(data) == {"format", "algorithm", "k", "feature_names", "scaling", "center",
-                         "scale", "centroids", "model-centroids", "labelling", "options",
-                         "library-version"}
+                         "scale", "categories", "centroids", "model-centroids", "labelling",
+                         "options", "library-version"}
     assert np.array_equal(np.array(data["centroids"]), model.centroids_original)
     assert np.array_equal(np.array(data["model-centroids"]), model.centroids)
     assert not np.allclose(np.array(data["centroids"]), model.centroids)  # really unscaled
@@ -256,3 +256,27 @@ def test_model_module_does_not_import_flower_or_pandas():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     assert top - stdlib == {"numpy", "flwr_clustering"}
     assert inner - stdlib <= {"pandas", "flwr_clustering"} and "pandas" in inner
+
+
+def test_a_model_with_categorical_columns_predicts_from_a_dataframe(tmp_path):
+    from flwr_clustering.data.schema import FeatureTable, one_hot_name
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"x": rng.normal(size=40), "city": rng.choice(["a", "b"], 40)})
+    levels = ("a", "b", "other")
+    features = ("x", *(one_hot_name("city", v) for v in levels))
+    transform = FeatureTransform(features, "standard", (0.5, 0.4, 0.6, 0.0),
+                                 (2.0, 0.5, 0.5, 1.0), (("city", levels),))
+    centroids = np.array([[0.0, 1.0, -1.0, 0.0], [0.0, -1.0, 1.0, 0.0]])
+    model = ClusteringModel(algorithm="fkm", k=2, feature_names=features, transform=transform,
+                            centroids=centroids)
+    loaded = load_model(model.save(tmp_path / "model.json"))
+    assert loaded.transform.categories == (("city", levels),)
+    expected = nearest_labels(transform.apply(FeatureTable.from_frame(frame)), centroids)
+    shuffled = frame[["city", "x"]].assign(patient_id=np.arange(40))
+    np.testing.assert_array_equal(loaded.predict(shuffled), expected)
+    np.testing.assert_array_equal(expected, (frame["city"] == "b").to_numpy().astype(int))
+    with pytest.raises(ValueError, match="city"):
+        loaded.predict(frame[["x"]])
+    with pytest.raises(ValueError, match="DataFrame"):
+        loaded.predict(frame[["x"]].to_numpy())

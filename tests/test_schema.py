@@ -245,3 +245,40 @@ def test_unnamed_sites_beside_named_ones_are_taken_by_position_with_a_note():
     with pytest.raises(SchemaError, match=r"client 1 has a file without column names.*3 "
                                           r"columns.*header row"):
         agree_schema(sites)
+
+
+def test_categories_rare_values_never_leave_a_site_and_fold_into_other():
+    from flwr_clustering.data.schema import (
+        OTHER,
+        agree_categories,
+        category_counts,
+        one_hot,
+    )
+
+    a = FeatureTable.from_frame(pd.DataFrame({"x": np.arange(6.0),
+                                              "city": ["A", "A", "B", "B", "C", None]}))
+    b = FeatureTable.from_frame(pd.DataFrame({"x": np.arange(4.0), "city": ["A", "D", "D", "C"]}))
+    counts = {"client 0": category_counts(a, ["city"], 2),
+              "client 1": category_counts(b, ["city"], 2)}
+    # "C" (one row at each site) and client 1's single "A" are sent only as "other"
+    assert counts["client 0"] == {"city": {"A": 2, "B": 2, OTHER: 1}}
+    assert counts["client 1"] == {"city": {"D": 2, OTHER: 2}}
+    # no value reaches 3 rows in the federation: only the "other" level remains
+    assert agree_categories(counts, ["city"], 3) == (("city", (OTHER,)),)
+    levels = dict(agree_categories(counts, ["city"], 2))["city"]
+    assert levels == ("A", "B", "D", OTHER)
+    encoded = one_hot(b.values("city"), levels)
+    np.testing.assert_array_equal(encoded, [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0],
+                                            [0, 0, 0, 1]])
+    np.testing.assert_array_equal(one_hot(a.values("city"), levels)[-1], 0)  # missing
+
+
+def test_declared_categorical_columns_leave_the_numeric_schema():
+    frames = _wine_sites()
+    for f in frames:
+        f["city"] = np.where(np.arange(len(f)) % 2, "Leiden", "Delft")
+    schema = agree_schema(_sites(frames), categorical_columns=["city"])
+    assert "city" not in schema.features and schema.categorical == ("city",)
+    frames[2] = frames[2].drop(columns="city")
+    with pytest.raises(SchemaError, match=r"client 2 has no column 'city'"):
+        agree_schema(_sites(frames), categorical_columns=["city"])

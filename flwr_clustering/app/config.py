@@ -73,6 +73,10 @@ class AppOptions(Options):
                                   "every column the sites share")
     index_column: str = option("", help="an identifier column at the sites (never a "
                                "feature); empty: none (an undeclared one is refused)")
+    categorical_columns: str = option("", help="columns of categories (text or codes), "
+                                      "comma-separated: one-hot encoded with the levels "
+                                      "agreed across the sites (rarer than "
+                                      "privacy-threshold: 'other')")
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "secagg_threshold": app.secagg_threshold,
            "scaling": app.scaling, "feature_columns": app.feature_columns,
            "index_column": app.index_column,
+           "categorical_columns": app.categorical_columns,
            **overrides})
 
 

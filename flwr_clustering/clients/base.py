@@ -48,12 +48,14 @@ from ..data.schema import (
     FeatureTable,
     FeatureTransform,
     SchemaError,
+    category_counts,
     column_moments,
     describe_columns,
 )
 from ..metrics import local_evaluation_stats
 
 __all__ = [
+    "CATEGORIES_PHASE",
     "COLUMNS_RECORD",
     "DATA_SOURCE_PHASE",
     "FEATURES_KEY",
@@ -104,6 +106,10 @@ SECURE_EVALUATE_PHASE = "secure-evaluate"
 #: The library's phase (round 0) where every client sends its per-feature sums for the
 #: federation's scaling (:func:`feature_moments_arrays`), answered without the algorithm.
 FEATURE_MOMENTS_PHASE = "feature-moments"
+#: The library's phase (round 0) where every client tells the values of its declared
+#: categorical columns with their counts (a value rarer than the privacy threshold at the
+#: site as ``other`` only), in its ``columns`` reply record.
+CATEGORIES_PHASE = "categories"
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
                                 "moment-max")
@@ -660,6 +666,15 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         params, config = _unpack(msg)
         if FEATURES_KEY in config and hasattr(client, "use_features"):
             client.use_features(str(config[FEATURES_KEY]))
+        if config.get("phase") == CATEGORIES_PHASE:  # the library's phase, any client
+            columns = json.loads(str(config["categorical-columns"]))
+            counts = category_counts(client.table(), columns,
+                                     int(config.get("privacy-threshold", 2)))
+            reply = pack_reply(msg, None, len(client.X), {}, cid)
+            reply.content[COLUMNS_RECORD] = ConfigRecord({"categories": json.dumps(counts)})
+            logger.info("client %d %s: %d values of %d columns (no row)", cid,
+                        CATEGORIES_PHASE, sum(len(v) for v in counts.values()), len(counts))
+            return reply
         if config.get("phase") == FEATURE_MOMENTS_PHASE:  # the library's phase, any client
             arrays = feature_moments_arrays(client, config)
             if config.get("moments-secure"):  # summed by the secure aggregation mod

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "OTHER",
     "ID_NAME_TOKENS",
     "KINDS",
     "MIN_ID_ROWS",
@@ -45,10 +46,14 @@ __all__ = [
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "agree_categories",
     "agree_schema",
+    "category_counts",
     "column_moments",
     "describe_columns",
     "looks_like_id_name",
+    "one_hot",
+    "one_hot_name",
     "scaling_from_moments",
     "spread_warning",
 ]
@@ -180,6 +185,20 @@ class FeatureTable:
              else np.empty((len(frame), 0)))
         return cls(X, tuple(numeric), text)
 
+    def values(self, name: str) -> np.ndarray:
+        """One column's values (text or numbers), by name.
+
+        Raises
+        ------
+        SchemaError
+            If the table has no such column.
+        """
+        if name in self.text:
+            return self.text[name]
+        if name in self.names:
+            return self.X[:, self.names.index(name)]
+        raise SchemaError(f"no column {name!r}; the columns are {list(self.all_names)}")
+
     @property
     def all_names(self) -> tuple[str, ...]:
         """Every column: the numeric ones, then the text ones."""
@@ -207,6 +226,90 @@ class FeatureTable:
         if idx == list(range(self.X.shape[1])):
             return self.X
         return np.ascontiguousarray(self.X[:, idx])
+
+
+#: The level of a categorical column that stands for every value the federation did not
+#: agree on (a value rarer than the privacy threshold at a site, or new at prediction).
+OTHER = "other"
+
+
+def one_hot_name(column: str, level: str) -> str:
+    """The feature of one level of a categorical column: ``"city=Leiden"``."""
+    return f"{column}={level}"
+
+
+def _as_levels(values: np.ndarray) -> np.ndarray:
+    """Values of a categorical column as text (whole numbers without ``.0``; NaN None)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            out[i] = None
+        elif isinstance(v, float | np.floating) and float(v).is_integer():
+            out[i] = str(int(v))
+        else:
+            out[i] = str(v)
+    return out
+
+
+def one_hot(values: np.ndarray, levels: Sequence[str]) -> np.ndarray:
+    """One-hot rows of a categorical column over the agreed ``levels``.
+
+    A value outside the levels counts as :data:`OTHER` (the last level); a missing value
+    is a row of zeros.
+    """
+    text = _as_levels(values)
+    index = {level: j for j, level in enumerate(levels)}
+    other = index.get(OTHER)
+    out = np.zeros((len(text), len(levels)))
+    for i, v in enumerate(text):
+        if v is None:
+            continue
+        j = index.get(v, other)
+        if j is not None:
+            out[i, j] = 1.0
+    return out
+
+
+def category_counts(table: FeatureTable, columns: Sequence[str], min_rows: int
+                    ) -> dict[str, dict[str, int]]:
+    """A site's values of its categorical columns with their counts (for the agreement).
+
+    A value held by fewer than ``min_rows`` rows of the site is reported as :data:`OTHER`
+    only, so the server never learns a value that identifies fewer rows.
+    """
+    out = {}
+    for column in columns:
+        counts: dict[str, int] = {}
+        for v in _as_levels(table.values(column)):
+            if v is not None:
+                counts[v] = counts.get(v, 0) + 1
+        kept = {v: n for v, n in counts.items() if n >= max(int(min_rows), 1)}
+        rare = sum(n for v, n in counts.items() if v not in kept)
+        if rare:
+            kept[OTHER] = kept.get(OTHER, 0) + rare
+        out[str(column)] = kept
+    return out
+
+
+def agree_categories(sites: Mapping[str, Mapping[str, Mapping[str, int]]],
+                     columns: Sequence[str], min_rows: int
+                     ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The federation's levels of every categorical column, from the sites' counts.
+
+    A value held by fewer than ``min_rows`` rows in the whole federation folds into
+    :data:`OTHER`; the levels are sorted, :data:`OTHER` last (always present, for values
+    a site kept back and for new values at prediction).
+    """
+    out = []
+    for column in columns:
+        total: dict[str, int] = {}
+        for counts in sites.values():
+            for v, n in counts.get(column, {}).items():
+                total[v] = total.get(v, 0) + int(n)
+        levels = sorted(v for v, n in total.items() if n >= max(int(min_rows), 1)
+                        and v != OTHER)
+        out.append((str(column), (*levels, OTHER)))
+    return tuple(out)
 
 
 def looks_like_id_name(name: str) -> bool:
@@ -249,6 +352,8 @@ class Schema:
     positional: bool = False
     #: What the user should know about the agreement (sites matched by position).
     notes: tuple[str, ...] = ()
+    #: Declared categorical columns (one-hot encoded with the federation's levels).
+    categorical: tuple[str, ...] = ()
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -260,6 +365,7 @@ def agree_schema(
     *,
     feature_columns: Sequence[str] | None = None,
     index_column: str | None = None,
+    categorical_columns: Sequence[str] = (),
 ) -> Schema:
     """The federation's features from what every site said about its columns.
 
@@ -273,6 +379,9 @@ def agree_schema(
         site must have each of them, their other columns are ignored.
     index_column : str, optional
         A declared identifier column (run config ``index-column``): never a feature.
+    categorical_columns : sequence of str
+        Columns to one-hot encode (run config ``categorical-columns``): every site must
+        have them; text is allowed there; they are not among ``Schema.features``.
 
     Returns
     -------
@@ -289,6 +398,9 @@ def agree_schema(
     """
     if not sites:
         raise SchemaError("no site described its columns")
+    categorical = tuple(str(c) for c in categorical_columns)
+    if categorical:
+        return _with_categorical(sites, categorical, feature_columns, index_column)
     names = {site: [c.name for c in cols] for site, cols in sites.items()}
     unnamed = [site for site, cols in names.items() if _positional(cols)]
     if unnamed and len(unnamed) < len(sites):
@@ -364,9 +476,11 @@ def agree_schema(
         raise SchemaError(
             "text column(s) among the features: " + "; ".join(
                 f"{c!r} at {', '.join(s)}" for c, s in text.items())
-            + ": clustering needs numbers; leave them out ("
+            + ": clustering needs numbers; declare a column of categories with "
+            f"-c \"categorical-columns='{next(iter(text))}'\" (one-hot encoded with the "
+            "categories agreed across the sites), or leave it out ("
             + ("list the other columns in feature-columns" if feature_columns is None
-               else "remove them from feature-columns") + ")")
+               else "remove it from feature-columns") + ")")
     if feature_columns is None:
         ids = [c for c in features if _looks_like_id(c, [info[s][c] for s in sites])]
         if ids:
@@ -377,6 +491,31 @@ def agree_schema(
                 f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
                 "feature, list it with the others in -c \"feature-columns='...'\"")
     return Schema(tuple(features), index, positional)
+
+
+def _with_categorical(sites: Mapping[str, Sequence[ColumnInfo]], categorical: tuple[str, ...],
+                      feature_columns: Sequence[str] | None,
+                      index_column: str | None) -> Schema:
+    """The schema of the numeric features, with the declared categorical columns beside."""
+    if len(set(categorical)) != len(categorical):
+        raise SchemaError(f"categorical-columns lists a column twice: {list(categorical)}")
+    clash = [c for c in categorical if c == index_column or c in (feature_columns or ())]
+    if clash:
+        raise SchemaError(f"column(s) {_listing(clash)} are both categorical-columns and "
+                          "index-column or feature-columns: name each column once")
+    missing = {site: [c for c in categorical if c not in {i.name for i in cols}]
+               for site, cols in sites.items()}
+    missing = {site: cols for site, cols in missing.items() if cols}
+    if missing:
+        raise SchemaError(
+            "the sites do not all have the categorical-columns: " + "; ".join(
+                f"{site} has no column {_listing(cols)}" for site, cols in missing.items())
+            + ": rename the columns in those sites' files, or leave them out of "
+            "categorical-columns")
+    rest = {site: [c for c in cols if c.name not in categorical] for site, cols in sites.items()}
+    schema = agree_schema(rest, feature_columns=feature_columns, index_column=index_column)
+    return Schema(schema.features, schema.index_column, schema.positional, schema.notes,
+                  categorical)
 
 
 def _with_unnamed_sites(sites: Mapping[str, Sequence[ColumnInfo]], unnamed: list[str],
@@ -551,8 +690,15 @@ class FeatureTransform:
     scaling: str = "none"
     center: tuple[float, ...] = ()
     scale: tuple[float, ...] = ()
+    #: Categorical columns and their agreed levels (the last is :data:`OTHER`): each is
+    #: one-hot encoded as the features ``"<column>=<level>"``, after the numeric ones.
+    categories: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
+        encoded = [one_hot_name(c, level) for c, levels in self.categories for level in levels]
+        if encoded and tuple(self.features[-len(encoded):]) != tuple(encoded):
+            raise ValueError("a feature transform lists its one-hot features last, in the "
+                             "order of its categories")
         if self.scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
                              f"got {self.scaling!r}")
@@ -566,6 +712,12 @@ class FeatureTransform:
                 raise ValueError("a scaling needs finite centres and positive finite scales")
 
     @property
+    def numeric_features(self) -> tuple[str, ...]:
+        """The features taken as they are (the one-hot features are the rest)."""
+        n = sum(len(levels) for _, levels in self.categories)
+        return self.features[:len(self.features) - n]
+
+    @property
     def scaled(self) -> bool:
         """Whether the rows are scaled (not only selected)."""
         return bool(self.center)
@@ -573,7 +725,8 @@ class FeatureTransform:
     def to_json(self) -> str:
         """The transform as a JSON string (exact floats: Python's shortest repr)."""
         return json.dumps({"features": list(self.features), "scaling": self.scaling,
-                           "center": list(self.center), "scale": list(self.scale)},
+                           "center": list(self.center), "scale": list(self.scale),
+                           "categories": [[c, list(levels)] for c, levels in self.categories]},
                           separators=(",", ":"))
 
     @classmethod
@@ -589,7 +742,9 @@ class FeatureTransform:
             data = json.loads(text)
             return cls(tuple(str(f) for f in data["features"]), str(data["scaling"]),
                        tuple(float(c) for c in data["center"]),
-                       tuple(float(s) for s in data["scale"]))
+                       tuple(float(s) for s in data["scale"]),
+                       tuple((str(c), tuple(str(v) for v in levels))
+                             for c, levels in data.get("categories", [])))
         except (TypeError, KeyError, json.JSONDecodeError) as ex:
             raise ValueError(f"malformed feature transform: {ex}") from ex
 
@@ -601,7 +756,12 @@ class FeatureTransform:
         SchemaError
             If the table lacks a feature or holds it as text.
         """
-        X = table.columns(self.features)
+        X = table.columns(self.numeric_features)
+        if self.categories:
+            blocks = [np.asarray(X, dtype=np.float64)]
+            for column, levels in self.categories:
+                blocks.append(one_hot(table.values(column), levels))
+            X = np.hstack(blocks)
         if not self.scaled:
             return X if X.dtype == dtype else np.ascontiguousarray(X, dtype=dtype)
         out = (np.asarray(X, dtype=np.float64) - np.asarray(self.center)) / np.asarray(

@@ -42,7 +42,12 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .. import diagnostics as _diagnostics
-from ..clients.base import COLUMNS_RECORD, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE
+from ..clients.base import (
+    CATEGORIES_PHASE,
+    COLUMNS_RECORD,
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+)
 from ..data.schema import FeatureTransform
 from ..log import logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
@@ -203,6 +208,9 @@ class ClusteringStrategy(Strategy):
         Default: every column the sites share, in the order most of them use.
     index_column : str, optional
         A declared identifier column (never a feature).
+    categorical_columns : sequence of str or str, optional
+        Columns of categories, one-hot encoded with the levels agreed across the sites
+        (a level rarer than ``privacy_threshold`` folds into ``other``).
     **kwargs
         Options by field name (see the algorithm's ``Options``).
 
@@ -265,6 +273,7 @@ class ClusteringStrategy(Strategy):
         scaling: str | None = None,
         feature_columns: Any = None,
         index_column: str | None = None,
+        categorical_columns: Any = None,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)
@@ -303,7 +312,7 @@ class ClusteringStrategy(Strategy):
             raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
         self.secagg_threshold = float(secagg_threshold)
         self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
-                                                          index_column)
+                                                          index_column, categorical_columns)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
             raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
                              "minimum and maximum (one row's value each), which secure "
@@ -1062,7 +1071,7 @@ class ClusteringStrategy(Strategy):
                 parts.append("dropped: " + "; ".join(f"{self.who(n)} {why}"
                                                       for n, why in sorted(problems.items())))
             raise RuntimeError(f"round {server_round} {kind}: " + "; ".join(parts))
-        if kind not in ("evaluate", DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE):
+        if kind not in ("evaluate", DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE, CATEGORIES_PHASE):
             self._check_rows_for_k(server_round, kind, valid, complete=not self.last_absent
                                    and sent is not None and self.fraction >= 1.0)
         return valid

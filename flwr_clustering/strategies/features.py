@@ -31,14 +31,22 @@ from typing import Any
 
 import numpy as np
 
-from ..clients.base import DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE, FEATURES_KEY, MOMENT_KEYS
+from ..clients.base import (
+    CATEGORIES_PHASE,
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+    FEATURES_KEY,
+    MOMENT_KEYS,
+)
 from ..data.schema import (
     SCALINGS,
     ColumnInfo,
     FeatureTransform,
     Schema,
     SchemaError,
+    agree_categories,
     agree_schema,
+    one_hot_name,
     scaling_from_moments,
     spread_warning,
 )
@@ -65,17 +73,21 @@ class FeatureOptions:
         every column the sites share, in the order most of them use.
     index_column : str or None
         A declared identifier column, never a feature.
+    categorical_columns : tuple of str
+        Columns of categories (text or codes), one-hot encoded with the levels agreed
+        across the sites (one more message per node; not under secure aggregation).
     """
 
     scaling: str | None = None
     feature_columns: tuple[str, ...] | None = None
     index_column: str | None = None
+    categorical_columns: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
         """Whether the run agrees on its features at all (a scaling or a column was named)."""
         return (self.scaling is not None or self.feature_columns is not None
-                or self.index_column is not None)
+                or self.index_column is not None or bool(self.categorical_columns))
 
     def __post_init__(self) -> None:
         if self.scaling is not None and self.scaling not in SCALINGS:
@@ -84,13 +96,17 @@ class FeatureOptions:
 
     @classmethod
     def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
-                    index_column: Any = None) -> FeatureOptions:
-        """From run-config values (a comma-separated ``feature-columns``; ``""``: none)."""
-        if isinstance(feature_columns, str):
-            feature_columns = [c.strip() for c in feature_columns.split(",") if c.strip()]
-        columns = tuple(str(c) for c in feature_columns) if feature_columns else None
+                    index_column: Any = None, categorical_columns: Any = None
+                    ) -> FeatureOptions:
+        """From run-config values (comma-separated column lists; ``""``: none)."""
+        def names(value: Any) -> tuple[str, ...]:
+            if isinstance(value, str):
+                value = [c.strip() for c in value.split(",") if c.strip()]
+            return tuple(str(c) for c in value) if value else ()
+
         index = None if index_column in (None, "", "none") else str(index_column)
-        return cls(None if scaling is None else str(scaling), columns, index)
+        return cls(None if scaling is None else str(scaling),
+                   names(feature_columns) or None, index, names(categorical_columns))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +169,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     if not options.active:
         return None
     if options.scaling is None:  # columns named, rows not scaled (no spread check)
-        options = FeatureOptions("none", options.feature_columns, options.index_column)
+        options = FeatureOptions("none", options.feature_columns, options.index_column,
+                                 options.categorical_columns)
     if not strategy.scales_features:
         if options.scaling != "none":
             logger.info("%s: scaling=%r does not apply (%s); its rows are used as they are",
@@ -183,43 +200,80 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
             "federation without them)")
     schema = agree_schema({f"client {cid}": cols for cid, cols in described.items()},
                           feature_columns=options.feature_columns,
-                          index_column=options.index_column)
+                          index_column=options.index_column,
+                          categorical_columns=options.categorical_columns)
     strategy.feature_schema = schema
     for note in schema.notes:
         logger.warning("%s", note)
         strategy.run_warnings.append(note)
-    _set(strategy, FeatureTransform(schema.features))
-    count, total, sumsq, lo, hi, sites = _moments(strategy, grid, schema, records, timeout,
+    categories = _categories(strategy, grid, schema, timeout) if schema.categorical else ()
+    encoded = tuple(one_hot_name(c, level) for c, levels in categories for level in levels)
+    features = schema.features + encoded
+    _set(strategy, FeatureTransform(features, categories=categories))
+    count, total, sumsq, lo, hi, sites = _moments(strategy, grid, features, records, timeout,
                                                   options.scaling)
     center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi)
     if options.scaling == "none":
-        warning = spread_warning(count, total, sumsq, schema.features)
+        warning = spread_warning(count, total, sumsq, features)
         if warning is not None:
             logger.warning("%s", warning)
             strategy.run_warnings.append(warning)
-        transform = FeatureTransform(schema.features)
+        transform = FeatureTransform(features, categories=categories)
     else:
-        transform = FeatureTransform(schema.features, options.scaling,
-                                     tuple(map(float, center)), tuple(map(float, scale)))
+        transform = FeatureTransform(features, options.scaling,
+                                     tuple(map(float, center)), tuple(map(float, scale)),
+                                     categories)
     _set(strategy, transform)
     strategy.feature_summary = {
-        "features": list(schema.features), "index-column": schema.index_column,
+        "features": list(features), "index-column": schema.index_column,
+        "categorical-columns": {c: list(levels) for c, levels in categories},
         "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale)}
-    names = ", ".join(schema.features[:8]) + (", ..." if len(schema.features) > 8 else "")
+    names = ", ".join(features[:8]) + (", ..." if len(features) > 8 else "")
     logger.info("features: %d agreed by %d clients [%s]; scaling %s from %d rows of %d "
-                "sites", len(schema.features), len(described), names, options.scaling,
+                "sites", len(features), len(described), names, options.scaling,
                 int(count.max()) if count.size else 0, sites)
     return transform
 
 
-def _moments(strategy: Any, grid: Any, schema: Schema, records: dict[int, Any],
+def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
+                ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The levels of the declared categorical columns, agreed from the sites' counts."""
+    if strategy.secure_aggregation:
+        raise ValueError(
+            "secure-aggregation=true: categorical-columns needs each site's category "
+            "counts, which secure aggregation cannot sum over values the server does not "
+            "know: run without categorical-columns (leave those columns out with "
+            "feature-columns), or without secure aggregation")
+    threshold = int(getattr(strategy, "privacy_threshold", 2))
+    config = {"categorical-columns": json.dumps(list(schema.categorical)),
+              "privacy-threshold": threshold}
+    before = dict(getattr(strategy, "run_absent", {}))
+    replies = strategy.exchange(grid, 0, CATEGORIES_PHASE, (), config, timeout=timeout)
+    strategy.run_absent = before
+    sites = {}
+    for r in replies:
+        try:
+            counts = json.loads(str((r.columns or {})["categories"]))
+            sites[f"client {r.client_id}"] = {
+                str(c): {str(v): int(n) for v, n in dict(values).items()}
+                for c, values in dict(counts).items()}
+        except (KeyError, TypeError, ValueError) as ex:
+            raise ValueError(f"client {r.client_id}: malformed categories: {ex}") from ex
+    categories = agree_categories(sites, schema.categorical, threshold)
+    for column, levels in categories:
+        logger.info("categorical column %r: %d levels agreed by %d clients %s", column,
+                    len(levels), len(sites), list(levels[:10]))
+    return categories
+
+
+def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[int, Any],
              timeout: float, scaling: str) -> tuple[Any, ...]:
     """The federation's per-feature totals (count, sum, sumsq, min, max) and its sites."""
     config: dict[str, Any] = {"scaling": scaling,
                               "privacy-threshold": int(getattr(strategy, "privacy_threshold",
                                                                2))}
-    d = len(schema.features)
+    d = len(features)
     if strategy.secure_aggregation:
         if scaling == "minmax":
             raise ValueError(
@@ -230,7 +284,7 @@ def _moments(strategy: Any, grid: Any, schema: Schema, records: dict[int, Any],
         # every total stays in the fixed-point range of the secure sum
         magnitudes = [dict(zip(rec["names"], rec.get("magnitude", []), strict=False))
                       for rec in records.values() if rec is not None]
-        exponents = [max(int(m.get(f, 0)) for m in magnitudes) for f in schema.features]
+        exponents = [max(int(m.get(f, 0)) for m in magnitudes) for f in features]
         config["moment-exponents"] = json.dumps(exponents)
         config["moments-secure"] = True
         totals = strategy.secure_exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
