@@ -74,8 +74,8 @@ _ID_NAMES = frozenset({"index", "idx", "key", "rowid", "row", "record"})
 #: has at least this many rows (a small site's integers differ by chance).
 MIN_ID_ROWS = 30
 
-#: With ``scaling='none'``, features whose standard deviations differ by more than this
-#: factor make the run warn: the widest feature decides the distances.
+#: With ``scaling='none'``, a feature whose standard deviation is more than this factor of
+#: the median feature's makes the run warn: the widest feature decides the distances.
 SPREAD_RATIO = 10.0
 
 _OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features (each site's "
@@ -652,20 +652,26 @@ def scaling_from_moments(
 
 def spread_warning(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,
                    names: Sequence[str], ratio: float = SPREAD_RATIO) -> str | None:
-    """A sentence when the features' spreads differ by more than ``ratio`` (else ``None``).
+    """A sentence when one feature's spread is ``ratio`` times the typical one (else ``None``).
 
-    Used with ``scaling='none'``: the widest feature then decides every distance.
+    Used with ``scaling='none'``: the widest feature then decides every distance. The
+    widest standard deviation is compared with the median of the positive ones, so that
+    near-constant features (an image's border pixels) do not make a data set in one unit
+    look mixed.
     """
     count = np.maximum(np.asarray(count, dtype=np.float64), 1.0)
     mean = np.asarray(total, dtype=np.float64) / count
     raw = np.sqrt(np.maximum(np.asarray(sumsq, dtype=np.float64) / count - mean * mean, 0.0))
     positive = raw[raw > 0]
-    if positive.size < 2 or positive.max() <= ratio * positive.min():
+    if positive.size < 2:
         return None
-    wide, narrow = int(np.argmax(raw)), int(np.argmin(np.where(raw > 0, raw, np.inf)))
-    return (f"scaling='none' and the features' spreads differ {raw[wide] / raw[narrow]:.3g}x "
-            f"(standard deviation of {names[wide]!r} {raw[wide]:.4g}, of {names[narrow]!r} "
-            f"{raw[narrow]:.4g}): the widest features decide the clusters; "
+    typical = float(np.median(positive))
+    if positive.max() <= ratio * typical:
+        return None
+    wide = int(np.argmax(raw))
+    return (f"scaling='none' and the features' spreads differ: the standard deviation of "
+            f"{names[wide]!r} ({raw[wide]:.4g}) is {raw[wide] / typical:.3g}x the median "
+            f"feature's ({typical:.4g}), so the widest features decide the clusters; "
             "scaling='standard' (the App's default) gives every feature the same weight")
 
 

@@ -1341,6 +1341,9 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.add_parser(sub)
     supernodes.add_parser(sub)
     perf.add_parsers(sub)
+    from . import raw_data
+
+    raw_data.add_parser(sub)
     return parser
 
 
