@@ -174,3 +174,14 @@ def test_a_categorical_column_is_one_hot_encoded_with_the_federations_levels(tmp
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["features"]["categorical-columns"] == {
         "region": ["east", "north", "south", "other"]}
+
+
+def test_sites_that_standardised_their_own_files_make_the_run_warn():
+    from sklearn.preprocessing import StandardScaler
+
+    frames, ys = _frames(load_wine)
+    own = [pd.DataFrame(StandardScaler().fit_transform(f), columns=f.columns) for f in frames]
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(own, labels=ys)
+    assert any("standardised their own files" in w for w in est.warnings_)
+    raw = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames, labels=ys)
+    assert not any("standardised their own files" in w for w in raw.warnings_)

@@ -282,3 +282,26 @@ def test_declared_categorical_columns_leave_the_numeric_schema():
     frames[2] = frames[2].drop(columns="city")
     with pytest.raises(SchemaError, match=r"client 2 has no column 'city'"):
         agree_schema(_sites(frames), categorical_columns=["city"])
+
+
+def test_sites_that_standardised_their_own_files_are_named():
+    from flwr_clustering.data.schema import self_scaled_warning
+
+    frames = _wine_sites()
+    own = {f"client {i}": tuple(column_moments(StandardScaler().fit_transform(f))[k]
+                                for k in ("count", "sum", "sumsq"))
+           for i, f in enumerate(frames)}
+    assert "standardised their own files" in self_scaled_warning(own)
+    # R's scale() divides by the sample standard deviation: caught too
+    sample = {site: (c, s, q * (c - 1) / c) for site, (c, s, q) in own.items()}
+    assert self_scaled_warning(sample) is not None
+    raw = {f"client {i}": tuple(column_moments(f.to_numpy())[k]
+                                for k in ("count", "sum", "sumsq"))
+           for i, f in enumerate(frames)}
+    assert self_scaled_warning(raw) is None
+    # the federation's own standardisation: the pooled rows, not each site's
+    pooled = StandardScaler().fit(pd.concat(frames))
+    fed = {f"client {i}": tuple(column_moments(pooled.transform(f))[k]
+                                for k in ("count", "sum", "sumsq"))
+           for i, f in enumerate(frames)}
+    assert self_scaled_warning(fed) is None

@@ -55,6 +55,7 @@ __all__ = [
     "one_hot",
     "one_hot_name",
     "scaling_from_moments",
+    "self_scaled_warning",
     "spread_warning",
 ]
 
@@ -673,6 +674,35 @@ def spread_warning(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,
             f"{names[wide]!r} ({raw[wide]:.4g}) is {raw[wide] / typical:.3g}x the median "
             f"feature's ({typical:.4g}), so the widest features decide the clusters; "
             "scaling='standard' (the App's default) gives every feature the same weight")
+
+
+def self_scaled_warning(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+                        ) -> str | None:
+    """A sentence when every site standardised its own file (else ``None``).
+
+    ``sites`` maps a site to its per-feature (count, sum, sum of squares). When at every
+    one of at least two sites every feature has mean 0 and a standard deviation of 1 (the
+    population's, or the sample's: ``sqrt((n - 1) / n)`` up to 1), the sites scaled their
+    rows with their own means and spreads, which erases what differs between sites (a
+    site of one class becomes indistinguishable from another): no federated scaling can
+    undo it.
+    """
+    if len(sites) < 2:
+        return None
+    for count, total, sumsq in sites.values():
+        n = np.asarray(count, dtype=np.float64)
+        if n.size == 0 or np.any(n < 2):
+            return None
+        mean = np.asarray(total, dtype=np.float64) / n
+        std = np.sqrt(np.maximum(np.asarray(sumsq, dtype=np.float64) / n - mean * mean, 0))
+        low = np.sqrt((n - 1) / n) - 1e-6
+        if not (np.all(np.abs(mean) < 1e-6) and np.all((std > low) & (std < 1 + 1e-6))):
+            return None
+    return (f"every site's features have mean 0 and standard deviation 1 ({len(sites)} "
+            "sites): the sites standardised their own files, which erases the differences "
+            "between the sites (a site that holds one group looks like every other); send "
+            "the rows in their raw units and let the federation scale them "
+            "(scaling='standard', computed from every site's sums)")
 
 
 # ---------------------------------------------------------------------------- transform

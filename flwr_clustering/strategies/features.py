@@ -48,6 +48,7 @@ from ..data.schema import (
     agree_schema,
     one_hot_name,
     scaling_from_moments,
+    self_scaled_warning,
     spread_warning,
 )
 from ..log import logger
@@ -323,6 +324,11 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
         parts.append(arrays)
     if not parts:
         raise ValueError("no client sent its feature moments")
+    warning = self_scaled_warning({f"client {r.client_id}": tuple(p[:3])
+                                   for r, p in zip(replies, parts, strict=True)})
+    if warning is not None:
+        logger.warning("%s", warning)
+        strategy.run_warnings.append(warning)
     count = np.sum([p[0] for p in parts], axis=0)
     total = np.sum([p[1] for p in parts], axis=0)
     sumsq = np.sum([p[2] for p in parts], axis=0)
