@@ -65,7 +65,9 @@ RUN_TIMEOUT = 300.0  # one `flwr run --stream`: 30-45 s on 2 busy cores
 NUM_SUPERNODES = 5
 HEAD_CPUS = 2  # the external cluster's CPUs: 2 ClientApp actors of 1 CPU each
 FEDERATION_CONFIG = f"num-supernodes={NUM_SUPERNODES} client-resources-num-cpus=1"
-RUN_CONFIG = "max-rounds=3"
+#: scaling='none': the runs are compared with the pure loop on the raw partitions (the
+#: scaled App is tested in-process and in tests/test_deployment_data.py)
+RUN_CONFIG = "max-rounds=3 scaling='none'"
 #: The address file that a plain `ray.init()` on this machine would read (default temp dir).
 DEFAULT_ADDRESS_FILE = (Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp")
                         / "ray" / "ray_current_cluster")
