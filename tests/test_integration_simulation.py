@@ -379,26 +379,39 @@ def test_secure_aggregation_in_simulation_matches_federated_lloyd(fkm_run, local
     from flwr_clustering.algorithms.fkm import dense_totals, fkm_client_update, lloyd_from_totals
 
     run = local_superlink.run("fkm", "server-update='lloyd' secure-aggregation=true "
-                                     "max-rounds=4 tol=-1.0")
+                                     "max-rounds=4 tol=-1.0 scaling='standard'")
     history = json.loads((run.out_dir / "history.json").read_text())
     assert [h["clients"] for h in history] == [NUM_SUPERNODES] * 4
     assert all(h["secure-aggregation"] for h in history)
     ledger = json.loads((run.out_dir / "privacy.json").read_text())
     assert ledger["secure-aggregation"] is True
+    # scaling across the sites (the App's default, scaling='standard'): the per-feature
+    # sums come through the secure sums too, before FKM's own exchanges
     assert [t["phase"] for t in ledger["secure-totals"]] == (
-        ["secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
-    # the pure loop: the start from the pooled moments (the strategy's generator, seed 0),
-    # then 4 federated Lloyd rounds on the same partitions
+        ["feature-moments", "secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
+    features = run.result["features"]
+    assert features["scaling"] == "standard"
+    center, scale = np.asarray(features["center"]), np.asarray(features["scale"])
+    pooled = np.vstack(client_data)
+    # the secure sums carry the moments in fixed point: close to the pooled statistics
+    np.testing.assert_allclose(center, pooled.mean(0), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(scale, pooled.std(0), rtol=1e-6)
+    scaled = [(x - center) / scale for x in client_data]
+    # the pure loop on the federation's scaled rows: the start from the pooled moments
+    # (the strategy's generator, seed 0), then 4 federated Lloyd rounds
     from flwr_clustering.algorithms.fkm import moment_init
 
-    X = np.vstack(client_data)
+    X = np.vstack(scaled)
     C = moment_init(len(X), X.sum(0), np.square(X).sum(0), 16, np.random.default_rng(0))
     for _ in range(4):
         totals = [dense_totals(fkm_client_update(x, C), 16, X.shape[1])
-                  for x in client_data]
+                  for x in scaled]
         C = lloyd_from_totals(sum(t[0] for t in totals), sum(t[1] for t in totals), C)
     with np.load(run.out_dir / "centroids.npz") as npz:
-        np.testing.assert_allclose(npz["centroids"], C, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(npz["scaled_centroids"], C, rtol=0, atol=1e-8)
+        # and the model in the data's units is the scaled model mapped back
+        np.testing.assert_allclose(npz["centroids"], npz["scaled_centroids"] * scale + center,
+                                   rtol=1e-12)
     assert run.result["federated"]["num-examples"] == len(X)
 
 
