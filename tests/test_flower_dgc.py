@@ -137,6 +137,36 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     assert all("user-accuracy-mean" in r["server-metrics"] for r in rounds)
 
 
+def test_nodes_file_is_in_the_data_units_with_the_apps_default_scaling(tmp_path):
+    """With scaling='standard' every node computes on the scaled rows; nodes.npz gives its
+    centres back in the data's units (the pure loop's, mapped back) and as computed."""
+    from flwr_clustering.app.client_app import app as app_client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.data import load_partition
+
+    rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
+          "min-nodes": 3, "graph": "ring", "rho": 100.0, "iterations": 3,
+          "node-init": "random", "out-dir": str(tmp_path / "dgc")}
+    out = run_server(InProcessGrid(app_client, 3, run_config=rc), rc)
+    transform = out["strategy"].feature_transform
+    assert transform.scaling == "standard"
+    center, scale = np.asarray(transform.center), np.asarray(transform.scale)
+    data = [(load_partition(i, 3, dataset="iris", partitioner="iid")[0] - center) / scale
+            for i in range(3)]
+    ref = run_dgc(data, build_graph("ring", 3), initial_centres(data, 3, scheme="random"),
+                  rho=100.0, iterations=3)
+    with np.load(tmp_path / "dgc" / "nodes.npz") as nodes:
+        np.testing.assert_allclose(nodes["scaled_centres"], ref.centres, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(nodes["centres"],
+                                      nodes["scaled_centres"] * scale + center)
+    # the centres are in iris's centimetres: inside the pooled rows' range per feature
+    pooled = np.vstack([load_partition(i, 3, dataset="iris", partitioner="iid")[0]
+                        for i in range(3)])
+    with np.load(tmp_path / "dgc" / "nodes.npz") as nodes:
+        assert np.all(nodes["centres"] >= pooled.min(0) - 1e-9)
+        assert np.all(nodes["centres"] <= pooled.max(0) + 1e-9)
+
+
 def test_scored_users_are_all_up_to_the_limit_then_evenly_spaced():
     from flwr_clustering.algorithms.dgc import scored_users
 

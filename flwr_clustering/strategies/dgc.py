@@ -369,11 +369,20 @@ class DGC(ClusteringStrategy):
         return scored_users(len(self.node_centres), self.options.user_eval_nodes)
 
     def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
-        """``nodes.npz``: every node's final centres, the graph and the step."""
+        """``nodes.npz``: every node's final centres, the graph and the step.
+
+        The centres are in the data's units; with a scaling, ``scaled_centres`` keeps them
+        as computed.
+        """
         if self.node_centres is None:
             return {}
-        return {"nodes.npz": {"centres": self.node_centres, "adjacency": self.adjacency,
-                              "alpha": np.float64(self.step)}}
+        arrays = {"centres": self.node_centres, "adjacency": self.adjacency,
+                  "alpha": np.float64(self.step)}
+        transform = self.feature_transform
+        if transform is not None and transform.scaled:
+            arrays["centres"] = transform.inverse(self.node_centres)
+            arrays["scaled_centres"] = self.node_centres
+        return {"nodes.npz": arrays}
 
     # ---------------------------------------------------------------- evaluation
     def configure_evaluate(self, server_round, arrays, config, grid) -> list[Message]:
