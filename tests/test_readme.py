@@ -55,8 +55,11 @@ def test_readme_server_and_client_snippets_run(capsys):
 def test_readme_commands_are_the_ci_commands():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    assert 'pip install -e ".[dev,torch]" && pytest' in text
-    assert 'pip install -e ".[dev,torch]" && pytest' in ci
+    assert 'pip install -e ".[dev,torch]" && pytest -n 2\n' in text
+    # CI runs the same two steps, timing each (install, then the default suite)
+    lines = [line.strip() for line in ci.splitlines()]
+    install = lines.index('pip install -e ".[dev,torch]"')
+    assert "pytest -n 2" in lines[install + 1:]
     assert "pip install -e . && " in text and "flwr run . --stream" in text
 
 
