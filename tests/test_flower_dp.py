@@ -96,7 +96,8 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     from flwr_clustering.app.server_app import run_server
 
     run_config = {"server-update": "lloyd", "dp-epsilon": 4.0, "data-bound": 20.0,
-                  "max-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path)}
+                  "max-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path),
+                  "scaling": "none"}
     out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert 0 < ledger["epsilon"] <= 4.0 and ledger["differential-privacy"]["rounds-run"] == 5
@@ -118,7 +119,8 @@ def _app_run(tmp_path, node_configs, **config):
 def test_a_node_can_require_dp_up_to_an_epsilon(tmp_path):
     """Node config dp-max-epsilon: the data owner's ceiling, not the server's word."""
     strict = [{"dp-max-epsilon": 1.0}] + [{}] * 4
-    dp = {"server-update": "lloyd", "data-bound": 20.0, "max-rounds": 3, "tol": -1.0}
+    dp = {"server-update": "lloyd", "data-bound": 20.0, "max-rounds": 3, "tol": -1.0,
+          "scaling": "none"}
     # a DP run within the ceiling: all five take part
     out, _ = _app_run(tmp_path / "a", strict, **{**dp, "dp-epsilon": 1.0})
     history = json.loads((tmp_path / "a" / "history.json").read_text())
@@ -132,6 +134,49 @@ def test_a_node_can_require_dp_up_to_an_epsilon(tmp_path):
         assert any(r.startswith("client 0: this node accepts differential privacy with "
                                 "epsilon at most 1") and "dp-max-epsilon" in r
                    for r in reasons), reasons
+
+
+def test_a_dp_run_sends_no_statistic_outside_the_guarantee(tmp_path):
+    """The scaling's per-feature sums and the category counts carry no noise: a DP run
+    refuses them before round 1 (the App's default scaling='standard' included) and, with
+    scaling='none', agrees on the columns by name only (no feature-moments message)."""
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    base = {"server-update": "lloyd", "dp-epsilon": 4.0, "data-bound": 20.0,
+            "max-rounds": 2, "tol": -1.0, "beta": 10.0}
+    for scaling in ("standard", "minmax"):
+        rc = {**base, "scaling": scaling, "out-dir": str(tmp_path / scaling)}
+        grid = InProcessGrid(app, 5, run_config=rc)
+        with pytest.raises(ValueError, match="dp-epsilon > 0 with scaling=.*scaling='none'"):
+            run_server(grid, rc)
+        phases = {m.content.config_records["config"].get("phase") for m in grid.sent
+                  if "config" in m.content.config_records}
+        assert "data-source" in phases  # (the names were asked: metadata)
+        assert "feature-moments" not in phases and not {"update", "dp-update"} & phases
+    rc = {**base, "scaling": "none", "out-dir": str(tmp_path / "none")}
+    grid = InProcessGrid(app, 5, run_config=rc)
+    run_server(grid, rc)
+    phases = [m.content.config_records["config"].get("phase") for m in grid.sent
+              if "config" in m.content.config_records]
+    assert "dp-update" in phases
+    assert "feature-moments" not in phases and "categories" not in phases
+    ledger = json.loads((tmp_path / "none" / "privacy.json").read_text())
+    assert "feature-moments" not in json.dumps(ledger)
+    result = json.loads((tmp_path / "none" / "result.json").read_text())
+    assert result["features"]["features"] == ["0", "1"]
+    assert result["features"]["scaling"] == "none"
+
+
+def test_a_dp_only_node_refuses_the_unnoised_features_statistics(tmp_path):
+    """A node with dp-max-epsilon refuses the feature-moments query of a run without DP
+    (its sums would leave without noise); the run scales from the other sites' sums."""
+    strict = [{"dp-max-epsilon": 1.0}] + [{}] * 4
+    out, grid = _app_run(tmp_path, strict, **{"max-rounds": 2})
+    reasons = {m.error.reason for m in grid.received if m.has_error()}
+    assert any("feature-moments phase sends statistics without noise" in r
+               for r in reasons), reasons
+    assert out["strategy"].feature_summary["sites"] == 4
 
 
 def test_a_dp_only_node_refuses_algorithms_without_dp(tmp_path):

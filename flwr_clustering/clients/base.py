@@ -666,6 +666,13 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         params, config = _unpack(msg)
         if FEATURES_KEY in config and hasattr(client, "use_features"):
             client.use_features(str(config[FEATURES_KEY]))
+        if (config.get("phase") in (CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
+                and getattr(client, "dp_max_epsilon", None) is not None):
+            raise PermissionError(
+                f"client {cid}: this node takes part only in differentially private runs "
+                f"(node config dp-max-epsilon), and the {config['phase']} phase sends "
+                "statistics without noise: run with scaling='none' and without "
+                "categorical-columns")
         if config.get("phase") == CATEGORIES_PHASE:  # the library's phase, any client
             columns = json.loads(str(config["categorical-columns"]))
             counts = category_counts(client.table(), columns,

@@ -207,6 +207,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     for note in schema.notes:
         logger.warning("%s", note)
         strategy.run_warnings.append(note)
+    if getattr(strategy, "dp", False):
+        return _names_only_under_dp(strategy, schema, options, len(described))
     categories = _categories(strategy, grid, schema, timeout) if schema.categorical else ()
     encoded = tuple(one_hot_name(c, level) for c, levels in categories for level in levels)
     features = schema.features + encoded
@@ -234,6 +236,37 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     logger.info("features: %d agreed by %d clients [%s]; scaling %s from %d rows of %d "
                 "sites", len(features), len(described), names, options.scaling,
                 int(count.max()) if count.size else 0, sites)
+    return transform
+
+
+def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
+                         clients: int) -> FeatureTransform:
+    """A differentially private run: the columns by name, no per-site statistic.
+
+    The scaling's per-feature sums (and the category counts) would leave the sites without
+    noise, outside the guarantee ``privacy.json`` reports, so a DP run takes its rows in
+    the data's units and sends no ``feature-moments`` (nor ``categories``) message.
+    """
+    if options.scaling != "none":
+        raise ValueError(
+            f"dp-epsilon > 0 with scaling={options.scaling!r}: the scaling needs each site's "
+            "per-feature sums, which the differential-privacy guarantee does not cover; run "
+            "with scaling='none' (rows in the data's units: give data-bound, the largest L2 "
+            "norm of a row, in those units, and put the features on comparable scales at "
+            "the sites with a scaling agreed beforehand)")
+    if schema.categorical:
+        raise ValueError(
+            "dp-epsilon > 0 with categorical-columns: agreeing on the levels needs each "
+            "site's category counts, which the differential-privacy guarantee does not "
+            "cover; encode those columns at the sites beforehand")
+    transform = FeatureTransform(schema.features)
+    _set(strategy, transform)
+    strategy.feature_summary = {
+        "features": list(schema.features), "index-column": schema.index_column,
+        "categorical-columns": {}, "scaling": "none", "rows": None, "sites": clients,
+        "center": [], "scale": []}
+    logger.info("features: %d agreed by %d clients; dp-epsilon > 0: no per-feature sums "
+                "are sent (no scaling, no spread check)", len(schema.features), clients)
     return transform
 
 
