@@ -166,6 +166,7 @@ def test_a_dp_run_sends_no_statistic_outside_the_guarantee(tmp_path):
     result = json.loads((tmp_path / "none" / "result.json").read_text())
     assert result["features"]["features"] == ["0", "1"]
     assert result["features"]["scaling"] == "none"
+    assert any("in their own units, unchecked" in w for w in result["warnings"])
 
 
 def test_a_dp_only_node_refuses_the_unnoised_features_statistics(tmp_path):

@@ -266,7 +266,14 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
         "categorical-columns": {}, "scaling": "none", "rows": None, "sites": clients,
         "center": [], "scale": []}
     logger.info("features: %d agreed by %d clients; dp-epsilon > 0: no per-feature sums "
-                "are sent (no scaling, no spread check)", len(schema.features), clients)
+                "are sent", len(schema.features), clients)
+    # without the sums nothing can tell raw units that drown the other features: say so
+    warning = ("dp-epsilon > 0: the features are clustered in their own units, unchecked "
+               "(their spreads would need per-site sums without noise); a feature with a "
+               "much wider range than the others decides the clusters: scale them at the "
+               "sites with an agreed scaling beforehand")
+    logger.warning("%s", warning)
+    strategy.run_warnings.append(warning)
     return transform
 
 
