@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulations.benchmarks.deployment import LocalDeployment, read_json
+from simulations.benchmarks.deployment import TEST_POLL_SECONDS, LocalDeployment, read_json
 from simulations.benchmarks.processes import describe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,8 @@ def federation(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("deployment-data")
     data = _wine_sites(tmp / "data")
     dep = LocalDeployment(tmp / "federation", NUM_CLIENTS,
-                          [_node_config(data, i) for i in range(NUM_CLIENTS)])
+                          [_node_config(data, i) for i in range(NUM_CLIENTS)],
+                          poll_seconds=TEST_POLL_SECONDS)
     dep.data = data
     try:
         t0 = time.monotonic()

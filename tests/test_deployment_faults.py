@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulations.benchmarks.deployment import LocalDeployment, read_json
+from simulations.benchmarks.deployment import TEST_POLL_SECONDS, LocalDeployment, read_json
 from simulations.benchmarks.processes import describe, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,8 @@ def deployments(tmp_path):
     made: list[LocalDeployment] = []
 
     def make(name: str, configs: list[dict]) -> LocalDeployment:
-        dep = LocalDeployment(tmp_path / name, len(configs), configs)
+        dep = LocalDeployment(tmp_path / name, len(configs), configs,
+                              poll_seconds=TEST_POLL_SECONDS)
         made.append(dep)
         return dep.start()
 

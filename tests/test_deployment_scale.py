@@ -49,13 +49,18 @@ RUN_TIMEOUT = 600.0
 #: The runs' round-timeout: min-nodes = 20, so a lost reply fails the run after it.
 ROUND_TIMEOUT = 240.0
 
+#: Flower's polling waits (3 s as it ships) in the 20 SuperNodes, their SuperExecs and the
+#: ServerApp: 1 s, not the other tests' 0.2 s, so that 40 pollers do not load the machine.
+POLL_SECONDS = 1.0
+
 #: Per-round seconds of the runs, by algorithm, for the comparison printed at the end.
 _ROUND_SECONDS: dict[str, dict] = {}
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
-    fed = start_federation(tmp_path_factory.mktemp("scale"), NUM_NODES, SAMPLES_PER_NODE, k=K)
+    fed = start_federation(tmp_path_factory.mktemp("scale"), NUM_NODES, SAMPLES_PER_NODE, k=K,
+                           poll_seconds=POLL_SECONDS)
     print(f"\n1 SuperLink + {NUM_NODES} SuperNodes online after {fed.start_s:.1f} s")
     try:
         yield fed

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulations.benchmarks.deployment import CONNECTION, LocalDeployment
+from simulations.benchmarks.deployment import CONNECTION, TEST_POLL_SECONDS, LocalDeployment
 from simulations.benchmarks.processes import (
     describe,
     parse_run_id,
@@ -109,7 +109,8 @@ def _secure_fkm_reference(local: list[np.ndarray], rounds: int) -> np.ndarray:
 def deployment(tmp_path):
     files, _ = _write_client_files(tmp_path)
     dep = LocalDeployment(tmp_path, NUM_CLIENTS,
-                          [_node_config(i, path) for i, path in enumerate(files)])
+                          [_node_config(i, path) for i, path in enumerate(files)],
+                          poll_seconds=TEST_POLL_SECONDS)
     dep.data_files = files
     try:
         yield dep.start()

@@ -172,7 +172,7 @@ def superlink_args(dep: LocalDeployment, database: str = "memory") -> list[str] 
 def start_federation(
     tmp: Path, nodes: int = 20, samples_per_node: int = 50, *, k: int = 16,
     features: int = 2, seed: int = 0, database: str = "memory",
-    online_timeout: float = 300.0,
+    online_timeout: float = 300.0, poll_seconds: float | None = None,
 ) -> Federation:
     """Write one data file per node, start a SuperLink and ``nodes`` SuperNodes, wait online.
 
@@ -190,6 +190,9 @@ def start_federation(
     online_timeout : float, default 300
         Seconds to wait until ``flwr supernode list`` shows every node online (20
         Python processes start at once on a small machine).
+    poll_seconds : float, optional
+        Flower's polling waits in every process (``LocalDeployment.poll_seconds``);
+        ``None`` runs Flower as it ships (the benchmarks).
 
     Returns
     -------
@@ -214,7 +217,7 @@ def start_federation(
          "allow-algorithms": ECHO_ALGORITHM}
         for i, path in enumerate(files)
     ]
-    dep = LocalDeployment(tmp, int(nodes), configs)
+    dep = LocalDeployment(tmp, int(nodes), configs, poll_seconds=poll_seconds)
     dep.superlink_args = superlink_args(dep, database)
     fed = Federation(dep, files, parts, k=int(k), database=database)
     t0 = time.monotonic()
