@@ -338,3 +338,41 @@ def test_the_app_refuses_missing_values_only_where_the_algorithm_needs_complete_
     else:  # the masked algorithms read NaN as an unobserved feature
         client = client_fn(context)
         assert np.isnan(client.X).sum() == 3 and client.mask.tolist() == [True, True, False]
+
+
+@pytest.mark.parametrize(("text", "line", "why"), [
+    # one column written with a decimal comma: pandas made the integer part a row index
+    ("value\n-0,80\n-1,32\n", "line 2 has 2 fields ('-0,80') where line 1 has 1 ('value')",
+     "decimal comma"),
+    # a row longer than the header: pandas dropped its first field and shifted the rest
+    ("a,b\n1.5,2.5,3.5\n", "line 2 has 3 fields ('1.5,2.5,3.5') where line 1 has 2", ";"),
+    # a trailing separator on the data lines only (pandas dropped it) ...
+    ("a,b\n1,2,\n3,4,\n", "line 2 has 3 fields ('1,2,') where line 1 has 2", "at the end"),
+    # ... on every line (pandas added an all-NaN column 'Unnamed: 2') ...
+    ("a,b,\n1,2,\n3,4,\n", "column 3 has no name and no value on any line", "at the end"),
+    # ... and in a headerless file (an all-NaN column 2)
+    ("1,2,\n3,4,\n", "column 3 has no name and no value on any line", "at the end"),
+    # a longer row further down
+    ("a,b\n1,2\n3,4,5\n", "Expected 2 fields in line 3, saw 3", "decimal comma"),
+    # ';' between values, ',' as the decimal mark
+    ("a;b\n1,5;2,5\n", "line 2 has 3 fields", "separated by ';'"),
+])
+def test_csv_lines_longer_than_the_header_are_refused_naming_the_line(tmp_path, text, line,
+                                                                       why):
+    path = tmp_path / "site.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_local_file(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and line in message and why in message, message
+    assert "to_csv(path, index=False)" in message
+    # the reader, too, never infers a row index
+    with pytest.raises(ValueError, match="fields|no name"):
+        read_local_file(path)
+
+
+def test_csv_read_as_written_keeps_short_rows_and_every_value(tmp_path):
+    path = tmp_path / "site.csv"
+    path.write_text("a,b\n-0.80,1\n2.5,\n")  # a short row is a missing value, kept as NaN
+    X, _ = load_local_file(path)
+    np.testing.assert_array_equal(X, [[-0.80, 1.0], [2.5, np.nan]])

@@ -14,7 +14,9 @@ Nothing is clustered silently by mistake: a row index written with the data (a c
 ``Unnamed: 0`` or ``__index_level_0__``, or a first column equal to ``0, 1, ..., n-1``) is
 refused unless declared (``index_column``, ``feature_columns``); ``feature_columns`` and
 ``label_column`` select columns by name, and an unknown name is an error listing the file's
-columns. Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
+columns. A CSV is read as written: a line with more fields than the first (a decimal comma,
+another separator, a trailing one) is refused naming the line, never turned into a row index.
+Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
 algorithms read them as unobserved); with ``allow_nan=False`` the first one is reported by
 column and row. Everything else that is wrong (unknown extension, non-numeric values, wrong
 shape, no rows or no feature columns, labels that are not integers) raises a ``ValueError``.
@@ -312,6 +314,70 @@ def _suspect_label(frame: pd.DataFrame) -> Column | None:
     return last if distinct <= 20 and distinct < len(values) / 2 else None
 
 
+#: What makes a CSV row longer than its header, said with every refusal of one.
+_FIELDS_HINT = (
+    "likely a decimal comma ('-0,80' for -0.80), values separated by ';' or tabs, or a "
+    "separator at the end of the lines. Write the file with '.' as the decimal mark, ',' "
+    "between values and nothing after the last (pandas: to_csv(path, index=False))"
+)
+
+
+class MalformedCsvError(ValueError):
+    """A CSV that cannot be read as written (its message names the file and the line)."""
+
+
+def _read_csv(path: Path, has_header: bool, pd, exact: dict) -> pd.DataFrame:
+    """Read a CSV exactly as written: every row as many fields as the first line, or refuse.
+
+    pandas takes the first field(s) of rows longer than the header as a row index (a
+    decimal comma in a one-column file loads ``-0,80`` as 80), drops an empty last field
+    of the data rows, and names an empty last column ``Unnamed: <i>``: each is refused
+    here, naming the line and the likely cause.
+    """
+    import warnings
+
+    first, second = _first_two_lines(path)
+    if second is not None and len(second[1]) > len(first[1]):
+        raise MalformedCsvError(_ragged(path, first, second))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            frame = pd.read_csv(path, header=0 if has_header else None, index_col=False,
+                                **exact)
+        except pd.errors.ParserWarning:  # a longer line that the first two did not show
+            raise MalformedCsvError(f"{path}: the lines have different numbers of fields: "
+                              f"{_FIELDS_HINT}") from None
+        except pd.errors.ParserError as exc:
+            raise MalformedCsvError(f"{path}: cannot parse csv file ({str(exc).strip()}): "
+                              f"{_FIELDS_HINT}") from None
+    last = frame.columns[-1]
+    if (len(frame.columns) > 1 and frame[last].isna().all()
+            and (not has_header or str(last).startswith("Unnamed: "))):
+        raise MalformedCsvError(f"{path}: column {len(frame.columns)} has no name and no value "
+                          f"on any line: {_FIELDS_HINT}")
+    return frame
+
+
+def _first_two_lines(path: Path) -> tuple[tuple[int, list[str]], tuple[int, list[str]] | None]:
+    """The first two non-blank lines of a CSV as (line number, fields)."""
+    lines: list[tuple[int, list[str]]] = []
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        for number, row in enumerate(csv.reader(fh), start=1):
+            if row:
+                lines.append((number, row))
+                if len(lines) == 2:
+                    break
+    if not lines:
+        return (1, []), None
+    return lines[0], (lines[1] if len(lines) > 1 else None)
+
+
+def _ragged(path: Path, first: tuple[int, list[str]], line: tuple[int, list[str]]) -> str:
+    (n1, f1), (n, f) = first, line
+    return (f"{path}: line {n} has {len(f)} fields ({','.join(f)!r}) where line {n1} has "
+            f"{len(f1)} ({','.join(f1)!r}): {_FIELDS_HINT}")
+
+
 def _select(
     path: Path,
     frame: pd.DataFrame,
@@ -502,10 +568,12 @@ def read_local_file(
             exact = {}
             if int(pd.__version__.split(".")[0]) < 3:
                 exact["float_precision"] = "round_trip"
-            frame = pd.read_csv(path, header=0 if has_header else None, **exact)
+            frame = _read_csv(path, has_header, pd, exact)
         else:
             has_header = None
             frame = pd.read_parquet(path)
+    except MalformedCsvError:
+        raise
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: file is empty (no header row and no data)") from exc
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
