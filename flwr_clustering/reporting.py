@@ -86,7 +86,8 @@ def plot_run(
 ) -> None:
     """Save a two-panel PNG: the clusters and the convergence curve.
 
-    Clusters are drawn in 2-D (or on the first two principal components); the curve shows
+    Clusters are drawn in 2-D (on the first two principal components above two features,
+    along one axis with the points jittered for one feature); the curve shows
     the centroid shift and, if present, federated metrics per round.
 
     Parameters
@@ -113,15 +114,32 @@ def plot_run(
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     C = np.asarray(centroids, dtype=float)
     points = None if X is None else np.asarray(X, dtype=float)
+    if points is not None and (points.ndim != 2 or points.shape[1] != C.shape[1]):
+        points = None  # the centroids live in another space (DeepFeCA's embedding)
     if np.isnan(C).any():
         # Masked-feature centroids may lack coordinates that no contributor observed: plot
         # them at the data's (or the other centroids') mean there.
         fill = np.nanmean(points if points is not None else C, axis=0)
         C = np.where(np.isnan(C), np.nan_to_num(fill)[None, :], C)
-    if C.shape[1] > 2:
-        pca = PCA(2).fit(points if points is not None else C)
-        C = pca.transform(C)
-        points = None if points is None else pca.transform(points)
+    if C.shape[1] == 1:
+        # One feature: along x; the points jittered in y (a fixed generator) to be seen
+        C = np.column_stack([C[:, 0], np.zeros(len(C))])
+        if points is not None:
+            jitter = np.random.default_rng(0).uniform(-0.4, 0.4, len(points))
+            points = np.column_stack([points[:, 0], jitter])
+        ax1.set_ylim(-1, 1)
+        ax1.set_yticks([])
+        ax1.set_xlabel("feature 1")
+    elif C.shape[1] > 2:
+        fit = points if points is not None else C
+        pca = PCA(min(2, *fit.shape)).fit(fit)
+
+        def project(A: np.ndarray) -> np.ndarray:  # two columns, even from one component
+            Z = pca.transform(A)
+            return np.column_stack([Z, np.zeros((len(Z), 2 - Z.shape[1]))])
+
+        C = project(C)
+        points = None if points is None else project(points)
         ax1.set_xlabel("PC 1")
         ax1.set_ylabel("PC 2")
     if points is not None:

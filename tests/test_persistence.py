@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from flwr.app import MessageType
 
+from flwr_clustering import registry
 from flwr_clustering.app.checkpoint import load_checkpoint
 from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.server_app import run_server
@@ -263,3 +264,46 @@ def test_state_dict_round_trips_through_a_checkpoint(tmp_path):
     rng = np.random.default_rng(0)
     rng.bit_generator.state = back["rng"]
     assert rng.random() == np.random.default_rng(5).random()
+
+
+#: Short runs: the point is the end of the run (its files and plot), not the model.
+_SHORT = {"deepfeca": {"max-rounds": 1, "network": "mlp"}, "dgc": {"iterations": 3}}
+
+
+@pytest.mark.parametrize("algorithm", sorted(registry.names()))
+def test_one_feature_data_runs_to_the_end_with_its_plot(tmp_path, algorithm):
+    """One-feature files complete for every algorithm, plot included (the plot's
+    ``C[:, 1]`` used to fail every such run after its last round, marking it failed)."""
+    if algorithm == "deepfeca" and importlib.util.find_spec("torch") is None:
+        pytest.skip("DeepFeCA needs the torch extra")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(4):
+        x = np.concatenate([rng.normal(c, 1.0, 40) for c in (0.0, 10.0, 20.0)])[:, None]
+        paths.append(tmp_path / f"site{i}.npy")
+        np.save(paths[-1], x)
+    out = tmp_path / "out"
+    cfg = {"algorithm": algorithm, "dataset": "local", "k": 3, "out-dir": str(out),
+           "min-nodes": 4, **_SHORT.get(algorithm, {})}
+    grid = InProcessGrid(client_app, 4, run_config=cfg,
+                         node_configs=[{"data-path": str(p), "allow-raw-rows": True}
+                                       for p in paths])
+    run_server(grid, cfg)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "completed", result
+    assert (out / "clusters.png").stat().st_size > 1000
+    with np.load(out / "centroids.npz") as npz:
+        assert npz["centroids"].shape[0] == 3 and np.isfinite(npz["centroids"]).all()
+
+
+@pytest.mark.parametrize(("k", "d", "points_d"), [(1, 5, 5), (3, 1, 1), (4, 8, 1), (2, 2, 2)])
+def test_the_plot_draws_any_shape_of_model(tmp_path, k, d, points_d):
+    """One centroid in 5-D (one principal component), one feature, centroids in another
+    space than the points (DeepFeCA's embedding: the points are left out), plain 2-D."""
+    from flwr_clustering.reporting import plot_run
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "p.png"
+    plot_run(path, rng.normal(size=(k, d)), [{"round": 1, "shift": 0.5}],
+             X=rng.normal(size=(50, points_d)), labels=rng.integers(0, k, 50))
+    assert path.stat().st_size > 1000
