@@ -307,3 +307,29 @@ def test_the_plot_draws_any_shape_of_model(tmp_path, k, d, points_d):
     plot_run(path, rng.normal(size=(k, d)), [{"round": 1, "shift": 0.5}],
              X=rng.normal(size=(50, points_d)), labels=rng.integers(0, k, 50))
     assert path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage", "empty", "no-meta"])
+def test_a_damaged_checkpoint_names_the_file_and_the_choices(tmp_path, damage):
+    rc, nodes = _case("fkm")
+    crashed = tmp_path / "crashed"
+    with pytest.raises(RuntimeError):
+        _run({**rc, "out-dir": str(crashed)}, nodes, crash_at=3)
+    path = crashed / "checkpoint.npz"
+    data = path.read_bytes()
+    if damage == "cut":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not a checkpoint" * 10)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        np.savez(path, other=np.zeros(2))
+    rc2 = {**rc, "resume-from": str(crashed), "out-dir": str(tmp_path / "next")}
+    grid = InProcessGrid(client_app, nodes, run_config=rc2)
+    with pytest.raises(ValueError) as err:
+        run_server(grid, rc2)
+    message = str(err.value)
+    assert f"checkpoint {path} is damaged" in message, message
+    assert "Restore it" in message and "without resume-from" in message, message
+    assert grid.sent == []

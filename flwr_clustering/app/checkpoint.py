@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -225,18 +226,37 @@ def load_checkpoint(directory: str | os.PathLike) -> dict[str, Any]:
     ------
     FileNotFoundError
         Naming the directory, when it holds no checkpoint.
+    ValueError
+        Naming the file and the choices (restore it, or start afresh), when it is damaged
+        (cut short, overwritten, not a checkpoint) or of another format.
     """
     path = Path(str(directory)).expanduser() / CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"resume-from: no checkpoint {path} (a run writes it after "
                                 "every round into its out-dir)")
-    with np.load(path, allow_pickle=False) as npz:
-        meta = json.loads(npz["__meta__"].tobytes().decode("utf-8"))
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"resume-from: {path} has checkpoint format "
-                             f"{meta.get('format')!r}, expected {_FORMAT}")
-        meta["state"] = unpack(meta["state"], npz)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(npz["__meta__"].tobytes().decode("utf-8"))
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"resume-from: {path} has checkpoint format "
+                                 f"{meta.get('format')!r}, expected {_FORMAT}")
+            meta["state"] = unpack(meta["state"], npz)
+    except ValueError as ex:
+        if str(ex).startswith("resume-from:"):
+            raise
+        raise _damaged(path, ex) from ex
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as ex:
+        raise _damaged(path, ex) from ex
     return meta
+
+
+def _damaged(path: Path, ex: BaseException) -> ValueError:
+    """The refusal of a checkpoint that cannot be read, with the user's two choices."""
+    return ValueError(
+        f"resume-from: the checkpoint {path} is damaged and cannot be read "
+        f"({type(ex).__name__}: {ex}). Restore it from a copy (each run writes it "
+        "atomically after every round, so a damaged one was changed afterwards), or start "
+        "afresh without resume-from (into another out-dir to keep this run's files)")
 
 
 def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:
