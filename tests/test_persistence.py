@@ -21,9 +21,11 @@ from flwr_clustering.testing import InProcessGrid
 class CrashingGrid(InProcessGrid):
     """An in-process grid whose SuperLink goes away at the ``crash_at``-th train exchange."""
 
-    def __init__(self, *args, crash_at: int | None = None, watch=None, **kwargs) -> None:
+    def __init__(self, *args, crash_at: int | None = None, watch=None,
+                 error: BaseException | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.crash_at = crash_at
+        self.error = error or RuntimeError("SuperLink gone")
         self.train_exchanges = 0
         self.watch = watch  # an out-dir: note what is on disk at every train exchange
         self.on_disk: list[tuple[int, list[str]]] = []
@@ -41,7 +43,7 @@ class CrashingGrid(InProcessGrid):
                         rounds = sorted(f for f in z.files if f.startswith("round_"))
                 self.on_disk.append((saved, rounds))
             if self.train_exchanges == self.crash_at:
-                raise RuntimeError("SuperLink gone")
+                raise self.error
         return super().send_and_receive(messages, timeout=timeout)
 
 
@@ -333,3 +335,19 @@ def test_a_damaged_checkpoint_names_the_file_and_the_choices(tmp_path, damage):
     assert f"checkpoint {path} is damaged" in message, message
     assert "Restore it" in message and "without resume-from" in message, message
     assert grid.sent == []
+
+
+@pytest.mark.parametrize("error", [SystemExit(0), KeyboardInterrupt()])
+def test_a_run_stopped_by_the_user_is_recorded_as_stopped(tmp_path, error):
+    """``flwr stop`` ends a ServerApp by ``SystemExit`` (its result said reason "0" and
+    error-type "SystemExit"); Ctrl-C by ``KeyboardInterrupt``."""
+    rc, nodes = _case("fkm")
+    out = tmp_path / "out"
+    rc = {**rc, "out-dir": str(out)}
+    with pytest.raises(type(error)):  # at the third train exchange: after round 2
+        run_server(CrashingGrid(client_app, nodes, run_config=rc, crash_at=3, error=error), rc)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "stopped" and result["last-round"] == 2, result
+    assert result["reason"] == (f"stopped by the user (flwr stop, Ctrl-C or a signal to the "
+                                f"ServerApp) after round 2; resume-from='{out}' continues it")
+    assert result["error-type"] == type(error).__name__

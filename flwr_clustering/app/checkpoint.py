@@ -19,6 +19,7 @@ A run that fails writes ``result.json`` with ``"status": "failed"`` (:func:`writ
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import zipfile
@@ -191,10 +192,20 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
                   error: BaseException, last_round: int) -> Path:
     """Write ``result.json`` of a failed run (``status``, ``reason``, ``last-round``, ...).
 
-    The per-round files of the completed rounds stay as they are.
+    The per-round files of the completed rounds stay as they are. A run ended by
+    ``SystemExit`` or ``KeyboardInterrupt`` (``flwr stop``, Ctrl-C, a signal to the
+    ServerApp: Flower's handlers exit the process) is recorded as ``"stopped"`` by the
+    user, not as failed, with the way to continue it.
     """
+    stopped = isinstance(error, SystemExit | KeyboardInterrupt)
+    reason = str(error) or repr(error)
+    if stopped:
+        reason = (f"stopped by the user (flwr stop, Ctrl-C or a signal to the ServerApp) "
+                  f"after round {int(last_round)}")
+        if int(last_round) > 0 and getattr(strategy, "resumable", False):
+            reason += f"; resume-from='{Path(out_dir)}' continues it"
     summary: dict[str, Any] = {
-        "status": "failed", "reason": str(error) or repr(error),
+        "status": "stopped" if stopped else "failed", "reason": reason,
         "error-type": type(error).__name__, "last-round": int(last_round),
         "algorithm": getattr(strategy, "name", run_config.get("algorithm")),
     }
@@ -210,8 +221,8 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
         atomic_write_text(Path(out_dir) / PRIVACY_LEDGER,
                           json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
     atomic_write_text(path, json.dumps(to_jsonable(summary), indent=2))
-    logger.error("run failed after round %d: %s (written to %s)", last_round,
-                 summary["reason"], path)
+    logger.log(logging.WARNING if stopped else logging.ERROR, "run %s after round %d: %s "
+               "(written to %s)", summary["status"], last_round, summary["reason"], path)
     return path
 
 
