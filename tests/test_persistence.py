@@ -351,3 +351,83 @@ def test_a_run_stopped_by_the_user_is_recorded_as_stopped(tmp_path, error):
     assert result["reason"] == (f"stopped by the user (flwr stop, Ctrl-C or a signal to the "
                                 f"ServerApp) after round 2; resume-from='{out}' continues it")
     assert result["error-type"] == type(error).__name__
+
+
+# ------------------------------------------------------------ one run per out-dir
+def test_a_second_run_into_a_finished_runs_out_dir_is_refused_and_changes_nothing(tmp_path):
+    rc, nodes = _case("fkm")
+    out = tmp_path / "out"
+    rc = {**rc, "out-dir": str(out)}
+    _run(rc, nodes)
+    assert not (out / ".run.lock").exists()  # released at the end
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    grid = InProcessGrid(client_app, nodes, run_config=rc)
+    with pytest.raises(FileExistsError) as err:
+        run_server(grid, {**rc, "k": 4})
+    message = str(err.value)
+    assert f"out-dir '{out}' holds another run's results" in message, message
+    assert "fkm, status completed" in message and "nothing was overwritten" in message
+    assert "another out-dir" in message and f"resume-from='{out}'" in message
+    assert grid.sent == []
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (out / ".run.lock").exists()
+
+
+def test_an_out_dir_being_written_refuses_a_second_run(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    rc, nodes = _case("fkm")
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / ".run.lock").write_text(json.dumps(
+            {"pid": holder.pid, "host": socket.gethostname(), "started": "2026-11-27"}))
+        grid = InProcessGrid(client_app, nodes, run_config={**rc, "out-dir": str(out)})
+        with pytest.raises(FileExistsError, match=rf"being written by another run \(process "
+                                                  rf"{holder.pid} on "):
+            run_server(grid, {**rc, "out-dir": str(out)})
+        assert grid.sent == [] and (out / ".run.lock").exists()  # not taken from a live run
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    rc, nodes = _case("fkm")
+    out = tmp_path / "out"
+    rc = {**rc, "out-dir": str(out)}
+    with pytest.raises(RuntimeError):
+        _run(rc, nodes, crash_at=3)
+    # what a SIGKILL leaves: the rounds, the checkpoint, a lock, no result.json
+    (out / "result.json").unlink()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / ".run.lock").write_text(json.dumps(
+        {"pid": dead.pid, "host": socket.gethostname(), "started": "2026-11-27 12:00:00 UTC"}))
+    with pytest.raises(FileExistsError, match="status interrupted"):
+        run_server(InProcessGrid(client_app, nodes, run_config=rc), rc)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["last-round"] == 2, result
+    assert f"process {dead.pid} on " in result["reason"]
+    assert not (out / ".run.lock").exists()
+    resumed = _run({**rc, "resume-from": str(out)}, nodes)
+    assert resumed["strategy"].history[-1]["round"] == 5
+    assert json.loads((out / "result.json").read_text())["status"] == "completed"
+
+
+def test_the_default_out_dir_is_a_folder_of_the_runs_own(tmp_path, monkeypatch):
+    from flwr_clustering.app.config import results_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    first = results_dir({"algorithm": "fkm", "out-dir": ""})
+    first.mkdir(parents=True)
+    second = results_dir({"algorithm": "fkm", "out-dir": ""})
+    assert second != first and second.parent == first.parent
+    assert second.name.startswith(first.name)

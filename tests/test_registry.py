@@ -94,6 +94,7 @@ def test_a_new_algorithm_runs_through_the_app_by_module_path(tmp_path):
     assert result["algorithm"] == "toy-mean" and result["config"]["shift_by"] == 0.0
     # the option key reaches the strategy
     cfg["toy-shift"] = 1.5
+    cfg["out-dir"] = str(tmp_path / "shifted")  # a run of its own: out-dir is not shared
     out = run_server(InProcessGrid(client_app, 4, run_config=cfg), cfg)
     np.testing.assert_allclose(out["centroids"], pooled.mean(axis=0, keepdims=True) + 1.5)
 

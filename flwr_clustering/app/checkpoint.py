@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 import zipfile
 from pathlib import Path
@@ -34,6 +35,9 @@ from ..reporting import atomic_savez, atomic_write_text, to_jsonable
 
 __all__ = [
     "CHECKPOINT",
+    "LOCK",
+    "OutDirLock",
+    "RUN_FILES",
     "centroid_arrays",
     "PRIVACY_LEDGER",
     "RESUME_FREE_KEYS",
@@ -76,6 +80,146 @@ def check_out_dir(out_dir: str | os.PathLike) -> Path:
             f"out-dir {str(out)!r} cannot be written ({ex.strerror or ex}): choose another "
             "directory (run config 'out-dir') before the run starts") from ex
     return out
+
+
+# ------------------------------------------------------------ one run per out-dir
+#: The files that make a directory another run's results (any one of them).
+RUN_FILES = ("result.json", "history.json", "centroids.npz", CHECKPOINT)
+#: The lock a running run holds on its out-dir (removed when it ends, however it ends).
+LOCK = ".run.lock"
+
+
+class OutDirLock:
+    """A run's hold on its out-dir: one writer at a time, nothing overwritten.
+
+    :meth:`acquire` takes the lock (a file created exclusively, naming the process, its
+    host and its start) and then refuses a directory that holds another run's results,
+    unless this run resumes from that very directory. A lock whose process is gone (the
+    run was killed, its machine lost) is stale: it is taken over, and if that run left no
+    ``result.json`` one is written with ``"status": "interrupted"`` first, so that the
+    directory says what happened. :meth:`release` removes the lock.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike) -> None:
+        self.out_dir = Path(out_dir)
+        self.path = self.out_dir / LOCK
+        self.held = False
+
+    def acquire(self, cfg: dict[str, Any]) -> OutDirLock:
+        """Lock the out-dir for this run, then check that it holds no other run's results.
+
+        Raises
+        ------
+        FileExistsError
+            Naming the process, host and start of the run that holds the directory, or the
+            other run whose results are there, and the options: another ``out-dir`` (or
+            none: a folder of its own), or ``resume-from``.
+        """
+        me = {"pid": os.getpid(), "host": socket.gethostname(),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None and _alive(holder):
+                    raise FileExistsError(
+                        f"out-dir {str(self.out_dir)!r} is being written by another run "
+                        f"(process {holder.get('pid')} on {holder.get('host')}, started "
+                        f"{holder.get('started')}): choose another out-dir, or leave it empty "
+                        "for a folder of its own. If that run is gone (another machine), "
+                        f"delete {self.path}") from None
+                self._mark_interrupted(holder)
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                json.dump(me, fh)
+            self.held = True
+            break
+        else:
+            raise FileExistsError(f"out-dir {str(self.out_dir)!r}: could not take {self.path}")
+        try:
+            self._refuse_other_run(cfg)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        """Remove the lock (if this run holds it)."""
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+    def _holder(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None  # unreadable or half-written: treated as stale
+
+    def _mark_interrupted(self, holder: dict[str, Any] | None) -> None:
+        """Record, in ``result.json``, a run that ended without writing one."""
+        result = self.out_dir / "result.json"
+        if result.exists() or not any((self.out_dir / f).exists() for f in RUN_FILES):
+            return
+        last = _checkpoint_round(self.out_dir)
+        who = (f"process {holder.get('pid')} on {holder.get('host')}, started "
+               f"{holder.get('started')}" if holder else "its process")
+        summary = {
+            "status": "interrupted", "last-round": last,
+            "reason": (f"the run ({who}) ended after round {last} without a word: killed, or "
+                       "its machine lost (found when the next run took this out-dir); "
+                       f"resume-from='{self.out_dir}' continues an iterative run"),
+        }
+        atomic_write_text(result, json.dumps(summary, indent=2))
+        logger.warning("out-dir %s: %s", self.out_dir, summary["reason"])
+
+    def _refuse_other_run(self, cfg: dict[str, Any]) -> None:
+        found = [f for f in RUN_FILES if (self.out_dir / f).exists()]
+        if not found:
+            return
+        resume = cfg.get("resume-from")
+        if resume and Path(str(resume)).expanduser().resolve() == self.out_dir.resolve():
+            return  # continuing the run whose files these are
+        raise FileExistsError(
+            f"out-dir {str(self.out_dir)!r} holds another run's results "
+            f"({_describe_run(self.out_dir, found)}); nothing was overwritten. Choose "
+            "another out-dir (or leave it empty for a folder of its own), or continue that "
+            f"run with resume-from='{self.out_dir}' if it was interrupted")
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """Whether the lock's process still runs (on another host: assumed so)."""
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _checkpoint_round(out_dir: Path) -> int:
+    try:
+        return int(json.loads((out_dir / "checkpoint.json").read_text())["round"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _describe_run(out_dir: Path, found: list[str]) -> str:
+    """A few words on the run whose files are in ``out_dir``."""
+    try:
+        result = json.loads((out_dir / "result.json").read_text())
+        mtime = (out_dir / "result.json").stat().st_mtime
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mtime))
+        return (f"result.json: {result.get('algorithm', '?')}, status "
+                f"{result.get('status', '?')}, written {when}")
+    except (OSError, ValueError):
+        return f"{', '.join(found)}; last round on disk {_checkpoint_round(out_dir)}"
 
 
 # ----------------------------------------------------------------- (de)serialising

@@ -192,14 +192,20 @@ def run_dtype(cfg: dict[str, Any]) -> str:
 def results_dir(cfg: dict[str, Any]) -> Path:
     """Return the absolute output directory of a run.
 
-    ``out-dir`` if set (made absolute), else
-    ``~/flwr-clustering-results/<algorithm>-<UTC timestamp>``.
+    ``out-dir`` if set (made absolute), else a folder of the run's own:
+    ``~/flwr-clustering-results/<algorithm>-<UTC timestamp>`` (``-2``, ``-3``, ... added
+    when a run of the same second has it).
     """
     if cfg.get("out-dir"):
         return Path(str(cfg["out-dir"])).expanduser().resolve()
     stamp = np.datetime64("now").astype(str).replace(":", "").replace("-", "")
     name = str(cfg["algorithm"]).rpartition(":")[2].lower()
-    return Path.home() / "flwr-clustering-results" / f"{name}-{stamp}"
+    base = Path.home() / "flwr-clustering-results" / f"{name}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def build_strategy(cfg: dict[str, Any], **overrides: Any):

@@ -33,7 +33,14 @@ from ..metrics import (
     model_contingencies,
     per_model_metrics,
 )
-from .checkpoint import RoundWriter, check_out_dir, check_resume, load_checkpoint, write_failure
+from .checkpoint import (
+    OutDirLock,
+    RoundWriter,
+    check_out_dir,
+    check_resume,
+    load_checkpoint,
+    write_failure,
+)
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
 from .data_source import (
     check_data_sources,
@@ -67,6 +74,9 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     ------
     PermissionError
         If ``out-dir`` cannot be created or written (before any message is sent).
+    FileExistsError
+        If ``out-dir`` holds another run's results (unless ``resume-from`` is that
+        directory) or another run is writing there (before any message is sent).
     ValueError
         If ``resume-from`` names a checkpoint of another algorithm or run config, or the
         algorithm cannot resume (before any message is sent).
@@ -81,17 +91,21 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         checkpoint = load_checkpoint(cfg["resume-from"])
         check_resume(checkpoint, cfg)
     check_out_dir(out_dir)
-    strategy = build_strategy(cfg)
-    writer = RoundWriter(out_dir, cfg, last_round=checkpoint["round"] if checkpoint else 0)
+    lock = OutDirLock(out_dir).acquire(cfg)  # one run per out-dir; nothing overwritten
     try:
-        return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
-    except BaseException as ex:  # also an interrupt: record it, then let it end the run
+        strategy = build_strategy(cfg)
+        writer = RoundWriter(out_dir, cfg, last_round=checkpoint["round"] if checkpoint else 0)
         try:
-            write_failure(out_dir, strategy, cfg, ex, writer.last_round)
-        except Exception as write_error:  # noqa: BLE001 - the run's own error matters more
-            logger.error("could not write result.json of the failed run to %s: %s",
-                         out_dir, write_error)
-        raise
+            return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
+        except BaseException as ex:  # also an interrupt: record it, then let it end the run
+            try:
+                write_failure(out_dir, strategy, cfg, ex, writer.last_round)
+            except Exception as write_error:  # noqa: BLE001 - the run's own error matters
+                logger.error("could not write result.json of the failed run to %s: %s",
+                             out_dir, write_error)
+            raise
+    finally:
+        lock.release()
 
 
 def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
