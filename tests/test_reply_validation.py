@@ -91,10 +91,10 @@ def _app(algorithm, data, bad: dict[int, str | type]):
     return client_app(client_fn)
 
 
-def _run(algorithm, data, bad, caplog=None, **config):
+def _run(algorithm, data, bad, caplog=None, scaling=None, **config):
     spec = registry.get(algorithm)
     cfg = {**spec.options.run_config_defaults(), "k": 16, **config}
-    strategy = spec.build_strategy(cfg, min_nodes=3, seed=0)
+    strategy = spec.build_strategy(cfg, min_nodes=3, seed=0, scaling=scaling)
     logger = logging.getLogger("flwr_clustering")
     if caplog is not None:
         logger.addHandler(caplog.handler)
@@ -244,3 +244,48 @@ def test_a_client_inflating_its_evaluation_counts_is_left_out_of_the_metrics(cap
         len(x) for i, (x, _) in enumerate(data) if i != LIAR)
     assert "evaluate: dropping reply of client 1" in caplog.text
     assert "contingency counts" in caplog.text
+
+
+def _absurd_means(cls, value=1e30):
+    """A client of ``cls`` that replaces the means of its train replies by ``value``,
+    counts unchanged (finite, well-shaped: only its own sums tell the lie)."""
+    class Absurd(cls):
+        def fit(self, parameters, config):
+            arrays, n, metrics = super().fit(parameters, config)
+            arrays = [np.array(a, copy=True) for a in arrays]
+            arrays[0][:] = value
+            return arrays, n, metrics
+
+    return Absurd
+
+
+@pytest.mark.parametrize("algorithm, config", [
+    ("fkm", {"max-rounds": 4, "tol": -1.0}),
+    ("fkm", {"max-rounds": 4, "tol": -1.0, "server-update": "lloyd"}),
+    ("kfed", {}),
+])
+@pytest.mark.parametrize("value", [1e30, 40.0])
+def test_a_mean_its_own_rows_cannot_have_is_dropped(algorithm, config, value, caplog):
+    """One client of five sends means of 1e30 (or 40 standard deviations out) with honest
+    counts: each reply is dropped, naming the client, and the model is exactly the run
+    without its train replies (it still declared its sums: the same scaling)."""
+    data = _clients()
+    cls = registry.get(algorithm).client
+    strategy = _run(algorithm, data, {LIAR: _absurd_means(cls, value)}, caplog,
+                    scaling="standard", **config)
+    reference = _run(algorithm, data, {LIAR: "fail"}, scaling="standard", **config)
+    np.testing.assert_array_equal(strategy.centroids, reference.centroids)
+    assert [h["clients"] for h in strategy.history] == [4] * len(strategy.history)
+    absent = {a["client"]: a["reason"] for a in strategy.history[-1]["absent"]}
+    assert set(absent) == {LIAR}, absent
+    assert "cannot come from its rows" in absent[LIAR], absent
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"client {LIAR} " in w and "cannot come from its rows" in w
+               for w in warnings), warnings
+
+
+def test_honest_clients_pass_the_mean_bound_at_every_round():
+    data = _clients()
+    strategy = _run("fkm", data, {}, scaling="standard", **{"max-rounds": 6, "tol": -1.0})
+    assert [h["clients"] for h in strategy.history] == [5] * 6
+    assert len(strategy.client_moments) == 5

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LocalCentroids", "check_local_centroids"]
+__all__ = ["LocalCentroids", "RowMoments", "check_local_centroids", "check_means_within_rows"]
 
 
 @dataclass
@@ -122,3 +122,72 @@ def check_local_centroids(
     if k is not None and len(index) and ((index < -1) | (index >= k)).any():
         raise ValueError(f"index values must lie in [-1, {k}), got {index.min()}..{index.max()}")
     return LocalCentroids(means, counts.astype(np.int64), index.astype(np.int64))
+
+
+@dataclass(frozen=True)
+class RowMoments:
+    """A client's rows summed per feature (what it declared before round 1).
+
+    Attributes
+    ----------
+    count, mean, var : numpy.ndarray of shape (d,)
+        Its rows with a value in each feature, their mean and their (population) variance,
+        in the space the algorithm runs in (the federation's scaling applied).
+    """
+
+    count: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+
+    @classmethod
+    def from_sums(cls, count, total, sumsq, center=None, scale=None) -> RowMoments:
+        """From the raw rows' per-feature count, sum and sum of squares.
+
+        For rows mapped to ``(x - center) / scale`` (default: as they are).
+        """
+        n = np.asarray(count, dtype=np.float64)
+        d = n.shape[0]
+        c = np.zeros(d) if center is None or not len(center) else np.asarray(center, float)
+        sc = np.ones(d) if scale is None or not len(scale) else np.asarray(scale, float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_raw = np.where(n > 0, np.asarray(total, float) / n, 0.0)
+            var_raw = np.where(n > 0, np.asarray(sumsq, float) / n - mean_raw**2, 0.0)
+        return cls(n, (mean_raw - c) / sc, np.maximum(var_raw, 0.0) / sc**2)
+
+
+def check_means_within_rows(means: np.ndarray, counts: np.ndarray, rows: RowMoments,
+                            names: Sequence[str] | None = None) -> None:
+    """Refuse local means that no subset of the client's declared rows can have.
+
+    A subset of ``m`` of ``n`` values with mean ``mu`` and variance ``var`` has its mean
+    within ``sqrt(var * (n - m) / m)`` of ``mu`` (Cauchy-Schwarz; equality when the
+    subset's values are all equal and the rest all equal). Each local mean, with the rows
+    behind it, is held to that bound in every feature, with a margin for rounding
+    (``1e-6`` of the features' spread, and float32 models).
+
+    Raises
+    ------
+    ValueError
+        Naming the local mean, the feature, how far it lies and what its rows allow.
+    """
+    M = np.asarray(means, dtype=np.float64)
+    m = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if M.ndim != 2 or not len(M):
+        return
+    n = rows.count[None, :]
+    sd = np.sqrt(rows.var)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        allowed = sd * np.sqrt(np.clip(n - m[:, None], 0.0, None) / m[:, None])
+    allowed = np.where(m[:, None] > 0, allowed, np.inf)
+    margin = 1e-6 * (np.abs(rows.mean) + np.sqrt(rows.var) + 1.0)[None, :]
+    deviation = np.abs(M - rows.mean[None, :])
+    bad = ~(deviation <= allowed + margin)  # NaN (unobserved) features are not checked
+    bad &= np.isfinite(M)
+    if bad.any():
+        j, f = (int(v[0]) for v in np.nonzero(bad))
+        name = names[f] if names is not None and f < len(names) else f"feature {f}"
+        raise ValueError(
+            f"its local mean {j} ({int(m[j])} rows) lies {deviation[j, f]:.3g} from the mean "
+            f"of its rows in {name!r}, where any {int(m[j])} of its {int(rows.count[f])} rows "
+            f"allow at most {allowed[j, f]:.3g} (their sums, declared before round 1): a "
+            "mean that cannot come from its rows")

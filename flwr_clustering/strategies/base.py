@@ -42,6 +42,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .. import diagnostics as _diagnostics
+from ..algorithms.local_centroids import LocalCentroids, check_means_within_rows
 from ..clients.base import (
     CATEGORIES_PHASE,
     COLUMNS_RECORD,
@@ -631,6 +632,19 @@ class ClusteringStrategy(Strategy):
         """
         return None
 
+    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return the local means an upload claims and the rows behind each (``None``: none).
+
+        :meth:`check_reply` refuses a mean that no subset of the client's rows can have,
+        given the sums it declared before round 1 (:func:`~flwr_clustering.algorithms.
+        local_centroids.check_means_within_rows`). By default the means of a
+        :class:`~flwr_clustering.algorithms.local_centroids.LocalCentroids` upload (FKM,
+        k-FED).
+        """
+        if isinstance(payload, LocalCentroids):
+            return payload.means, payload.counts
+        return None
+
     def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
                     stats: dict[str, Any]) -> None:
         """The rules every reply must keep, whatever the algorithm (raise ``ValueError``).
@@ -640,6 +654,9 @@ class ClusteringStrategy(Strategy):
           evaluate on other rows);
         * the upload's counts (:meth:`payload_counts`) are finite, non-negative and sum to
           at most ``num-examples``;
+        * each local mean (:meth:`payload_means`) lies where the rows behind it can put it,
+          given the per-feature sums the client declared before round 1 (only when the
+          run agreed its features: ``feature-moments``; not under secure aggregation);
         * the evaluation statistics keep :func:`~flwr_clustering.metrics.check_evaluation_stats`
           (counts within the rows, one row per cluster of the model, finite sums).
 
@@ -669,6 +686,12 @@ class ClusteringStrategy(Strategy):
             if total > rows * (1 + 1e-9):  # fuzzy supports are float sums
                 raise ValueError(f"its counts sum to {total:.0f}, more than the {rows} rows "
                                  "it reported (num-examples)")
+        moments = getattr(self, "client_moments", {}).get(int(client_id))
+        claimed = None if payload is None or moments is None else self.payload_means(payload)
+        if claimed is not None:
+            transform = self.feature_transform
+            check_means_within_rows(*claimed, moments,
+                                    None if transform is None else transform.features)
         if any(key in stats for key in ("sse", "cluster-counts", "contingency", "labels")):
             C = self.centroids
             model = C if C is not None and np.ndim(C) == 2 else None

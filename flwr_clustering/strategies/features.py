@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithms.local_centroids import RowMoments
 from ..clients.base import (
     CATEGORIES_PHASE,
     DATA_SOURCE_PHASE,
@@ -227,6 +228,9 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                      tuple(map(float, center)), tuple(map(float, scale)),
                                      categories)
     _set(strategy, transform)
+    strategy.client_moments = {
+        cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
+        for cid, sums in getattr(strategy, "client_sums", {}).items()}
     strategy.feature_summary = {
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
@@ -261,6 +265,9 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
             "cover; encode those columns at the sites beforehand")
     transform = FeatureTransform(schema.features)
     _set(strategy, transform)
+    strategy.client_moments = {
+        cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
+        for cid, sums in getattr(strategy, "client_sums", {}).items()}
     strategy.feature_summary = {
         "features": list(schema.features), "index-column": schema.index_column,
         "categorical-columns": {}, "scaling": "none", "rows": None, "sites": clients,
@@ -364,6 +371,9 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
         parts.append(arrays)
     if not parts:
         raise ValueError("no client sent its feature moments")
+    # each client's own sums bound the means it may send later (check_means_within_rows)
+    strategy.client_sums = {int(r.client_id): tuple(p[:3])
+                            for r, p in zip(replies, parts, strict=True)}
     warning = self_scaled_warning({f"client {r.client_id}": tuple(p[:3])
                                    for r, p in zip(replies, parts, strict=True)})
     if warning is not None:
