@@ -431,3 +431,61 @@ def test_the_default_out_dir_is_a_folder_of_the_runs_own(tmp_path, monkeypatch):
     second = results_dir({"algorithm": "fkm", "out-dir": ""})
     assert second != first and second.parent == first.parent
     assert second.name.startswith(first.name)
+
+
+# ------------------------------------------------------- the data a run keeps using
+class ChangingGrid(InProcessGrid):
+    """An in-process grid whose node ``node`` file is rewritten before the ``at``-th train
+    exchange (values +50), and read again as a fresh ClientApp process would."""
+
+    def __init__(self, *args, path=None, at=3, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.path, self.at, self.train_exchanges = path, at, 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr_clustering.app.client_app import _load_file
+
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+            self.train_exchanges += 1
+            if self.train_exchanges == self.at:
+                np.save(self.path, np.load(self.path) + 50.0)
+                _load_file.cache_clear()  # every deployment message reads the file again
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def test_a_file_changed_during_the_run_is_refused_by_its_client(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"site{i}.npy")
+        np.save(paths[-1], np.vstack([rng.normal(c, 0.5, (60, 2)) for c in (0.0, 5.0)]))
+    out = tmp_path / "out"
+    cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
+           "min-nodes": 2, "max-rounds": 5, "tol": -1.0, "scaling": "none"}
+    grid = ChangingGrid(client_app, 3, run_config=cfg, path=paths[1], at=3,
+                        node_configs=[{"data-path": str(p)} for p in paths])
+    result = run_server(grid, cfg)
+    history = json.loads((out / "history.json").read_text())
+    assert [h["clients"] for h in history] == [3, 3, 2, 2, 2], history
+    reason = {a["client"]: a["reason"] for a in history[2]["absent"]}[1]
+    assert f"its file {paths[1]} changed during the run" in reason, reason
+    assert "not the 120 rows" in reason and "Restore the file" in reason, reason
+    # the model never saw the shifted rows (near 50-55)
+    assert np.abs(result["centroids"]).max() < 10, result["centroids"]
+
+
+def test_identical_files_on_several_nodes_are_named(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    paths = [tmp_path / f"site{i}.npy" for i in range(4)]
+    for i, p in enumerate(paths):
+        np.save(p, X if i in (0, 2, 3) else X + 1.0)
+    out = tmp_path / "out"
+    cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
+           "min-nodes": 4, "max-rounds": 2}
+    run_server(InProcessGrid(client_app, 4, run_config=cfg,
+                             node_configs=[{"data-path": str(p)} for p in paths]), cfg)
+    warnings = json.loads((out / "result.json").read_text())["warnings"]
+    same = [w for w in warnings if w.startswith("identical data")]
+    assert len(same) == 1 and "clients 0, 2, 3 hold the same 60 rows" in same[0], warnings

@@ -25,7 +25,8 @@ from ..log import logger
 from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 
-__all__ = ["NO_DATA_PATH", "check_data_sources", "check_raw_row_consent", "query_data_sources"]
+__all__ = ["NO_DATA_PATH", "check_data_sources", "check_raw_row_consent",
+           "identical_data_warning", "query_data_sources"]
 
 #: Part of a client's error when the run config says ``dataset='local'`` and its node has
 #: no ``data-path`` (the server refuses the run on it).
@@ -153,6 +154,25 @@ def check_data_sources(cfg: dict, sources: list[dict], absent: dict[int, str],
         return ("the clients' data is not the server's partition of "
                 f"dataset={dataset!r} over {num_nodes} nodes: " + "; ".join(differ))
     return None
+
+
+def identical_data_warning(sources: list[dict]) -> str | None:
+    """A warning naming the clients with identical rows (``None``: none).
+
+    Equal row counts and fingerprints: the same file on several nodes counts its rows once
+    per node.
+    """
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for s in sources:
+        if s.get("hash", -1) != -1 and s.get("rows", 0) > 0:
+            groups.setdefault((s["rows"], s["hash"]), []).append(s)
+    same = [g for g in groups.values() if len(g) > 1]
+    if not same:
+        return None
+    return ("identical data: " + "; ".join(
+        f"{_clients(g)} hold the same {g[0]['rows']} rows (equal fingerprints)"
+        for g in same) + ": the same file on several nodes counts every row once per node "
+        "and weighs those nodes over the others; check their data-path")
 
 
 def describe(sources: list[dict]) -> None:

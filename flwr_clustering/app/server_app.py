@@ -46,6 +46,7 @@ from .data_source import (
     check_data_sources,
     check_raw_row_consent,
     describe,
+    identical_data_warning,
     query_data_sources,
 )
 from .results import save_results
@@ -133,6 +134,10 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # its replies belong to the run's privacy ledger (start() resets the strategy's own)
     strategy.pre_run_ledger = list(strategy.ledger)
     describe(sources)
+    same = identical_data_warning(sources)
+    if same is not None:
+        logger.warning("%s", same)
+        strategy.pre_run_warnings = [same]  # kept by start() (its reset)
     not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
     check_raw_row_consent(strategy, sources)
     if not_pooled is not None:

@@ -67,7 +67,10 @@ __all__ = [
     "ClusteringClient",
     "client_app",
     "client_id_of",
+    "DECLARED_ROWS_KEY",
+    "check_declared_rows",
     "data_hash",
+    "declare_rows",
     "columns_record",
     "data_source_metrics",
     "feature_moments_arrays",
@@ -163,6 +166,49 @@ def data_source_metrics(client: Any) -> tuple[int, dict[str, int]]:
     metrics["num-features"] = int(np.prod(X.shape[1:], dtype=np.int64))
     metrics["data-hash"] = data_hash(X)
     return len(X), metrics
+
+
+#: Name of the ``context.state`` record that keeps the rows a node declared in round 0.
+DECLARED_ROWS_KEY = "flwr-clustering-declared-rows"
+
+
+def declare_rows(context: Context, rows: int, fingerprint: int) -> None:
+    """Keep, in the node's run state, the rows it declares in the ``data-source`` phase."""
+    context.state[DECLARED_ROWS_KEY] = ConfigRecord({"rows": int(rows),
+                                                     "hash": int(fingerprint)})
+
+
+def check_declared_rows(context: Context, client: Any, cid: int) -> None:
+    """Refuse to answer on rows other than those the node declared before round 1.
+
+    Every message of a deployment starts a fresh ClientApp that reads its file again: a
+    file overwritten, cut or appended to during a run would silently enter the next round.
+    The rows as read (before the federation's transform) are fingerprinted
+    (:func:`data_hash`, a SHA-256 over them) and compared with the ``data-source``
+    declaration kept in ``context.state``. A client that kept its rows in memory (its rows
+    already in the federation's features) has read nothing again and is not checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the client, its file, the rows now and the rows declared.
+    """
+    if DECLARED_ROWS_KEY not in context.state or getattr(client, "_features_key", None):
+        return
+    X = getattr(client, "X", None)
+    if X is None:
+        return
+    declared = context.state[DECLARED_ROWS_KEY]
+    rows, fingerprint = len(X), data_hash(np.asarray(X))
+    if (rows, fingerprint) == (int(declared["rows"]), int(declared["hash"])):
+        return
+    source = getattr(client, "data_source", None) or {}
+    where = f"its file {source['path']}" if source.get("path") else "its data"
+    raise ValueError(
+        f"client {cid}: {where} changed during the run: it now holds {rows} rows "
+        f"(fingerprint {fingerprint}), not the {int(declared['rows'])} rows (fingerprint "
+        f"{int(declared['hash'])}) it declared before round 1. Restore the file for this "
+        "run, or start a new run on the new data")
 
 
 def columns_record(client: Any, magnitudes: bool = False) -> ConfigRecord | None:
@@ -664,6 +710,11 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if not isinstance(client, NumPyClient):
             client = client(context)
         params, config = _unpack(msg)
+        if config.get("phase") == DATA_SOURCE_PHASE:
+            n, metrics = data_source_metrics(client)
+            declare_rows(context, n, metrics.get("data-hash", -1))
+        else:
+            check_declared_rows(context, client, cid)
         if FEATURES_KEY in config and hasattr(client, "use_features"):
             client.use_features(str(config[FEATURES_KEY]))
         if (config.get("phase") in (CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
@@ -695,7 +746,7 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             arrays = secure_evaluation_arrays(client, params[0], config)
             return pack_reply(msg, arrays, len(client.X), {}, cid)
         if kind == "query" and config.get("phase") == DATA_SOURCE_PHASE:
-            n, metrics = data_source_metrics(client)  # the library's phase, for any client
+            # the library's phase, for any client (n, metrics: computed above)
             reply = pack_reply(msg, None, n, metrics, cid)
             columns = columns_record(client, bool(config.get("magnitudes")))
             if columns is not None:

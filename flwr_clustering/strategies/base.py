@@ -362,8 +362,9 @@ class ClusteringStrategy(Strategy):
         self._expect_stats = True
         self._client_of: dict[int, int] = {}
         #: Warnings logged during the run (e.g. KDC's fallback choice of psi and tau);
-        #: :meth:`diagnose` puts them first in :attr:`warnings`.
-        self.run_warnings: list[str] = []
+        #: :meth:`diagnose` puts them first in :attr:`warnings`, after those the App
+        #: logged before :meth:`start` (``pre_run_warnings``, e.g. identical data).
+        self.run_warnings: list[str] = list(getattr(self, "pre_run_warnings", []))
         self.stopped = False
         self.diagnostics: dict[str, Any] = {}
         self.warnings: list[str] = []
