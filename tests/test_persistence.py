@@ -489,3 +489,38 @@ def test_identical_files_on_several_nodes_are_named(tmp_path):
     warnings = json.loads((out / "result.json").read_text())["warnings"]
     same = [w for w in warnings if w.startswith("identical data")]
     assert len(same) == 1 and "clients 0, 2, 3 hold the same 60 rows" in same[0], warnings
+
+
+def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
+    from flwr_clustering.app.client_app import _load_file
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"site{i}.npy")
+        np.save(paths[-1], np.vstack([rng.normal(c, 0.5, (100, 2)) for c in (0.0, 5.0)]))
+    out = tmp_path / "out"
+    cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
+           "min-nodes": 3, "max-rounds": 5, "tol": -1.0}
+    nodes = [{"data-path": str(p)} for p in paths]
+    with pytest.raises(RuntimeError):
+        run_server(CrashingGrid(client_app, 3, run_config=cfg, node_configs=nodes,
+                                crash_at=3), cfg)
+    original = np.load(paths[2])
+    np.save(paths[2], original[:150])  # the file cut from 200 to 150 rows
+    _load_file.cache_clear()
+    resume = {**cfg, "resume-from": str(out)}
+    grid = InProcessGrid(client_app, 3, run_config=resume, node_configs=nodes)
+    with pytest.raises(ValueError) as err:
+        run_server(grid, resume)
+    message = str(err.value)
+    assert "the data changed since the interrupted run: client 2 has 150 rows" in message
+    assert "the interrupted run had 200" in message and "Restore those files" in message
+    # nothing after round 0: the record of the interrupted run is still on disk
+    assert json.loads((out / "checkpoint.json").read_text())["round"] == 2
+    np.save(paths[2], original)
+    _load_file.cache_clear()
+    run_server(InProcessGrid(client_app, 3, run_config=resume, node_configs=nodes), resume)
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "completed"
+    assert [s["rows"] for s in result["data-sources"]] == [200, 200, 200]

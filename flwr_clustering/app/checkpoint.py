@@ -44,6 +44,7 @@ __all__ = [
     "RoundWriter",
     "check_out_dir",
     "check_resume",
+    "check_resumed_data",
     "load_checkpoint",
     "pack",
     "unpack",
@@ -277,6 +278,9 @@ class RoundWriter:
         The last round written.
     num_nodes : int or None
         Connected nodes (set by the App; checked on resume).
+    data_sources : list of dict
+        The clients' data records of round 0 (set by the App; a resumed run's data must
+        match them, :func:`check_resumed_data`).
     write_seconds : list of float
         Seconds spent writing, per round.
     """
@@ -287,6 +291,7 @@ class RoundWriter:
         self.run_config = dict(run_config)
         self.last_round = int(last_round)
         self.num_nodes: int | None = None
+        self.data_sources: list[dict[str, Any]] = []
         self.write_seconds: list[float] = []
 
     def __call__(self, strategy, server_round: int) -> None:
@@ -300,6 +305,7 @@ class RoundWriter:
         meta = {
             "format": _FORMAT, "algorithm": strategy.name, "round": int(server_round),
             "stopped": bool(strategy.stopped), "num-nodes": self.num_nodes,
+            "data-sources": self.data_sources,
             "run-config": self.run_config,
             "state": pack(strategy.state_dict(), arrays),
         }
@@ -309,6 +315,7 @@ class RoundWriter:
         atomic_write_text(self.out / "checkpoint.json", json.dumps({
             "algorithm": strategy.name, "round": int(server_round),
             "stopped": bool(strategy.stopped), "num-nodes": self.num_nodes,
+            "data-sources": self.data_sources,
             "file": CHECKPOINT, "run-config": self.run_config}))
         self.last_round = int(server_round)
         self.write_seconds.append(time.perf_counter() - t0)
@@ -412,6 +419,40 @@ def _damaged(path: Path, ex: BaseException) -> ValueError:
         f"({type(ex).__name__}: {ex}). Restore it from a copy (each run writes it "
         "atomically after every round, so a damaged one was changed afterwards), or start "
         "afresh without resume-from (into another out-dir to keep this run's files)")
+
+
+def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]],
+                       where: str) -> list[dict[str, Any]]:
+    """Refuse to resume on other data than the interrupted run's; return its record.
+
+    Every client of the checkpoint's round-0 record (``data-sources``: rows and
+    fingerprint per client id) must come back with the same rows; a client that the
+    interrupted run did not have is refused too. A checkpoint written before the record
+    existed is not checked (the current record is returned).
+
+    Raises
+    ------
+    ValueError
+        Naming each client whose data differs, then and now, and the choices.
+    """
+    before = {int(s["client-id"]): s for s in checkpoint.get("data-sources") or []}
+    if not before:
+        return sources
+    changed = []
+    for s in sources:
+        old = before.get(int(s["client-id"]))
+        if old is None:
+            changed.append(f"client {s['client-id']} was not in the interrupted run")
+        elif (old["rows"], old["hash"]) != (s["rows"], s["hash"]):
+            changed.append(f"client {s['client-id']} has {s['rows']} rows (fingerprint "
+                           f"{s['hash']}) where the interrupted run had {old['rows']} "
+                           f"(fingerprint {old['hash']})")
+    if changed:
+        raise ValueError(
+            f"resume-from {where!r}: the data changed since the interrupted run: "
+            + "; ".join(changed) + ". Restore those files to resume, or start a new run "
+            "on the new data (another out-dir)")
+    return list(checkpoint["data-sources"])
 
 
 def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ from .checkpoint import (
     RoundWriter,
     check_out_dir,
     check_resume,
+    check_resumed_data,
     load_checkpoint,
     write_failure,
 )
@@ -131,6 +132,9 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # config that names another source than the nodes read is refused; pooled side results
     # only where the pooled data is the clients' data.
     sources, absent = query_data_sources(grid, strategy, nodes)
+    if checkpoint is not None:  # the same rows as the interrupted run, and its record kept
+        sources = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]))
+    writer.data_sources = sources
     # its replies belong to the run's privacy ledger (start() resets the strategy's own)
     strategy.pre_run_ledger = list(strategy.ledger)
     describe(sources)
