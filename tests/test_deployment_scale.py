@@ -49,9 +49,12 @@ RUN_TIMEOUT = 600.0
 #: The runs' round-timeout: min-nodes = 20, so a lost reply fails the run after it.
 ROUND_TIMEOUT = 240.0
 
-#: Flower's polling waits (3 s as it ships) in the 20 SuperNodes, their SuperExecs and the
-#: ServerApp: 1 s, not the other tests' 0.2 s, so that 40 pollers do not load the machine.
-POLL_SECONDS = 1.0
+#: Flower's polling waits as it ships (3 s), unlike the other deployment tests (0.2 s): with
+#: 1 s the 20 SuperNodes took their messages together, 20 flwr-clientapp processes started
+#: at once on 2 cores, none started within its claim's time and Flower restarted them
+#: without end ("Runtime task-token authentication failed", 0 of 20 replies in 240 s;
+#: CI of 2026-11-27, with other tests running beside it).
+POLL_SECONDS = None
 
 #: Per-round seconds of the runs, by algorithm, for the comparison printed at the end.
 _ROUND_SECONDS: dict[str, dict] = {}
