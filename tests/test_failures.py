@@ -264,3 +264,25 @@ def test_a_missing_data_path_is_logged_on_the_node_and_named_by_the_server(tmp_p
     # ... and the server names the client and its node
     assert f"round 1 train: client 2 (node 102) failed: {said}" in log.text
     assert f"dropped: client 2 (node 102) failed: {said}" in str(info.value)
+
+
+@pytest.mark.parametrize("scaling", ["standard", "none"])
+def test_data_whose_squares_overflow_names_the_column_and_the_fix(scaling):
+    """Values near 1e200 were taken for identifiers (every float64 above 2**53 is whole)
+    and then ended in "sse must be finite" with no word about the data's scale."""
+    import pandas as pd
+
+    from flwr_clustering.data.schema import FeatureTable, describe_columns
+    from flwr_clustering.estimator import FederatedClustering
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 1.0, (100, 2)) for c in (0.0, 10.0)])
+    X[:, 1] *= 1e200
+    assert [c.kind for c in describe_columns(FeatureTable(X, ("dose", "count")))] == [
+        "numeric", "numeric"]
+    parts = [pd.DataFrame(p, columns=["dose", "count"]) for p in np.array_split(X, 3)]
+    with pytest.raises(RuntimeError) as err:
+        FederatedClustering("fkm", n_clusters=2, scaling=scaling).fit(parts)
+    message = str(err.value)
+    assert "client 0: column 'count' reaches 2.2e+200" in message, message
+    assert "overflows float64" in message and "Rescale that column" in message

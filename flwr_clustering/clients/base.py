@@ -268,7 +268,22 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
             raise ValueError(f"client {client.client_id}: {len(exponents)} moment exponents "
                              f"for {X.shape[1]} features")
         X = X / np.exp2(np.asarray(exponents, dtype=np.float64))
-    m = column_moments(X)
+    with np.errstate(over="ignore"):
+        m = column_moments(X)
+    overflow = ~(np.isfinite(m["sum"]) & np.isfinite(m["sumsq"]))
+    if overflow.any():
+        j = int(np.flatnonzero(overflow)[0])
+        top = float(np.nanmax(np.abs(X[:, j])))
+        key = getattr(client, "_features_key", None)
+        names = FeatureTransform.from_json(key).features if key else ()
+        name = names[j] if j < len(names) else None
+        what = f"column {name!r}" if name is not None else f"feature {j}"
+        raise ValueError(
+            f"client {client.client_id}: {what} reaches {top:.3g}: its sum of squares "
+            f"overflows float64 (above {np.finfo(np.float64).max:.3g}), so no scaling (nor "
+            "a centroid's squared distance) can be computed in these units. Rescale that "
+            "column before the run (for example divide it by a power of ten), with the "
+            "same factor at every site")
     arrays = [m["count"], m["sum"], m["sumsq"]]
     if config.get("scaling") == "minmax":
         arrays += [m["min"], m["max"]]

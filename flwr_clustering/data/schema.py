@@ -334,7 +334,10 @@ def describe_columns(table: FeatureTable) -> list[ColumnInfo]:
     for j, name in enumerate(table.names):
         col = table.X[:, j]
         finite = col[np.isfinite(col)]
-        integer = finite.size > 0 and bool(np.all(finite == np.round(finite)))
+        # whole numbers that an integer type can hold: every float64 beyond 2**53 is
+        # "whole", so data in huge units (1e200) is not mistaken for an identifier
+        integer = finite.size > 0 and bool(np.all(np.abs(finite) < 2.0**53)) and bool(
+            np.all(finite == np.round(finite)))
         unique = integer and n >= 2 and finite.size == n and np.unique(finite).size == n
         out.append(ColumnInfo(name, "integer" if integer else "numeric", bool(unique), n))
     for name, values in table.text.items():
