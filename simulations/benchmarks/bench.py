@@ -56,6 +56,7 @@ import os
 import platform
 import pstats
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -818,7 +819,9 @@ def run_one(
     clients, rounds, k, samples_per_client, features, cpus_per_client : int
         The run's size (see :func:`run_rounds`).
     out_dir : pathlib.Path
-        The run's ``out-dir`` (``history.json``, ``result.json``) and ``flwr.log``.
+        The run's ``out-dir`` (``history.json``, ``result.json``) and ``flwr.log``; the
+        benchmark's own folder, emptied first (a run refuses an out-dir that holds another
+        run's results, and a benchmark is rerun into the same folders).
     env : dict
         Environment of the CLI.
     superlink_pid : int
@@ -836,6 +839,7 @@ def run_one(
         Wall time, per-round seconds (:func:`summarize_history`), ServerApp seconds, peak
         PSS (MiB, and by process at the peak), run status and load averages.
     """
+    shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = _flwr_run_command(
         app, algorithm, clients, rounds, k, samples_per_client, features, out_dir,
