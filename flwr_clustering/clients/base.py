@@ -185,15 +185,17 @@ def check_declared_rows(context: Context, client: Any, cid: int) -> None:
     file overwritten, cut or appended to during a run would silently enter the next round.
     The rows as read (before the federation's transform) are fingerprinted
     (:func:`data_hash`, a SHA-256 over them) and compared with the ``data-source``
-    declaration kept in ``context.state``. A client that kept its rows in memory (its rows
-    already in the federation's features) has read nothing again and is not checked.
+    declaration kept in ``context.state``. A client object that already answered a message
+    of the run keeps its rows in memory (maybe in other features or dtype since): it has
+    read nothing again and is not checked again.
 
     Raises
     ------
     ValueError
         Naming the client, its file, the rows now and the rows declared.
     """
-    if DECLARED_ROWS_KEY not in context.state or getattr(client, "_features_key", None):
+    if (DECLARED_ROWS_KEY not in context.state or getattr(client, "_rows_checked", False)
+            or getattr(client, "_features_key", None)):
         return
     X = getattr(client, "X", None)
     if X is None:
@@ -201,6 +203,7 @@ def check_declared_rows(context: Context, client: Any, cid: int) -> None:
     declared = context.state[DECLARED_ROWS_KEY]
     rows, fingerprint = len(X), data_hash(np.asarray(X))
     if (rows, fingerprint) == (int(declared["rows"]), int(declared["hash"])):
+        client._rows_checked = True
         return
     source = getattr(client, "data_source", None) or {}
     where = f"its file {source['path']}" if source.get("path") else "its data"
@@ -728,6 +731,7 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if config.get("phase") == DATA_SOURCE_PHASE:
             n, metrics = data_source_metrics(client)
             declare_rows(context, n, metrics.get("data-hash", -1))
+            client._rows_checked = True  # (a client object kept across messages)
         else:
             check_declared_rows(context, client, cid)
         if FEATURES_KEY in config and hasattr(client, "use_features"):
