@@ -454,12 +454,17 @@ class ChangingGrid(InProcessGrid):
         return super().send_and_receive(messages, timeout=timeout)
 
 
-def test_a_file_changed_during_the_run_is_refused_by_its_client(tmp_path):
+def _two_blob_sites(tmp_path, rows_per_blob: int) -> list:
+    """Three sites' .npy files, each two blobs (0 and 5) of ``rows_per_blob`` rows."""
     rng = np.random.default_rng(0)
-    paths = []
-    for i in range(3):
-        paths.append(tmp_path / f"site{i}.npy")
-        np.save(paths[-1], np.vstack([rng.normal(c, 0.5, (60, 2)) for c in (0.0, 5.0)]))
+    paths = [tmp_path / f"site{i}.npy" for i in range(3)]
+    for path in paths:
+        np.save(path, np.vstack([rng.normal(c, 0.5, (rows_per_blob, 2)) for c in (0.0, 5.0)]))
+    return paths
+
+
+def test_a_file_changed_during_the_run_is_refused_by_its_client(tmp_path):
+    paths = _two_blob_sites(tmp_path, 60)
     out = tmp_path / "out"
     cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
            "min-nodes": 2, "max-rounds": 5, "tol": -1.0, "scaling": "none"}
@@ -494,11 +499,7 @@ def test_identical_files_on_several_nodes_are_named(tmp_path):
 def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
     from flwr_clustering.app.client_app import _load_file
 
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(3):
-        paths.append(tmp_path / f"site{i}.npy")
-        np.save(paths[-1], np.vstack([rng.normal(c, 0.5, (100, 2)) for c in (0.0, 5.0)]))
+    paths = _two_blob_sites(tmp_path, 100)
     out = tmp_path / "out"
     cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
            "min-nodes": 3, "max-rounds": 5, "tol": -1.0}
