@@ -14,6 +14,7 @@ import inspect
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from simulations.benchmarks.deployment import FAST_FLOWER, LocalDeployment
 from simulations.benchmarks.processes import flower_env, flwr_in_process, parse_cli_json
@@ -28,6 +29,18 @@ def test_flwr_in_process_returns_the_json_the_program_prints(tmp_path):
     assert sys.__stdout__ is real
     doc = parse_cli_json(res.stdout)
     assert doc["success"] is False and "missing" in doc["error-message"], doc
+
+
+def test_flwr_in_process_runs_a_process_for_a_local_superlink_on_other_ports(tmp_path):
+    """Flower reads the local SuperLink's ports at import: other ports need a process."""
+    env = flower_env(tmp_path / "home")
+    (tmp_path / "home" / "config.toml").write_text(
+        '[superlink]\ndefault = "x"\n\n[superlink.x]\naddress = "127.0.0.1:9"\ninsecure = true\n')
+    same = flwr_in_process(["ls", "x", "--format", "json"], env, timeout=60)
+    env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = "1"
+    other = flwr_in_process(["ls", "x", "--format", "json"], env, timeout=60)
+    assert same.args[0] == "flwr" and Path(other.args[0]).name == "flwr"
+    assert parse_cli_json(same.stdout) == parse_cli_json(other.stdout)
 
 
 def _sleep_as(module: str, seconds: float, env: dict) -> float:

@@ -438,8 +438,19 @@ def flwr_in_process(
     """
     import threading
 
+    from flwr.cli import constant
     from flwr.cli.app import app
     from typer.testing import CliRunner
+
+    # Flower reads the local SuperLink's ports once, when ``flwr.cli`` is imported: a
+    # call for a local SuperLink on other ports (each simulation test starts its own)
+    # runs as a process, which reads them from ``env`` (CI 2026-11-27: in process it
+    # asked the first test's SuperLink, "Run ID not found")
+    imported = (str(constant.LOCAL_SUPERLINK_HTTP_API_PORT), str(constant.LOCAL_CONTROL_API_PORT))
+    wanted = (env.get(_LOCAL_SUPERLINK_PORTS[0], "39091"),
+              env.get(_LOCAL_SUPERLINK_PORTS[1], "39093"))
+    if wanted != imported:
+        return run_cli([executable("flwr"), *args], env, Path.cwd(), timeout, context)
 
     # the environment's Flower keys for the call (None: unset during the call)
     keys = ("FLWR_HOME", *FLOWER_ENV, *_LOCAL_SUPERLINK_PORTS)
