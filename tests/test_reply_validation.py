@@ -246,14 +246,29 @@ def test_a_client_inflating_its_evaluation_counts_is_left_out_of_the_metrics(cap
     assert "contingency counts" in caplog.text
 
 
-def _absurd_means(cls, value=1e30):
+#: Which array of a train reply holds the means (or the sums behind them), by phase.
+MEANS = {"masked-oneshot": 1, "ffcm": {"moments": None, None: 0}}
+
+
+def _absurd_means(cls, value=1e30, algorithm=None):
     """A client of ``cls`` that replaces the means of its train replies by ``value``,
-    counts unchanged (finite, well-shaped: only its own sums tell the lie)."""
+    counts unchanged (finite, well-shaped: only its own sums tell the lie); with
+    ``value=None`` it fails those replies instead (the reference run)."""
     class Absurd(cls):
         def fit(self, parameters, config):
             arrays, n, metrics = super().fit(parameters, config)
+            where = MEANS.get(algorithm, 0)
+            if isinstance(where, dict):
+                where = where.get(config.get("phase"), where[None])
+            if where is None:
+                return arrays, n, metrics
+            if value is None:
+                raise RuntimeError("left out")
             arrays = [np.array(a, copy=True) for a in arrays]
-            arrays[0][:] = value
+            if algorithm == "masked-federated":  # sums: the mean of the observed is the lie
+                arrays[0][:] = value * arrays[1]
+            else:
+                arrays[where][:] = value
             return arrays, n, metrics
 
     return Absurd
@@ -263,6 +278,11 @@ def _absurd_means(cls, value=1e30):
     ("fkm", {"max-rounds": 4, "tol": -1.0}),
     ("fkm", {"max-rounds": 4, "tol": -1.0, "server-update": "lloyd"}),
     ("kfed", {}),
+    ("feca", {}),
+    ("mavg", {}),
+    ("ffcm", {"max-rounds": 3, "tol": -1.0}),
+    ("masked-federated", {"federated-rounds": 2, "tol": -1.0, "k": 4}),
+    ("masked-oneshot", {"k": 4}),
 ])
 @pytest.mark.parametrize("value", [1e30, 40.0])
 def test_a_mean_its_own_rows_cannot_have_is_dropped(algorithm, config, value, caplog):
@@ -271,9 +291,10 @@ def test_a_mean_its_own_rows_cannot_have_is_dropped(algorithm, config, value, ca
     without its train replies (it still declared its sums: the same scaling)."""
     data = _clients()
     cls = registry.get(algorithm).client
-    strategy = _run(algorithm, data, {LIAR: _absurd_means(cls, value)}, caplog,
+    strategy = _run(algorithm, data, {LIAR: _absurd_means(cls, value, algorithm)}, caplog,
                     scaling="standard", **config)
-    reference = _run(algorithm, data, {LIAR: "fail"}, scaling="standard", **config)
+    reference = _run(algorithm, data, {LIAR: _absurd_means(cls, None, algorithm)},
+                     scaling="standard", **config)
     np.testing.assert_array_equal(strategy.centroids, reference.centroids)
     assert [h["clients"] for h in strategy.history] == [4] * len(strategy.history)
     absent = {a["client"]: a["reason"] for a in strategy.history[-1]["absent"]}
@@ -289,3 +310,26 @@ def test_honest_clients_pass_the_mean_bound_at_every_round():
     strategy = _run("fkm", data, {}, scaling="standard", **{"max-rounds": 6, "tol": -1.0})
     assert [h["clients"] for h in strategy.history] == [5] * 6
     assert len(strategy.client_moments) == 5
+
+
+@pytest.mark.parametrize("algorithm, config", [
+    ("feca", {}), ("mavg", {}), ("ffcm", {"max-rounds": 4, "tol": -1.0}),
+    ("masked-federated", {"federated-rounds": 3, "tol": -1.0}), ("masked-oneshot", {}),
+])
+def test_honest_clients_with_missing_features_pass_the_mean_bound(algorithm, config):
+    """Skewed sites, each missing one of three features (the masked algorithms; the
+    others get every feature): no honest reply is dropped, all clients' sums bound."""
+    from sklearn.datasets import make_blobs
+    X, y = make_blobs(1000, n_features=3, centers=4, cluster_std=[0.5, 1.0, 2.0, 0.3],
+                      random_state=3)
+    order = np.argsort(X[:, 0] + 0.5 * np.random.default_rng(0).normal(size=len(X)))
+    data = []
+    for i, idx in enumerate(np.array_split(order, 5)):
+        Xi = X[idx] * [1.0, 100.0, 0.01]
+        if algorithm.startswith("masked"):
+            Xi[:, i % 3] = np.nan
+        data.append((Xi, y[idx]))
+    strategy = _run(algorithm, data, {}, scaling="standard", **{"k": 4, **config})
+    assert len(strategy.client_moments) == 5
+    assert all(h["clients"] == 5 and not h.get("absent") for h in strategy.history), [
+        h.get("absent") for h in strategy.history]

@@ -165,20 +165,27 @@ def check_means_within_rows(means: np.ndarray, counts: np.ndarray, rows: RowMome
     behind it, is held to that bound in every feature, with a margin for rounding
     (``1e-6`` of the features' spread, and float32 models).
 
+    ``counts`` holds the rows behind each mean, shape ``(k,)``, or ``(k, d)`` where each
+    feature has its own (masked data). The bound also holds for a weighted mean whose
+    weights lie in [0, 1] and sum to ``m`` (fuzzy memberships), and with ``m = 1`` for any
+    convex combination of rows (a mean whose row count is not sent): the farthest a
+    single row can lie is ``sd * sqrt(n - 1)``.
+
     Raises
     ------
     ValueError
         Naming the local mean, the feature, how far it lies and what its rows allow.
     """
     M = np.asarray(means, dtype=np.float64)
-    m = np.asarray(counts, dtype=np.float64).reshape(-1)
     if M.ndim != 2 or not len(M):
         return
+    m = np.asarray(counts, dtype=np.float64)
+    m = np.broadcast_to(m if m.ndim == 2 else m.reshape(-1, 1), M.shape)
     n = rows.count[None, :]
     sd = np.sqrt(rows.var)[None, :]
     with np.errstate(divide="ignore", invalid="ignore"):
-        allowed = sd * np.sqrt(np.clip(n - m[:, None], 0.0, None) / m[:, None])
-    allowed = np.where(m[:, None] > 0, allowed, np.inf)
+        allowed = sd * np.sqrt(np.clip(n - m, 0.0, None) / m)
+    allowed = np.where(m > 0, allowed, np.inf)
     margin = 1e-6 * (np.abs(rows.mean) + np.sqrt(rows.var) + 1.0)[None, :]
     deviation = np.abs(M - rows.mean[None, :])
     bad = ~(deviation <= allowed + margin)  # NaN (unobserved) features are not checked
@@ -186,8 +193,9 @@ def check_means_within_rows(means: np.ndarray, counts: np.ndarray, rows: RowMome
     if bad.any():
         j, f = (int(v[0]) for v in np.nonzero(bad))
         name = names[f] if names is not None and f < len(names) else f"feature {f}"
+        rows_j = f"{m[j, f]:.4g}"
         raise ValueError(
-            f"its local mean {j} ({int(m[j])} rows) lies {deviation[j, f]:.3g} from the mean "
-            f"of its rows in {name!r}, where any {int(m[j])} of its {int(rows.count[f])} rows "
+            f"its local mean {j} ({rows_j} rows) lies {deviation[j, f]:.3g} from the mean "
+            f"of its rows in {name!r}, where any {rows_j} of its {int(rows.count[f])} rows "
             f"allow at most {allowed[j, f]:.3g} (their sums, declared before round 1): a "
             "mean that cannot come from its rows")

@@ -168,6 +168,10 @@ class DeepFeCA(ClusteringStrategy):
         """The feature count of a describe reply (the others are checked elsewhere)."""
         return payload if isinstance(payload, int) else None
 
+    def payload_means(self, payload: Any) -> None:
+        """None checked: the local centroids live in the encoder's space, not the rows'."""
+        return None
+
     def payload_counts(self, payload: Any) -> np.ndarray | None:
         """k-FED's labeller uploads carry the rows behind each local centre."""
         return payload.counts if isinstance(payload, LocalCentroids) else None

@@ -79,6 +79,10 @@ class FeCA(ClusteringStrategy):
         """Return the dimension of a non-empty upload."""
         return int(payload.centroids.shape[1]) if len(payload.centroids) else None
 
+    def payload_means(self, payload: FeCAUpload) -> tuple[np.ndarray, np.ndarray]:
+        """Local k-means centroids, each a mean of at least one of the client's rows."""
+        return payload.centroids, np.ones(len(payload.centroids))
+
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Run ServerAggregation (Algorithm 5) on the uploads in client-id order."""
         result = feca_server([r.payload for r in replies], self.k)
@@ -158,6 +162,10 @@ class MAvg(ClusteringStrategy):
     def payload_features(self, payload: np.ndarray) -> int | None:
         """Return the dimension of the upload."""
         return int(payload.shape[1])
+
+    def payload_means(self, payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Local k-means centroids, each a mean of at least one of the client's rows."""
+        return payload, np.ones(len(payload))
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Match and average the uploads in client-id order."""

@@ -170,6 +170,21 @@ class FFCM(ClusteringStrategy):
         """Moments: the client's row count; an update: its supports (sums of u^m <= 1)."""
         return np.array([payload[0]]) if len(payload) == 3 else payload[1]
 
+    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """A local centre: a weighted mean of the client's rows (weights ``u^m``).
+
+        Checked as a convex combination of rows (``m = 1``): the supports are sums of
+        ``u``, not of the weights. A centre that no row weighs stays the broadcast one
+        (:func:`~flwr_clustering.algorithms.ffcm.fcm`) and is not checked.
+        """
+        if len(payload) == 3:  # the moments of the fuzzifier's choice
+            return None
+        centres, supports = payload
+        moved = supports > 0
+        if self.centroids is not None and self.centroids.shape == centres.shape:
+            moved &= (centres != self.centroids).any(axis=1)
+        return centres[moved], np.ones(int(moved.sum()))
+
     def payload_features(self, payload: Any) -> int | None:
         """Return the dimension of an upload: moments ``(n, sum, sumsq)`` or ``(centres, s)``."""
         return int(payload[1].shape[0]) if len(payload) == 3 else int(payload[0].shape[1])

@@ -170,6 +170,12 @@ class MaskedFederated(ClusteringStrategy):
         """Return the global dimension ``d``."""
         return int(payload.sums.shape[1])
 
+    def payload_means(self, payload: MaskedStats) -> tuple[np.ndarray, np.ndarray]:
+        """Each cluster's mean of every feature, over the rows that observe it."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            means = np.where(payload.counts > 0, payload.sums / payload.counts, np.nan)
+        return means, payload.counts
+
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Method A/B at initialisation, the alpha update afterwards."""
         if self.centroids is None:
@@ -277,6 +283,12 @@ class MaskedOneShot(ClusteringStrategy):
     def payload_features(self, payload: GaussianUpload) -> int | None:
         """Return the global dimension ``d``."""
         return int(len(payload.mask))
+
+    def payload_means(self, payload: GaussianUpload) -> tuple[np.ndarray, np.ndarray]:
+        """Each local Gaussian's mean, on the features the client observes."""
+        means = np.full((len(payload.means), len(payload.mask)), np.nan)
+        means[:, payload.mask] = payload.means
+        return means, payload.counts
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Proxies, forces, agglomeration to ``k`` groups, then the Eq. 4 merge."""
