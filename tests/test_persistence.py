@@ -185,6 +185,13 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, name):
     resumed = _run({**rc, "out-dir": str(crashed), "resume-from": str(crashed)}, nodes)
     assert _read(crashed)["resumed-after-round"] == 2
     _assert_same_run(full, resumed, tmp_path / "full", crashed)
+    # each client's declared sums came back with the checkpoint: its means stay bounded
+    sa, sb = full["strategy"], resumed["strategy"]
+    assert sorted(sb.client_moments) == sorted(sa.client_moments) == list(range(nodes))
+    for cid, rows in sa.client_moments.items():
+        for name in ("count", "mean", "var"):
+            np.testing.assert_array_equal(getattr(sb.client_moments[cid], name),
+                                          getattr(rows, name))
 
 
 @pytest.mark.parametrize("node_ids", [[907, 12, 5003, 40], [102, 100, 103, 101]],

@@ -41,6 +41,7 @@ __all__ = [
     "fkm_client_init",
     "fkm_client_update",
     "fkm_server_aggregate",
+    "trimmed_lloyd",
     "run_fkm",
 ]
 
@@ -243,6 +244,7 @@ def fkm_server_aggregate(
     update: str = "kmeans",
     previous: np.ndarray | None = None,
     n_init: int = 10,
+    trim: float = 0.0,
 ) -> np.ndarray:
     """Server step: global centroids from all clients' local centroids.
 
@@ -269,6 +271,9 @@ def fkm_server_aggregate(
         ``C_g`` of the previous round (required by ``"lloyd"``).
     n_init : int, default 10
         Restarts of the server k-means.
+    trim : float in [0, 0.5], default 0
+        ``"lloyd"`` only: the robust combination (:func:`trimmed_lloyd`); 0 is the
+        count-weighted mean.
 
     Returns
     -------
@@ -299,6 +304,8 @@ def fkm_server_aggregate(
         index = np.concatenate([u.index for u in uploads])
         if (index < 0).any():
             raise ValueError("the 'lloyd' server update needs uploads indexed by global centroid")
+        if trim > 0:
+            return trimmed_lloyd(uploads, previous, trim)
         new = np.array(previous, dtype=np.float64, copy=True)
         weight = np.bincount(index, weights=counts, minlength=len(new))
         sums = np.zeros_like(new)
@@ -309,6 +316,50 @@ def fkm_server_aggregate(
     if len(means) <= k:
         return means
     return weighted_kmeans(means, counts, k, rng, seeding=seeding, n_init=n_init)
+
+
+def trimmed_lloyd(uploads: Sequence[LocalCentroids], previous: np.ndarray,
+                  trim: float) -> np.ndarray:
+    """Federated Lloyd's server step, robust to a few clients' means (coordinate-wise trim).
+
+    For each global centroid ``j`` and feature, the ``n_j`` clients whose local means grew
+    from ``j`` are ranked by their value; the ``t = min(floor(trim * n_j), (n_j - 1) // 2)``
+    lowest and highest are set aside and the rest averaged by their counts. ``trim=0.5`` is
+    the coordinate-wise median (the middle one or two). Each client has one vote whatever
+    the counts it claims, so with at most ``t`` lying clients at ``j`` every coordinate of
+    the new centroid lies between the smallest and the largest honest value (Yin et al.
+    2018, coordinate-wise trimmed mean). The price: clients whose honest means are
+    extreme (non-IID sites) are set aside too, so an honest run moves less exactly than
+    federated Lloyd; a global centroid that fewer than three clients feed is their
+    count-weighted mean, untrimmed.
+
+    Parameters
+    ----------
+    uploads : sequence of LocalCentroids
+        Indexed by global centroid (at most one local mean per client and index).
+    previous : numpy.ndarray of shape (k, d)
+        The global centroids the local means grew from (kept where no client has one).
+    trim : float in (0, 0.5]
+        The fraction of the clients set aside at each end.
+    """
+    if not 0 < trim <= 0.5:
+        raise ValueError(f"trim must lie in (0, 0.5], got {trim}")
+    new = np.array(previous, dtype=np.float64, copy=True)
+    means = np.concatenate([np.asarray(u.means, dtype=np.float64) for u in uploads])
+    counts = np.concatenate([u.counts for u in uploads]).astype(np.float64)
+    index = np.concatenate([u.index for u in uploads])
+    for j in np.unique(index):
+        at = index == j
+        V, c = means[at], counts[at]
+        n = len(V)
+        t = min(int(np.floor(trim * n)), (n - 1) // 2)
+        if t == 0:
+            new[j] = c @ V / c.sum()
+            continue
+        rank = np.argsort(np.argsort(V, axis=0, kind="stable"), axis=0, kind="stable")
+        w = np.where((rank >= t) & (rank < n - t), c[:, None], 0.0)
+        new[j] = (w * V).sum(axis=0) / w.sum(axis=0)
+    return new
 
 
 def as_run_dtype(A: np.ndarray, dtype: str) -> np.ndarray:
@@ -363,6 +414,7 @@ def run_fkm(
     n_init: int = 10,
     initial_centroids: np.ndarray | None = None,
     dtype: str = "float64",
+    trim: float = 0.0,
 ) -> FKMResult:
     """Run FKM on in-memory client arrays, with no Flower (the reference loop).
 
@@ -382,7 +434,7 @@ def run_fkm(
         (``tol < 0`` disables the test).
     privacy_threshold, local_iters, init, recount
         Client options (:func:`fkm_client_init`, :func:`fkm_client_update`).
-    seeding, update, n_init
+    seeding, update, n_init, trim
         Server options (:func:`fkm_server_aggregate`).
     initial_centroids : numpy.ndarray of shape (k, d), optional
         A shared starting ``C_g``; then round 1 is a client update from it instead of
@@ -416,7 +468,7 @@ def run_fkm(
         server_update = update if previous is not None else "kmeans"
         new = fkm_server_aggregate(
             uploads, k, server_rng, seeding=seeding, update=server_update, previous=previous,
-            n_init=n_init,
+            n_init=n_init, trim=trim,
         )
         new = as_run_dtype(new, dtype)
         shift = matched_shift(previous, new)
@@ -447,6 +499,10 @@ class FKMOptions(Options):
                        "means after a Lloyd step, 'paper' the k-means++ seeds (raw rows)")
     server_update: str = option("kmeans", choices=SERVER_UPDATES, help="server step: the "
                                 "paper's k-means (Eq. 1) or 'lloyd' (exact federated Lloyd)")
+    robust_trim: float = option(0.0, minimum=0.0, maximum=0.5, help="server-update "
+                                "'lloyd': set aside this fraction of the clients' means at "
+                                "each end, per centroid and feature (0.5: the median; 0: "
+                                "the exact count-weighted mean)")
     recount: bool = option(False, run_config=False, help="count points nearest to the new "
                            "local means (the paper's scikit-learn semantics)")
     n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
@@ -472,6 +528,13 @@ class FKMOptions(Options):
         if self.dp_epsilon > 0 and self.dtype != "float64":
             raise ValueError("dp-epsilon needs dtype='float64' (the noise calibration and "
                              f"clipping are computed in float64), got dtype={self.dtype!r}")
+        if self.robust_trim > 0 and self.server_update != "lloyd":
+            raise ValueError(f"robust-trim={self.robust_trim} needs server-update='lloyd' "
+                             "(each global centroid from the means that grew from it), got "
+                             f"server-update={self.server_update!r}")
+        if self.robust_trim > 0 and self.dp_epsilon > 0:
+            raise ValueError("robust-trim needs each client's means; with dp-epsilon > 0 the "
+                             "clients send noisy sums: set robust-trim=0")
         if self.dp_epsilon > 0:
             if self.server_update != "lloyd":
                 raise ValueError("dp-epsilon needs server-update='lloyd' (differentially "

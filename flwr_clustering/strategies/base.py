@@ -42,7 +42,11 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .. import diagnostics as _diagnostics
-from ..algorithms.local_centroids import LocalCentroids, check_means_within_rows
+from ..algorithms.local_centroids import (
+    LocalCentroids,
+    RowMoments,
+    check_means_within_rows,
+)
 from ..clients.base import (
     CATEGORIES_PHASE,
     COLUMNS_RECORD,
@@ -375,6 +379,10 @@ class ClusteringStrategy(Strategy):
         #: ``{(client id, evaluate?): rows}``: the row count (``num-examples``) of each
         #: client's first reply, which its later replies must repeat (:meth:`check_reply`).
         self.client_rows: dict[tuple[int, bool], int] = {}
+        #: Each client's per-feature count, sum and sum of squares (``feature-moments``)
+        #: and, in the run's space, what they allow its means (:meth:`check_reply`).
+        self.client_sums: dict[int, tuple[np.ndarray, ...]] = {}
+        self.client_moments: dict[int, RowMoments] = {}
         #: One entry per client reply received (valid or not): what it carried
         #: (:meth:`privacy_ledger`).
         self.ledger: list[dict[str, Any]] = []
@@ -418,6 +426,9 @@ class ClusteringStrategy(Strategy):
             "secure_totals": self.secure_totals,
             "feature_transform": self._feature_json,
             "feature_summary": self.feature_summary,
+            # each client's declared sums: they bound its means after a resume too
+            "client_sums": {str(cid): [np.asarray(a, dtype=np.float64).tolist() for a in sums]
+                            for cid, sums in getattr(self, "client_sums", {}).items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -440,6 +451,14 @@ class ClusteringStrategy(Strategy):
             self.feature_transform = FeatureTransform.from_json(str(text))
             self._feature_json = str(text)
         self.feature_summary = state.get("feature_summary")
+        sums = state.get("client_sums") or {}
+        self.client_sums = {int(cid): tuple(np.asarray(a, dtype=np.float64) for a in arrays)
+                            for cid, arrays in sums.items()}
+        transform = self.feature_transform
+        self.client_moments = {
+            cid: RowMoments.from_sums(*arrays, *((transform.center, transform.scale)
+                                                 if transform is not None else ()))
+            for cid, arrays in self.client_sums.items()}
 
     # ----------------------------------------------------- algorithm hooks
     def train_config(self, server_round: int) -> dict[str, Any]:

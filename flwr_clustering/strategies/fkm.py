@@ -86,6 +86,9 @@ class FedKMeans(ClusteringStrategy):
         if self.options.dtype != "float64":
             return ("secure aggregation sums float64 totals: run it with dtype='float64', "
                     f"not {self.options.dtype!r}")
+        if self.options.robust_trim > 0:
+            return ("robust-trim needs each client's means, which secure aggregation hides "
+                    "(the server learns only their totals): set robust-trim=0")
         if self.options.server_update == "lloyd":
             return None
         return ("FKM's server-update='kmeans' (the paper) clusters every client's local "
@@ -259,6 +262,7 @@ class FedKMeans(ClusteringStrategy):
         new = fkm_server_aggregate(
             [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
             update=update, previous=previous, n_init=self.n_init,
+            trim=self.options.robust_trim,
         )
         if len(new) < self.k:  # diagnose() warns if the final model has fewer than k
             logger.info(
