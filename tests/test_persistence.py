@@ -187,7 +187,9 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, name):
     _assert_same_run(full, resumed, tmp_path / "full", crashed)
     # each client's declared sums came back with the checkpoint: its means stay bounded
     sa, sb = full["strategy"], resumed["strategy"]
-    assert sorted(sb.client_moments) == sorted(sa.client_moments) == list(range(nodes))
+    assert sorted(sb.client_moments) == sorted(sa.client_moments)
+    if sa.feature_summary is not None:  # the run agreed its features (not DeepFeCA's)
+        assert sorted(sa.client_moments) == list(range(nodes))
     for cid, rows in sa.client_moments.items():
         for name in ("count", "mean", "var"):
             np.testing.assert_array_equal(getattr(sb.client_moments[cid], name),
