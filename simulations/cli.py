@@ -10,6 +10,7 @@ Usage, from the repository root::
     python -m simulations quality [--quick] [--out DIR] ...  # simulations.benchmarks.quality
     python -m simulations docs [--check]               # regenerate docs/protocol.md
     python -m simulations dp-utility [--runs N] [--rounds R] [--out DIR]  # DP's cost
+    python -m simulations robust [--seeds N] [--out DIR]  # one lying site, robust-trim
     python -m simulations secagg [--clients N ...] [--rounds R] [--out DIR]  # SecAgg+'s
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
@@ -138,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dp-utility", help="what differential privacy costs: DP federated Lloyd against "
         "k-means (simulations.dp_utility); arguments pass through", add_help=False,
     )
+    sub.add_parser(
+        "robust", help="one lying site against FKM: the mean bound and robust-trim "
+        "(simulations.robust); arguments pass through", add_help=False,
+    )
     return parser
 
 
@@ -235,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.secagg").main(argv[1:]) or 0)
     if argv and argv[0] == "dp-utility":
         return int(importlib.import_module("simulations.dp_utility").main(argv[1:]) or 0)
+    if argv and argv[0] == "robust":
+        return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":

@@ -176,7 +176,7 @@ def test_local_file_checks_a_lost_a_restarted_and_a_frozen_supernode(tmp_path, d
 
 
 @pytest.mark.parametrize(("algorithm", "overrides", "kill_after"), [
-    ("fkm", "max-rounds=7 early-stop=false", 5),
+    ("fkm", "max-rounds=5 early-stop=false", 3),
     # DGC: 1 init round + iterations x inner steps; the relay's per-node messages
     ("dgc", "iterations=4 rho=10.0", 3),
 ])

@@ -502,6 +502,52 @@ def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink)
     assert not (out_dir / "result.json").exists()
 
 
+def _files(out_dir: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(out_dir.iterdir()) if f.is_file()}
+
+
+def test_a_run_into_a_finished_runs_out_dir_is_refused_and_changes_nothing(
+        fkm_run, local_superlink):
+    """Issue 39, item 1, with real `flwr run`s: a second run names the first one's results
+    and the choices, fails before any message, and leaves every file as it was."""
+    before = _files(fkm_run.out_dir)
+    cli, run_id, status = local_superlink.submit("kfed", fkm_run.out_dir)
+    assert status["status"] == "finished:failed", status
+    details = status["status-details"]
+    assert "holds another run's results" in details and "resume-from=" in details, details
+    assert _files(fkm_run.out_dir) == before
+
+
+def test_two_runs_started_together_on_one_out_dir_leave_one_runs_results(
+        fkm_run, local_superlink):
+    """Two `flwr run`s at once into one out-dir: one completes, the other is refused (by
+    the lock while the first writes, or by its results after), and the folder holds the
+    completed run's files only."""
+    import threading
+
+    out_dir = local_superlink.tmp / "out-shared"
+    outcome: dict[str, dict] = {}
+
+    def submit(algorithm: str) -> None:
+        outcome[algorithm] = local_superlink.submit(algorithm, out_dir)[2]
+
+    threads = [threading.Thread(target=submit, args=(a,)) for a in ("kfed", "feca")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = {a: s["status"] for a, s in outcome.items()}
+    assert sorted(statuses.values()) == ["finished:completed", "finished:failed"], outcome
+    done = next(a for a, s in statuses.items() if s == "finished:completed")
+    failed = next(a for a, s in statuses.items() if s == "finished:failed")
+    details = outcome[failed]["status-details"]
+    assert "being written by another run" in details or "holds another run's results" in \
+        details, details
+    result = json.loads((out_dir / "result.json").read_text())
+    assert result["status"] == "completed" and result["run-config"]["algorithm"] == done, result
+    assert not (out_dir / ".run.lock").exists()
+
+
 def test_local_superlink_stops_by_pid(fkm_run, local_superlink):
     port = local_superlink.http_port
     procs = local_superlink.remember_processes()

@@ -431,6 +431,46 @@ def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
     assert json.loads((out / "result.json").read_text())["status"] == "completed"
 
 
+def test_inspecting_a_killed_runs_out_dir_marks_it_interrupted(tmp_path, capsys):
+    """`python -m flwr_clustering status` on what a SIGKILL leaves marks it on disk."""
+    import socket
+    import subprocess
+    import sys
+
+    from flwr_clustering.__main__ import main
+
+    rc, nodes = _case("fkm")
+    out = tmp_path / "out"
+    rc = {**rc, "out-dir": str(out)}
+    with pytest.raises(RuntimeError):
+        _run(rc, nodes, crash_at=3)
+    (out / "result.json").unlink()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / ".run.lock").write_text(json.dumps(
+        {"pid": dead.pid, "host": socket.gethostname(), "started": "2026-11-27 12:00:00 UTC"}))
+    assert main(["status", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert f"{out}: interrupted, round 2" in printed, printed
+    assert "when the out-dir was inspected" in printed and f"resume-from='{out}'" in printed
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["last-round"] == 2
+    assert not (out / ".run.lock").exists()
+    # a live holder is running, untouched; a completed run is reported as it is
+    (out / "result.json").unlink()
+    (out / ".run.lock").write_text(json.dumps(
+        {"pid": os.getpid(), "host": socket.gethostname(), "started": "now"}))
+    assert main(["status", str(out)]) == 0
+    assert "running, round 2" in capsys.readouterr().out
+    assert not (out / "result.json").exists()
+    (out / ".run.lock").unlink()
+    resumed = _run({**rc, "resume-from": str(out)}, nodes)
+    assert resumed["strategy"].history[-1]["round"] == 5
+    assert main(["status", str(out)]) == 0
+    assert "completed" in capsys.readouterr().out
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+
+
 def test_the_default_out_dir_is_a_folder_of_the_runs_own(tmp_path, monkeypatch):
     from flwr_clustering.app.config import results_dir
 

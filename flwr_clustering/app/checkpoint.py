@@ -46,6 +46,7 @@ __all__ = [
     "check_resume",
     "check_resumed_data",
     "load_checkpoint",
+    "run_status",
     "pack",
     "unpack",
     "write_failure",
@@ -158,7 +159,8 @@ class OutDirLock:
         except (OSError, ValueError):
             return None  # unreadable or half-written: treated as stale
 
-    def _mark_interrupted(self, holder: dict[str, Any] | None) -> None:
+    def _mark_interrupted(self, holder: dict[str, Any] | None,
+                          found: str = "when the next run took this out-dir") -> None:
         """Record, in ``result.json``, a run that ended without writing one."""
         result = self.out_dir / "result.json"
         if result.exists() or not any((self.out_dir / f).exists() for f in RUN_FILES):
@@ -169,7 +171,7 @@ class OutDirLock:
         summary = {
             "status": "interrupted", "last-round": last,
             "reason": (f"the run ({who}) ended after round {last} without a word: killed, or "
-                       "its machine lost (found when the next run took this out-dir); "
+                       f"its machine lost (found {found}); "
                        f"resume-from='{self.out_dir}' continues an iterative run"),
         }
         atomic_write_text(result, json.dumps(summary, indent=2))
@@ -187,6 +189,39 @@ class OutDirLock:
             f"({_describe_run(self.out_dir, found)}); nothing was overwritten. Choose "
             "another out-dir (or leave it empty for a folder of its own), or continue that "
             f"run with resume-from='{self.out_dir}' if it was interrupted")
+
+
+def run_status(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """What an out-dir says about its run; an interrupted run is marked so on disk.
+
+    ``python -m flwr_clustering status <out-dir>`` prints it. A run whose lock names a
+    live process is ``"running"`` (with its last checkpointed round). A lock whose process
+    is gone, or run files without a ``result.json`` (a killed ServerApp, a SIGTERM'd
+    SuperLink), are an interrupted run: ``result.json`` is written with ``"status":
+    "interrupted"``, the round it reached and how to resume, and the stale lock removed.
+    Otherwise ``result.json`` as it is (``completed``, ``failed``, ``stopped``).
+
+    Raises
+    ------
+    FileNotFoundError
+        When the directory holds no run's files.
+    """
+    out = Path(out_dir)
+    lock = OutDirLock(out)
+    if lock.path.exists():
+        holder = lock._holder()
+        if holder is not None and _alive(holder):
+            return {"status": "running", "last-round": _checkpoint_round(out),
+                    "process": holder}
+        lock._mark_interrupted(holder, found="when the out-dir was inspected")
+        lock.path.unlink(missing_ok=True)
+    else:
+        lock._mark_interrupted(None, found="when the out-dir was inspected")
+    result = out / "result.json"
+    if not result.exists():
+        raise FileNotFoundError(f"{str(out)!r} holds no run's results (none of "
+                                f"{', '.join(RUN_FILES)})")
+    return json.loads(result.read_text())
 
 
 def _alive(holder: dict[str, Any]) -> bool:
