@@ -574,3 +574,39 @@ def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "completed"
     assert [s["rows"] for s in result["data-sources"]] == [200, 200, 200]
+
+
+def test_resume_changed_data_goes_on_knowingly_and_records_both(tmp_path, caplog):
+    """resume-changed-data=true: a WARNING naming the client, the interrupted run's record
+    kept with the rows at resume beside it, and the changed client's sums dropped (its
+    new means are not held to its old rows' bound), the others' kept."""
+    import logging
+
+    from flwr_clustering.app.client_app import _load_file
+
+    paths = _two_blob_sites(tmp_path, 100)
+    out = tmp_path / "out"
+    cfg = {"algorithm": "fkm", "dataset": "local", "k": 2, "out-dir": str(out),
+           "min-nodes": 3, "max-rounds": 5, "tol": -1.0}
+    nodes = [{"data-path": str(p)} for p in paths]
+    with pytest.raises(RuntimeError):
+        run_server(CrashingGrid(client_app, 3, run_config=cfg, node_configs=nodes,
+                                crash_at=3), cfg)
+    np.save(paths[2], np.load(paths[2])[:150] + 0.5)
+    _load_file.cache_clear()
+    resume = {**cfg, "resume-from": str(out), "resume-changed-data": True}
+    logging.getLogger("flwr_clustering").addHandler(caplog.handler)
+    try:
+        done = run_server(InProcessGrid(client_app, 3, run_config=resume, node_configs=nodes),
+                          resume)
+    finally:
+        logging.getLogger("flwr_clustering").removeHandler(caplog.handler)
+    assert "going on as resume-changed-data=true asks: client 2 has 150 rows" in caplog.text
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "completed" and result["resumed-after-round"] == 2
+    sources = {s["client-id"]: s for s in result["data-sources"]}
+    assert [sources[i]["rows"] for i in range(3)] == [200, 200, 200]
+    assert sources[2]["at-resume"]["rows"] == 150 and "at-resume" not in sources[0]
+    strategy = done["strategy"]
+    assert sorted(strategy.client_moments) == [0, 1]
+    assert [h["clients"] for h in strategy.history] == [3] * 5

@@ -59,7 +59,7 @@ PRIVACY_LEDGER = "privacy.json"
 #: The checkpoint file in ``out-dir``.
 CHECKPOINT = "checkpoint.npz"
 #: Run-config keys that may differ between an interrupted run and its resumption.
-RESUME_FREE_KEYS = ("out-dir", "round-timeout", "resume-from")
+RESUME_FREE_KEYS = ("out-dir", "round-timeout", "resume-from", "resume-changed-data")
 _FORMAT = 1
 
 
@@ -457,13 +457,17 @@ def _damaged(path: Path, ex: BaseException) -> ValueError:
 
 
 def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]],
-                       where: str) -> list[dict[str, Any]]:
+                       where: str, accept: bool = False) -> list[dict[str, Any]]:
     """Refuse to resume on other data than the interrupted run's; return its record.
 
     Every client of the checkpoint's round-0 record (``data-sources``: rows and
     fingerprint per client id) must come back with the same rows; a client that the
     interrupted run did not have is refused too. A checkpoint written before the record
-    existed is not checked (the current record is returned).
+    existed is not checked (the current record is returned). With ``accept``
+    (``resume-changed-data``) a change is a WARNING instead, the record returned is the
+    interrupted run's with each changed client's new rows and fingerprint under
+    ``"at-resume"``, and the changed clients' declared sums are dropped from the
+    checkpoint's state (they no longer describe their rows: their means go unbounded).
 
     Raises
     ------
@@ -473,7 +477,7 @@ def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]]
     before = {int(s["client-id"]): s for s in checkpoint.get("data-sources") or []}
     if not before:
         return sources
-    changed = []
+    changed, ids = [], []
     for s in sources:
         old = before.get(int(s["client-id"]))
         if old is None:
@@ -482,12 +486,31 @@ def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]]
             changed.append(f"client {s['client-id']} has {s['rows']} rows (fingerprint "
                            f"{s['hash']}) where the interrupted run had {old['rows']} "
                            f"(fingerprint {old['hash']})")
-    if changed:
+        else:
+            continue
+        ids.append(int(s["client-id"]))
+    if changed and not accept:
         raise ValueError(
             f"resume-from {where!r}: the data changed since the interrupted run: "
-            + "; ".join(changed) + ". Restore those files to resume, or start a new run "
-            "on the new data (another out-dir)")
-    return list(checkpoint["data-sources"])
+            + "; ".join(changed) + ". Restore those files to resume, start a new run "
+            "on the new data (another out-dir), or set resume-changed-data=true to go on "
+            "with the new rows knowingly")
+    if changed:
+        logger.warning("resume-from %r: the data changed since the interrupted run, going "
+                       "on as resume-changed-data=true asks: %s; the model so far was "
+                       "computed on the old rows, and these clients' means are no longer "
+                       "bounded by their declared sums", where, "; ".join(changed))
+        sums = (checkpoint.get("state") or {}).get("client_sums") or {}
+        for cid in ids:
+            sums.pop(str(cid), None)
+    now = {int(s["client-id"]): s for s in sources}
+    record = [dict(s) for s in checkpoint["data-sources"]]
+    for entry in record:
+        cid = int(entry["client-id"])
+        if cid in ids and cid in now:
+            entry["at-resume"] = {"rows": now[cid]["rows"], "hash": now[cid]["hash"]}
+    record += [{**now[cid], "new-at-resume": True} for cid in ids if cid not in before]
+    return record
 
 
 def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:

@@ -57,6 +57,9 @@ class AppOptions(Options):
                                         "round (the final model is always evaluated)")
     resume_from: str = option("", help="continue the interrupted iterative run whose "
                               "out-dir (absolute) holds checkpoint.npz; empty: a new run")
+    resume_changed_data: bool = option(False, help="resume-from: go on although a client's "
+                                       "rows differ from the interrupted run's (warned and "
+                                       "recorded; false: refused, naming the client)")
     secure_aggregation: bool = option(False, help="the server receives only the sum of "
                                       "the clients' replies (SecAgg+; fkm with "
                                       "server-update='lloyd', ffcm version 1, "

@@ -133,7 +133,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # only where the pooled data is the clients' data.
     sources, absent = query_data_sources(grid, strategy, nodes)
     if checkpoint is not None:  # the same rows as the interrupted run, and its record kept
-        sources = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]))
+        sources = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]),
+                                     accept=bool(cfg["resume-changed-data"]))
     writer.data_sources = sources
     # its replies belong to the run's privacy ledger (start() resets the strategy's own)
     strategy.pre_run_ledger = list(strategy.ledger)
