@@ -59,3 +59,63 @@ def test_the_bound_holds_in_the_scaled_space_and_skips_unobserved_features():
     with pytest.raises(ValueError):  # the raw mean is no mean of the scaled rows
         check_means_within_rows(X[:10].mean(0, keepdims=True), np.array([10]), rows)
     check_means_within_rows(np.array([[np.nan, Z[:5, 1].mean()]]), np.array([5]), rows)
+
+
+def _strategy(algorithm, **config):
+    from flwr_clustering import registry
+
+    spec = registry.get(algorithm)
+    return spec.build_strategy({**spec.options.run_config_defaults(), "k": 2, **config},
+                               min_nodes=1, seed=0)
+
+
+def _seed_upload():
+    """A client's 1-D rows: 195 near 0 and five at 20..24. The k-means++ seed 24 is a row
+    with five rows nearest to it: honest in the paper's round 1, yet no mean of five rows."""
+    from flwr_clustering.algorithms.local_centroids import LocalCentroids
+
+    X = np.r_[np.random.default_rng(0).normal(size=(195, 1)), [[20.0], [21], [22], [23], [24]]]
+    return X, LocalCentroids(np.array([[24.0]]), np.array([5]), np.array([-1]))
+
+
+@pytest.mark.parametrize("init, refused", [("paper", False), ("private", True)])
+def test_fkm_holds_the_papers_seeds_to_a_rows_bound_and_its_means_to_theirs(init, refused):
+    X, upload = _seed_upload()
+    strategy = _strategy("fkm", init=init)
+    strategy.client_moments = {0: _moments(X)}
+    if refused:
+        with pytest.raises(ValueError, match="cannot come from its rows"):
+            strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
+    else:
+        strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
+
+
+def test_a_kfed_centre_counted_after_it_moved_is_not_dropped():
+    """One-hot column: the 50 rows with a 1 sit exactly on the bound of 50; k-FED counts
+    the rows nearest to the centre after its last move (here 52): a row's bound holds."""
+    from flwr_clustering.algorithms.local_centroids import LocalCentroids
+
+    X = np.r_[np.ones((50, 1)), np.zeros((150, 1))]
+    upload = LocalCentroids(np.array([[1.0]]), np.array([52]), np.array([-1]))
+    with pytest.raises(ValueError):  # the count as if it were the partition's
+        check_means_within_rows(upload.means, upload.counts, _moments(X))
+    strategy = _strategy("kfed")
+    strategy.client_moments = {0: _moments(X)}
+    strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
+    far = LocalCentroids(np.array([[40.0]]), np.array([52]), np.array([-1]))
+    with pytest.raises(ValueError, match="cannot come from its rows"):
+        strategy.check_reply("train", 0, {"num-examples": len(X)}, far, {})
+
+
+def test_masked_kmedoids_medoids_are_held_to_a_rows_bound():
+    from flwr_clustering.algorithms.masked import MaskedStats
+
+    X, _ = _seed_upload()
+    medoid = MaskedStats(np.array([[24.0 * 5]]), np.array([[5.0]]))  # size x medoid
+    strategy = _strategy("masked-federated", **{"local-algorithm": "kmedoids"})
+    strategy.client_moments = {0: _moments(X)}
+    strategy.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})
+    means = _strategy("masked-federated")
+    means.client_moments = {0: _moments(X)}
+    with pytest.raises(ValueError, match="cannot come from its rows"):
+        means.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})

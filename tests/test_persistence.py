@@ -404,7 +404,9 @@ def test_an_out_dir_being_written_refuses_a_second_run(tmp_path):
         holder.wait()
 
 
-def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
+def _killed_run(tmp_path):
+    """What a SIGKILL after round 2 leaves: the rounds, the checkpoint, a lock naming a
+    process that no longer exists, no result.json. Returns (run config, nodes, out, pid)."""
     import socket
     import subprocess
     import sys
@@ -414,17 +416,21 @@ def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
     rc = {**rc, "out-dir": str(out)}
     with pytest.raises(RuntimeError):
         _run(rc, nodes, crash_at=3)
-    # what a SIGKILL leaves: the rounds, the checkpoint, a lock, no result.json
     (out / "result.json").unlink()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (out / ".run.lock").write_text(json.dumps(
         {"pid": dead.pid, "host": socket.gethostname(), "started": "2026-11-27 12:00:00 UTC"}))
+    return rc, nodes, out, dead.pid
+
+
+def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
+    rc, nodes, out, pid = _killed_run(tmp_path)
     with pytest.raises(FileExistsError, match="status interrupted"):
         run_server(InProcessGrid(client_app, nodes, run_config=rc), rc)
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted" and result["last-round"] == 2, result
-    assert f"process {dead.pid} on " in result["reason"]
+    assert f"process {pid} on " in result["reason"]
     assert not (out / ".run.lock").exists()
     resumed = _run({**rc, "resume-from": str(out)}, nodes)
     assert resumed["strategy"].history[-1]["round"] == 5
@@ -434,25 +440,15 @@ def test_a_killed_runs_out_dir_is_marked_interrupted_then_resumed(tmp_path):
 def test_inspecting_a_killed_runs_out_dir_marks_it_interrupted(tmp_path, capsys):
     """`python -m flwr_clustering status` on what a SIGKILL leaves marks it on disk."""
     import socket
-    import subprocess
-    import sys
 
     from flwr_clustering.__main__ import main
 
-    rc, nodes = _case("fkm")
-    out = tmp_path / "out"
-    rc = {**rc, "out-dir": str(out)}
-    with pytest.raises(RuntimeError):
-        _run(rc, nodes, crash_at=3)
-    (out / "result.json").unlink()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (out / ".run.lock").write_text(json.dumps(
-        {"pid": dead.pid, "host": socket.gethostname(), "started": "2026-11-27 12:00:00 UTC"}))
+    rc, nodes, out, pid = _killed_run(tmp_path)
     assert main(["status", str(out)]) == 1
     printed = capsys.readouterr().out
     assert f"{out}: interrupted, round 2" in printed, printed
     assert "when the out-dir was inspected" in printed and f"resume-from='{out}'" in printed
+    assert f"process {pid} on " in printed
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted" and result["last-round"] == 2
     assert not (out / ".run.lock").exists()
@@ -607,6 +603,8 @@ def test_resume_changed_data_goes_on_knowingly_and_records_both(tmp_path, caplog
     sources = {s["client-id"]: s for s in result["data-sources"]}
     assert [sources[i]["rows"] for i in range(3)] == [200, 200, 200]
     assert sources[2]["at-resume"]["rows"] == 150 and "at-resume" not in sources[0]
+    assert any("resume-changed-data=true" in w and "client 2" in w
+               for w in result["warnings"]), result["warnings"]
     strategy = done["strategy"]
     assert sorted(strategy.client_moments) == [0, 1]
     assert [h["clients"] for h in strategy.history] == [3] * 5

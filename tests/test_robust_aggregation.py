@@ -46,6 +46,25 @@ def test_trim_zero_is_federated_lloyd_and_half_is_the_median():
                                rtol=1e-14)
 
 
+def test_empty_clusters_have_no_vote_and_an_unfed_centroid_stays():
+    """privacy-threshold 0 sends empty local clusters (count 0): set aside, as federated
+    Lloyd does; a centroid only they would feed keeps its place (no NaN)."""
+    rng = np.random.default_rng(4)
+    ups = _uploads(rng, clients=5)
+    for u in ups[:3]:
+        u.counts[2] = 0
+        u.means[2] = 1e9  # what an empty cluster's mean would be is not looked at
+    previous = np.full((3, 2), 7.0)
+    for u in ups[3:]:
+        u.counts[2] = 0
+    new = trimmed_lloyd(ups, previous, 0.4)
+    np.testing.assert_array_equal(new[2], previous[2])
+    exact = fkm_server_aggregate(ups, 3, rng, update="lloyd", previous=previous)
+    np.testing.assert_array_equal(exact[2], previous[2])
+    kept = [LocalCentroids(u.means[:2], u.counts[:2], u.index[:2]) for u in ups]
+    np.testing.assert_array_equal(new[:2], trimmed_lloyd(kept, previous, 0.4)[:2])
+
+
 @pytest.mark.parametrize("trim, liars", [(0.2, 1), (0.3, 2), (0.5, 4)])
 @pytest.mark.parametrize("lie", [1e12, -3.0])
 def test_up_to_trim_times_n_liars_cannot_move_a_centroid_past_the_honest_values(

@@ -338,7 +338,8 @@ def trimmed_lloyd(uploads: Sequence[LocalCentroids], previous: np.ndarray,
     uploads : sequence of LocalCentroids
         Indexed by global centroid (at most one local mean per client and index).
     previous : numpy.ndarray of shape (k, d)
-        The global centroids the local means grew from (kept where no client has one).
+        The global centroids the local means grew from (kept where no client has a mean
+        of at least one row).
     trim : float in (0, 0.5]
         The fraction of the clients set aside at each end.
     """
@@ -348,8 +349,9 @@ def trimmed_lloyd(uploads: Sequence[LocalCentroids], previous: np.ndarray,
     means = np.concatenate([np.asarray(u.means, dtype=np.float64) for u in uploads])
     counts = np.concatenate([u.counts for u in uploads]).astype(np.float64)
     index = np.concatenate([u.index for u in uploads])
-    for j in np.unique(index):
-        at = index == j
+    sent = counts > 0  # privacy-threshold 0 sends empty clusters: no vote, no weight
+    for j in np.unique(index[sent]):
+        at = (index == j) & sent
         V, c = means[at], counts[at]
         n = len(V)
         t = min(int(np.floor(trim * n)), (n - 1) // 2)

@@ -457,8 +457,12 @@ def _damaged(path: Path, ex: BaseException) -> ValueError:
 
 
 def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]],
-                       where: str, accept: bool = False) -> list[dict[str, Any]]:
+                       where: str, accept: bool = False
+                       ) -> tuple[list[dict[str, Any]], str | None]:
     """Refuse to resume on other data than the interrupted run's; return its record.
+
+    Returns the run's data record and, when a change was accepted, the warning (logged
+    here, for the run's ``warnings`` in ``result.json``).
 
     Every client of the checkpoint's round-0 record (``data-sources``: rows and
     fingerprint per client id) must come back with the same rows; a client that the
@@ -476,7 +480,7 @@ def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]]
     """
     before = {int(s["client-id"]): s for s in checkpoint.get("data-sources") or []}
     if not before:
-        return sources
+        return sources, None
     changed, ids = [], []
     for s in sources:
         old = before.get(int(s["client-id"]))
@@ -495,11 +499,13 @@ def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]]
             + "; ".join(changed) + ". Restore those files to resume, start a new run "
             "on the new data (another out-dir), or set resume-changed-data=true to go on "
             "with the new rows knowingly")
+    warning = None
     if changed:
-        logger.warning("resume-from %r: the data changed since the interrupted run, going "
-                       "on as resume-changed-data=true asks: %s; the model so far was "
-                       "computed on the old rows, and these clients' means are no longer "
-                       "bounded by their declared sums", where, "; ".join(changed))
+        warning = (f"resume-from {where!r}: the data changed since the interrupted run, "
+                   f"going on as resume-changed-data=true asks: {'; '.join(changed)}; the "
+                   "model so far was computed on the old rows, and these clients' means "
+                   "are no longer bounded by their declared sums")
+        logger.warning("%s", warning)
         sums = (checkpoint.get("state") or {}).get("client_sums") or {}
         for cid in ids:
             sums.pop(str(cid), None)
@@ -510,7 +516,7 @@ def check_resumed_data(checkpoint: dict[str, Any], sources: list[dict[str, Any]]
         if cid in ids and cid in now:
             entry["at-resume"] = {"rows": now[cid]["rows"], "hash": now[cid]["hash"]}
     record += [{**now[cid], "new-at-resume": True} for cid in ids if cid not in before]
-    return record
+    return record, warning
 
 
 def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:

@@ -132,9 +132,11 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # config that names another source than the nodes read is refused; pooled side results
     # only where the pooled data is the clients' data.
     sources, absent = query_data_sources(grid, strategy, nodes)
+    warnings = []  # kept by start() (its reset) for result.json
     if checkpoint is not None:  # the same rows as the interrupted run, and its record kept
-        sources = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]),
-                                     accept=bool(cfg["resume-changed-data"]))
+        sources, changed = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]),
+                                              accept=bool(cfg["resume-changed-data"]))
+        warnings += [changed] if changed else []
     writer.data_sources = sources
     # its replies belong to the run's privacy ledger (start() resets the strategy's own)
     strategy.pre_run_ledger = list(strategy.ledger)
@@ -142,7 +144,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     same = identical_data_warning(sources)
     if same is not None:
         logger.warning("%s", same)
-        strategy.pre_run_warnings = [same]  # kept by start() (its reset)
+        warnings.append(same)
+    strategy.pre_run_warnings = warnings
     not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
     check_raw_row_consent(strategy, sources)
     if not_pooled is not None:

@@ -241,6 +241,20 @@ class FedKMeans(ClusteringStrategy):
         """The rows behind each local centroid (DP: noisy, so none to check)."""
         return None if self.dp else payload.counts
 
+    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """The local means and the rows behind each (DP: noisy sums, none to check).
+
+        The counts are the partition behind each mean, except for the paper's round-1
+        seeds (``init='paper'``: rows, counted by the rows nearest to them) and with
+        ``recount`` (counted after the means moved): those are held to the bound of a
+        single row (``m = 1``), which every row and every mean of rows keeps.
+        """
+        if self.dp or not isinstance(payload, LocalCentroids):
+            return None
+        if self.options.recount or (self.centroids is None and self.options.init == "paper"):
+            return payload.means, np.ones(len(payload.means))
+        return payload.means, payload.counts
+
     def payload_features(self, payload: Any) -> int | None:
         """Return the dimension of a non-empty upload."""
         if self.dp:

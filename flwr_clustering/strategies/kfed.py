@@ -66,6 +66,16 @@ class KFed(ClusteringStrategy):
         """The rows behind each local centre."""
         return payload.counts
 
+    def payload_means(self, payload: LocalCentroids) -> tuple[np.ndarray, np.ndarray]:
+        """The local centres, each held to the bound of a single row (``m = 1``).
+
+        A centre is scikit-learn's ``cluster_centers_`` (the mean of the partition before
+        the last assignment) and its count is of the rows nearest to it after: near
+        convergence they differ by a few rows, which on one-hot or other two-valued
+        columns (where a cluster can sit exactly on the bound) would drop an honest reply.
+        """
+        return payload.means, np.ones(len(payload.means))
+
     def payload_features(self, payload: LocalCentroids) -> int | None:
         """Return the dimension of a non-empty upload."""
         return int(payload.means.shape[1]) if len(payload.means) else None

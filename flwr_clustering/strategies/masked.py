@@ -171,9 +171,15 @@ class MaskedFederated(ClusteringStrategy):
         return int(payload.sums.shape[1])
 
     def payload_means(self, payload: MaskedStats) -> tuple[np.ndarray, np.ndarray]:
-        """Each cluster's mean of every feature, over the rows that observe it."""
+        """Each cluster's mean of every feature, over the rows that observe it.
+
+        With ``local-algorithm='kmedoids'`` the representative is a medoid (a row, sent as
+        size x medoid): held to the bound of a single row.
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
             means = np.where(payload.counts > 0, payload.sums / payload.counts, np.nan)
+        if self.options.local_algorithm == "kmedoids":
+            return means, (payload.counts > 0).astype(np.float64)
         return means, payload.counts
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
