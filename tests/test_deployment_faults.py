@@ -7,8 +7,9 @@ What a crash, a lost machine or a hung one does to a federation, done to real pr
 * a SuperNode killed mid-run (SIGKILL): with ``min-nodes`` allowing it the run finishes,
   the rounds without it name it (client id) in the history, and restarted it rejoins;
 * a frozen SuperNode (SIGSTOP): its round ends within ``round-timeout`` without it;
-* the SuperLink killed after round 5 (its ServerApp with it): restarted on its database,
-  ``resume-from`` finishes the run, and the result equals an uninterrupted run bit for bit.
+* the SuperLink killed after round 3 (its ServerApp with it): restarted on its database,
+  ``resume-from`` finishes the run, and the result equals an uninterrupted run bit for bit
+  (the same App on the same files in-process: every round's model, history and metrics).
 
 Every process, port and folder belongs to the test and is stopped by pid at the end.
 """
@@ -176,13 +177,16 @@ def test_local_file_checks_a_lost_a_restarted_and_a_frozen_supernode(tmp_path, d
 
 
 @pytest.mark.parametrize(("algorithm", "overrides", "kill_after"), [
-    ("fkm", "max-rounds=5 early-stop=false", 3),
+    ("fkm", {"max-rounds": 5, "early-stop": False}, 3),
     # DGC: 1 init round + iterations x inner steps; the relay's per-node messages
-    ("dgc", "iterations=4 rho=10.0", 3),
+    ("dgc", {"iterations": 4, "rho": 10.0}, 3),
 ])
 def test_superlink_killed_then_resumed_equals_an_uninterrupted_run(
         tmp_path, deployments, algorithm, overrides, kill_after):
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data.local_file import save_local_file
+    from flwr_clustering.testing import InProcessGrid
 
     configs = []
     for i, (X, y) in enumerate(_garst_parts()):
@@ -190,13 +194,20 @@ def test_superlink_killed_then_resumed_equals_an_uninterrupted_run(
         save_local_file(path, X, y)
         configs.append({"partition-id": i, "num-partitions": 3, "data-path": path})
     dep = deployments("link", configs)
-    dep.wait_online(NUM_CLIENTS)
-    base = (f"algorithm='{algorithm}' dataset='local' min-nodes=3 {overrides} "
-            f"round-timeout=120.0")
+    run_config = {"algorithm": algorithm, "dataset": "local", "min-nodes": 3, **overrides,
+                  "round-timeout": 120.0}
+    base = " ".join(f"{key}={value!r}" if isinstance(value, str) else
+                    f"{key}={str(value).lower()}" for key, value in run_config.items())
 
+    # The uninterrupted run: the same App on the same files and node configs, in-process
+    # (the deployment equals it bit for bit; seconds instead of the deployment's minute).
     whole = tmp_path / "uninterrupted"
-    run_id, _ = dep.submit(REPO_ROOT, f"{base} out-dir='{whole}'")
-    assert dep.finished(run_id, timeout=600)["status"] == "finished:completed", dep.logs()
+    rc = {**run_config, "out-dir": str(whole)}
+    run_server(InProcessGrid(app, NUM_CLIENTS, run_config=rc,
+                             node_configs=[{**c, "data-path": str(c["data-path"])}
+                                           for c in configs]), rc)
+    assert read_json(whole / "result.json")["status"] == "completed"
+    dep.wait_online(NUM_CLIENTS)
 
     out = tmp_path / "interrupted"
     dep.submit(REPO_ROOT, f"{base} out-dir='{out}'")

@@ -1,20 +1,27 @@
-"""End-to-end at scale: one SuperLink and 20 SuperNode processes on 127.0.0.1.
+"""End-to-end at scale: one SuperLink and 10 SuperNode processes on 127.0.0.1.
 
-The 20 SuperNodes are started once for the module (each reads its own ``.npz`` file, an
-``iid`` share of ``blobs`` data: ``data-path`` in its node config). On that federation an
-FKM run with a fixed number of rounds must complete with all 20 nodes in every round and
-give exactly the reference loop's centroids on the files' data (the tolerance of the
-3-SuperNode test); then the echo run (FedKMeans' messages, no computation) must complete
-with 20 contributors per round too. Both runs' per-round seconds are printed, FKM next to
-echo; there is no timing assertion (speed goals live in
-:mod:`simulations.benchmarks.supernodes`). Every process, port, ``FLWR_HOME`` and database
-belongs to this module and is stopped by pid at the end, with a check that nothing is left.
+Each SuperNode reads its own ``.npz`` file (an ``iid`` share of ``blobs`` data:
+``data-path`` in its node config). An FKM run with a fixed number of rounds must complete
+with all 10 nodes in every round and give exactly the reference loop's centroids on the
+files' data (the tolerance of the 3-SuperNode test). Its per-round seconds are printed;
+there is no timing assertion: speed goals, and the comparison with the echo protocol
+(FedKMeans' messages, no computation) at 20 and more SuperNodes, live in
+:mod:`simulations.benchmarks.supernodes` (``python -m simulations bench supernodes``).
+Every process, port, ``FLWR_HOME`` and database belongs to this test and is stopped by pid
+at the end, with a check that nothing is left.
+
+Why 10 and not 20: every message of a deployment starts a fresh ``flwr-clientapp`` process
+(2.4 s of CPU for Flower's own imports, measured 2026-11-27), so a round on N SuperNodes
+starts N of them at once. With 20 on a 2-core CI box, 17 of 20 did not start within their
+claim's time, Flower restarted them without end ("Runtime task-token authentication
+failed") and round 0 timed out (CI of 2026-11-27, the module alone); with 10 the start-up
+load halves. The test also took 15 of CI's 90 minutes with its echo run.
 
 The SuperLink keeps its state in memory (``--database :flwr-in-memory:``): with a SQLite
 file, 20 SuperNodes on a loaded 2-core machine met "database is locked" (HTTP 500 on a
 reply's push, not retried by the SuperNode), and the run waited for a reply that never
 came (see :func:`simulations.benchmarks.supernodes.superlink_args`). The machine must not
-be much busier than these 20 nodes make it: a ``flwr-clientapp`` that has not started
+be much busier than these nodes make it: a ``flwr-clientapp`` that has not started
 within 30 s loses its claim on the message and Flower starts another one, which on an
 overloaded machine snowballs until rounds time out (seen with other test suites running
 alongside).
@@ -25,8 +32,6 @@ start_federation`, :func:`~simulations.benchmarks.supernodes.run_job`).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -35,18 +40,17 @@ from simulations.benchmarks.supernodes import run_job, start_federation, stop_fe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
-NUM_NODES = 20
+NUM_NODES = 10
 #: With tol=-1 every run has exactly this many rounds (FKM: the init round, then one
-#: update). Each round is one message to each of the 20 SuperNodes, i.e. 20 fresh
-#: ``flwr-clientapp`` processes (about 3 s of CPU each): 45-90 s per round on 2 cores,
-#: so every round more costs the test about 2 x 60 s (one data-source and one final
-#: evaluation exchange come with each run as well).
+#: update). Each round is one message to each of the 10 SuperNodes, i.e. 10 fresh
+#: ``flwr-clientapp`` processes (about 3 s of CPU each): 20-45 s per round on 2 cores
+#: (the data-source, feature-moments and final evaluation exchanges come with the run).
 ROUNDS = 2
 SAMPLES_PER_NODE = 40
 K = 16
-#: Per run: a round of 20 fresh ClientApp processes takes tens of seconds on 2 cores.
+#: Per run: a round of 10 fresh ClientApp processes takes tens of seconds on 2 cores.
 RUN_TIMEOUT = 600.0
-#: The runs' round-timeout: min-nodes = 20, so a lost reply fails the run after it.
+#: The run's round-timeout: min-nodes = 10, so a lost reply fails the run after it.
 ROUND_TIMEOUT = 240.0
 
 #: Flower's polling waits as it ships (3 s), unlike the other deployment tests (0.2 s): with
@@ -55,10 +59,6 @@ ROUND_TIMEOUT = 240.0
 #: without end ("Runtime task-token authentication failed", 0 of 20 replies in 240 s;
 #: CI of 2026-11-27, with other tests running beside it).
 POLL_SECONDS = None
-
-#: Per-round seconds of the runs, by algorithm, for the comparison printed at the end.
-_ROUND_SECONDS: dict[str, dict] = {}
-
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory):
@@ -90,7 +90,7 @@ def _check_run(fed, rec: dict) -> None:
     assert rec["ok"], rec
 
 
-def test_fkm_on_20_supernodes_equals_the_reference_loop(federation):
+def test_fkm_on_10_supernodes_equals_the_reference_loop(federation):
     from flwr_clustering.algorithms.fkm import run_fkm
     from flwr_clustering.data.local_file import load_local_file
 
@@ -99,7 +99,6 @@ def test_fkm_on_20_supernodes_equals_the_reference_loop(federation):
     rec = run_job(fed, "fkm", ROUNDS, out_dir, timeout=RUN_TIMEOUT, round_timeout=ROUND_TIMEOUT)
     _print_run(rec)
     _check_run(fed, rec)
-    _ROUND_SECONDS["fkm"] = rec
 
     with np.load(out_dir / "centroids.npz") as npz:
         centroids = npz["centroids"]
@@ -111,22 +110,3 @@ def test_fkm_on_20_supernodes_equals_the_reference_loop(federation):
     ref = run_fkm(local, K, seed=0, max_rounds=ROUNDS, tol=-1.0)
     assert len(ref.history) == ROUNDS
     np.testing.assert_allclose(centroids, ref.centroids, rtol=0, atol=1e-9)
-
-
-def test_echo_on_the_same_20_supernodes(federation):
-    fed = federation
-    t0 = time.monotonic()
-    rec = run_job(fed, "echo", ROUNDS, fed.deployment.tmp / "results-echo",
-                  timeout=RUN_TIMEOUT, round_timeout=ROUND_TIMEOUT)
-    _print_run(rec)
-    _check_run(fed, rec)
-    _ROUND_SECONDS["echo"] = rec
-    print(f"echo run: {time.monotonic() - t0:.1f} s")
-
-    fkm = _ROUND_SECONDS.get("fkm")
-    if fkm is not None:  # recorded only, never asserted: speed goals live in benchmarks
-        print(f"per-round seconds (rounds >= 2, median), {NUM_NODES} SuperNodes: "
-              f"FKM {fkm['median_s']:.2f} vs echo {rec['median_s']:.2f} "
-              f"(ratio {fkm['median_s'] / rec['median_s']:.2f}); round 1: FKM "
-              f"{fkm['round1_s']:.2f} vs echo {rec['round1_s']:.2f}; wall: FKM "
-              f"{fkm['wall_s']:.1f} vs echo {rec['wall_s']:.1f}")

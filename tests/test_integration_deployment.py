@@ -87,24 +87,6 @@ def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[d
     return json.loads((out_dir / "result.json").read_text()), centroids
 
 
-def _secure_fkm_reference(local: list[np.ndarray], rounds: int) -> np.ndarray:
-    """FKM under secure aggregation as a pure loop: the start from the pooled moments
-    (the strategy's generator, seed 0), then federated Lloyd from the totals."""
-    from flwr_clustering.algorithms.fkm import (
-        dense_totals,
-        fkm_client_update,
-        lloyd_from_totals,
-        moment_init,
-    )
-
-    X = np.vstack(local)
-    C = moment_init(len(X), X.sum(0), np.square(X).sum(0), 16, np.random.default_rng(0))
-    for _ in range(rounds):
-        totals = [dense_totals(fkm_client_update(x, C), 16, X.shape[1]) for x in local]
-        C = lloyd_from_totals(sum(t[0] for t in totals), sum(t[1] for t in totals), C)
-    return C
-
-
 @pytest.fixture
 def deployment(tmp_path):
     files, _ = _write_client_files(tmp_path)
@@ -190,8 +172,10 @@ def test_deployment_three_supernodes_local_files(deployment):
                                       assign_to_nearest(X_i, centroids)[0])
 
     # A one-shot FeCA run, then FFCM (a moments exchange and two rounds of fuzzy c-means),
-    # then Algorithms 1 and 2 of the masked-feature paper and DGC, on the same SuperNodes:
-    # the reference loops' results.
+    # then Algorithms 1 and 2 of the masked-feature paper, DGC and KDC, on the same
+    # SuperNodes: the reference loops' results. (FKM under secure aggregation, whose
+    # SecAgg+ state each SuperNode carries across four fresh flwr-clientapp processes, runs
+    # on a deployment in tests/test_deployment_data.py.)
     from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
     from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
@@ -208,10 +192,6 @@ def test_deployment_three_supernodes_local_files(deployment):
         ("masked-federated", "federated-rounds=1 tol=-1.0", 2,
          run_masked_federated(local, 16, rounds=1).centroids),
         ("masked-oneshot", "", 1, run_masked_oneshot(local, 16).centroids),
-        # secure aggregation (SecAgg+): each SuperNode's state carries the protocol across
-        # its four messages (a fresh flwr-clientapp process each); the pure loop's rounds
-        ("fkm", "server-update='lloyd' secure-aggregation=true max-rounds=2 tol=-1.0", 2,
-         _secure_fkm_reference(local, rounds=2)),
         # DGC: the relay routes neighbour sums over a ring of the 3 SuperNodes
         # (partition-id = graph node); one iteration keeps the test short
         ("dgc", "iterations=1 rho=10.0", 2,

@@ -249,15 +249,19 @@ class LocalDeployment:
         """Every process log, for assertion messages."""
         return "\n".join(p.report() for p in self.processes)
 
-    def stop(self) -> list:
-        """Stop every process started (and its children) by pid; return the survivors."""
+    def stop(self, grace: float = 3.0) -> list:
+        """Stop every process started (and its children) by pid; return the survivors.
+
+        SIGTERM first, SIGKILL for what still runs ``grace`` seconds later (a SuperNode's
+        SuperExec outlives its SIGTERM by about 10 s; nothing of a test deployment needs
+        a clean shutdown: its state is thrown away)."""
         for p in self.processes:  # a frozen process ignores SIGTERM until thawed
             if p.alive():
                 try:
                     self.pause(p, resume=True)
                 except ProcessLookupError:
                     pass
-        return stop_managed(self.processes, timeout=20.0)
+        return stop_managed(self.processes, timeout=20.0, grace=grace)
 
     # ------------------------------------------------------------------------ CLI
     def cli(self, *args: str, timeout: float = 60.0, cwd: Path | None = None) -> CliResult:

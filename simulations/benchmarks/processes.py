@@ -349,10 +349,14 @@ class ManagedProcess:
         return f"--- {self.name} (pid {self.pid}, {status}) log:\n{tail(self.log())}"
 
 
-def stop_managed(procs: Sequence[ManagedProcess], timeout: float = 20.0) -> list[ProcInfo]:
-    """Stop processes the caller started and their descendants; reap them; return the survivors."""
+def stop_managed(procs: Sequence[ManagedProcess], timeout: float = 20.0,
+                 grace: float = 10.0) -> list[ProcInfo]:
+    """Stop processes the caller started and their descendants; reap them; return the survivors.
+
+    ``timeout`` and ``grace`` are :func:`stop_processes`'.
+    """
     roots = [p.info for p in procs if p.popen is not None and p.info is not None]
-    survivors = stop_processes(roots, timeout=timeout)
+    survivors = stop_processes(roots, timeout=timeout, grace=grace)
     for p in procs:
         if p.popen is not None:
             try:
