@@ -254,7 +254,8 @@ class LocalDeployment:
 
         SIGTERM first, SIGKILL for what still runs ``grace`` seconds later (a SuperNode's
         SuperExec outlives its SIGTERM by about 10 s; nothing of a test deployment needs
-        a clean shutdown: its state is thrown away)."""
+        a clean shutdown: its state is thrown away).
+        """
         for p in self.processes:  # a frozen process ignores SIGTERM until thawed
             if p.alive():
                 try:
