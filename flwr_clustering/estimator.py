@@ -28,6 +28,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .log import quiet
+
 __all__ = ["FederatedClustering"]
 
 #: Largest seed: the seed travels to the clients in a ConfigRecord (signed 64-bit).
@@ -602,7 +604,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
         grid = InProcessGrid(client_app(client_fn), len(parts), run_config=run_config)
         try:
-            strategy.start(grid=grid)
+            with quiet():  # silent as KMeans, unless the program configures logging
+                strategy.start(grid=grid)
         except SchemaError as ex:
             # the sites' columns do not make one federation: the strategy's own sentence
             # (naming the client, the columns and the option), raised before round 1

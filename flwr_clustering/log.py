@@ -7,16 +7,25 @@ own configuration (``logging.basicConfig``, pytest's ``caplog``, ...) picks the 
 Modules of the package log through this logger or a child of it
 (``logging.getLogger(__name__)``).
 
-The Flower App is an application, not a library: it calls :func:`configure_console` so that
-a ``flwr run`` shows our progress, through Flower's own console handler, formatted as
-Flower's lines (``INFO :      [ROUND 2/20]``), when nothing else handles the records.
+Our records reach the console as Flower's strategies' do. Flower's ``FedAvg`` logs to the
+``flwr`` logger, which carries Flower's console handler from ``import flwr`` on; a
+strategy's :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.start` (and the
+Flower App) calls :func:`configure_console`, which adds *that* handler (Flower's, never one
+of ours) to :data:`logger` when nothing of the program handles our records: in a user's
+own ServerApp with no logging set up, ``[ROUND 2/20]``, "waiting for nodes" and the
+warnings show formatted as Flower's lines (``INFO :      [ROUND 2/20]``). A program that
+configures logging (before or after) gets our records through its own handlers only.
+The scikit-learn estimator fits inside :func:`quiet`: silent, as ``KMeans`` is, unless the
+program configures logging.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["LOGGER_NAME", "configure_console", "logger"]
+__all__ = ["LOGGER_NAME", "configure_console", "logger", "quiet"]
 
 #: Name of the package's logger; every module logger is this or a child of it.
 LOGGER_NAME = "flwr_clustering"
@@ -27,6 +36,24 @@ if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
 
 #: Attribute that marks the handler :func:`configure_console` installed.
 _CONSOLE_MARK = "_flwr_clustering_console"
+
+#: How many :func:`quiet` blocks are open (process-wide: the in-process grid's clients may
+#: log from other threads).
+_quiet_depth = 0
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Within the block, Flower's console handler prints none of our records.
+
+    Handlers the program configured itself still get them. The estimator fits inside it.
+    """
+    global _quiet_depth
+    _quiet_depth += 1
+    try:
+        yield
+    finally:
+        _quiet_depth -= 1
 
 
 def _console_handler() -> logging.Handler | None:
@@ -84,7 +111,9 @@ def configure_console(level: int = logging.INFO) -> logging.Handler | None:
         if not getattr(handler, _CONSOLE_MARK, False):
             # Should the program configure logging later, its handlers take over: none of
             # our records is printed twice. Flower's own records pass unchanged.
-            handler.addFilter(lambda record: not (_ours(record) and _handled_elsewhere()))
+            # Within quiet(), none of ours either.
+            handler.addFilter(lambda record: not (
+                _ours(record) and (_quiet_depth > 0 or _handled_elsewhere())))
             setattr(handler, _CONSOLE_MARK, True)
         logger.addHandler(handler)
     return handler

@@ -69,3 +69,41 @@ def test_the_console_falls_silent_when_the_program_configures_logging_later():
         logger.warning("theirs")
     """)
     assert _plain(out.stderr) == "WARNING :   ours\napp: theirs\n"
+
+
+def test_a_strategy_in_an_own_serverapp_shows_its_progress_as_fedavg_does():
+    # no logging set up: a user's own ServerApp that calls start(), as README's snippet
+    out = _run("""
+        import numpy as np
+        from flwr_clustering.clients import FedKMeansClient, client_app
+        from flwr_clustering.log import logger
+        from flwr_clustering.strategies import FedKMeans
+        from flwr_clustering.testing import InProcessGrid
+        rng = np.random.default_rng(0)
+        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
+        app = client_app(lambda ctx: FedKMeansClient(
+            parts[int(ctx.node_config["partition-id"])],
+            client_id=int(ctx.node_config["partition-id"])))
+        FedKMeans(k=2, min_nodes=2, max_rounds=2, tol=-1.0, seed=0).start(
+            grid=InProcessGrid(app, 2))
+        assert [type(h).__module__.split(".")[0] for h in logger.handlers] == [
+            "logging", "flwr"]  # the NullHandler and Flower's console handler: none of ours
+    """)
+    lines = _plain(out.stderr).splitlines()
+    for line in ("[ROUND 1/2]", "[ROUND 2/2]", "fkm finished: 2 of 2 rounds"):
+        assert any(x.startswith(f"INFO :      {line}") for x in lines), (line, lines)
+    assert len(lines) == len(set(lines)), lines  # no line twice
+
+
+def test_the_estimator_is_silent_as_kmeans_unless_the_program_configures_logging():
+    fit = """
+        import numpy as np
+        from flwr_clustering import FederatedClustering
+        rng = np.random.default_rng(0)
+        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
+        FederatedClustering("fkm", n_clusters=2, random_state=0, max_rounds=2).fit(parts)
+    """
+    assert _run(fit).stderr == ""
+    configured = _run("import logging; logging.basicConfig(level=logging.INFO, "
+                      "format='app: %(message)s')\n" + textwrap.dedent(fit))
+    assert "app: [ROUND 1/2]" in configured.stderr.splitlines(), configured.stderr

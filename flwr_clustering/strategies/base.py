@@ -22,6 +22,7 @@ caller) writes what :meth:`ClusteringStrategy.artifacts` and the history hand ba
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import time
 from collections import Counter
@@ -54,7 +55,7 @@ from ..clients.base import (
     FEATURE_MOMENTS_PHASE,
 )
 from ..data.schema import FeatureTransform
-from ..log import logger
+from ..log import configure_console, logger
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
@@ -1647,7 +1648,14 @@ class ClusteringStrategy(Strategy):
             If ``num_rounds < 1``, does not fit a fixed protocol, ``initial_arrays``
             holds several arrays without ``"centroids"``, or ``resume`` is given to a
             strategy that cannot resume or holds a finished run.
+
+        Notes
+        -----
+        The progress (waiting for nodes, ``[ROUND r/N]``, the end, warnings) reaches the
+        console as ``FedAvg``'s does, through Flower's console handler, unless the program
+        configured logging itself (:func:`flwr_clustering.log.configure_console`).
         """
+        configure_console(logger.level or logging.INFO)
         fixed = self.protocol_rounds()
         if num_rounds is not None:
             if isinstance(num_rounds, bool) or int(num_rounds) != num_rounds:
