@@ -5,9 +5,11 @@ point, :mod:`flwr_clustering.estimator`) loads scikit-learn and Flower on first 
 :func:`load_model` (a run's ``model.json``, to label new files at a site) loads NumPy only.
 """
 
+from importlib.metadata import version as _version
 from typing import Any
 
-__version__ = "0.1.0"
+#: The installed distribution's version: declared once, in pyproject.toml.
+__version__ = _version("flwr-clustering")
 
 __all__ = ["ClusteringModel", "FederatedClustering", "__version__", "load_model"]
 
