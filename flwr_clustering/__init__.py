@@ -5,11 +5,32 @@ point, :mod:`flwr_clustering.estimator`) loads scikit-learn and Flower on first 
 :func:`load_model` (a run's ``model.json``, to label new files at a site) loads NumPy only.
 """
 
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 from typing import Any
 
-#: The installed distribution's version: declared once, in pyproject.toml.
-__version__ = _version("flwr-clustering")
+
+def _declared_version() -> str:
+    """The version, declared once in pyproject.toml.
+
+    The installed distribution's, or the file's where the package runs from its source
+    without being installed (a Flower App Bundle unpacked on a SuperNode carries
+    ``pyproject.toml`` beside the package).
+    """
+    try:
+        return _version("flwr-clustering")
+    except PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "0+unknown"
+
+
+__version__ = _declared_version()
 
 __all__ = ["ClusteringModel", "FederatedClustering", "__version__", "load_model"]
 

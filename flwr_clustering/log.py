@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["LOGGER_NAME", "configure_console", "logger", "quiet"]
+__all__ = ["LOGGER_NAME", "configure_console", "logger", "quiet", "show_progress"]
 
 #: Name of the package's logger; every module logger is this or a child of it.
 LOGGER_NAME = "flwr_clustering"
@@ -117,3 +117,15 @@ def configure_console(level: int = logging.INFO) -> logging.Handler | None:
             setattr(handler, _CONSOLE_MARK, True)
         logger.addHandler(handler)
     return handler
+
+
+def show_progress() -> None:
+    """A strategy's ``start``: our progress on the console as ``FedAvg``'s, if nobody else's.
+
+    When no handler of the program receives our records, :func:`configure_console` (the
+    logger's level, if unset, becomes INFO). When the program configured logging, nothing
+    changes: neither its handlers nor our logger's level (an INFO level here would pass our
+    INFO records to a program that asked its root logger for warnings only).
+    """
+    if not _handled_elsewhere():
+        configure_console(logger.level or logging.INFO)

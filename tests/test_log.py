@@ -107,3 +107,59 @@ def test_the_estimator_is_silent_as_kmeans_unless_the_program_configures_logging
     configured = _run("import logging; logging.basicConfig(level=logging.INFO, "
                       "format='app: %(message)s')\n" + textwrap.dedent(fit))
     assert "app: [ROUND 1/2]" in configured.stderr.splitlines(), configured.stderr
+
+
+def test_start_leaves_a_program_that_asked_for_warnings_only_alone():
+    # basicConfig(level=WARNING): neither start() nor the estimator may raise our level
+    out = _run("""
+        import logging
+        logging.basicConfig(level=logging.WARNING, format="app: %(message)s")
+        import numpy as np
+        from flwr_clustering import FederatedClustering
+        from flwr_clustering.clients import FedKMeansClient, client_app
+        from flwr_clustering.log import logger
+        from flwr_clustering.strategies import FedKMeans
+        from flwr_clustering.testing import InProcessGrid
+        rng = np.random.default_rng(0)
+        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
+        app = client_app(lambda ctx: FedKMeansClient(
+            parts[int(ctx.node_config["partition-id"])],
+            client_id=int(ctx.node_config["partition-id"])))
+        FedKMeans(k=2, min_nodes=2, max_rounds=2, tol=-1.0, seed=0).start(
+            grid=InProcessGrid(app, 2))
+        FederatedClustering("fkm", n_clusters=2, random_state=0, max_rounds=2).fit(parts)
+        assert logger.level == logging.NOTSET, logger.level
+        assert [type(h).__name__ for h in logger.handlers] == ["NullHandler"]
+        logger.warning("a warning still shows")
+    """)
+    assert out.stderr == "app: a warning still shows\n", out.stderr
+
+
+def test_the_version_is_read_from_pyproject_where_the_package_is_not_installed(tmp_path):
+    import shutil
+    import tomllib
+    from pathlib import Path
+
+    import flwr_clustering
+
+    root = Path(flwr_clustering.__file__).resolve().parent.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert flwr_clustering.__version__ == declared
+    # the package's source beside its pyproject.toml, as an unpacked FAB holds it, with
+    # the installed distribution's metadata out of sight
+    shutil.copytree(root / "flwr_clustering", tmp_path / "flwr_clustering",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "flwr-clustering"\nversion = "9.8.7"\n')
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""
+            import importlib.metadata as md, sys
+            def missing(name):
+                raise md.PackageNotFoundError(name)
+            md.version = missing
+            import flwr_clustering
+            assert flwr_clustering.__file__.startswith(sys.argv[1]), flwr_clustering.__file__
+            print(flwr_clustering.__version__)
+        """), str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        check=True)
+    assert out.stdout == "9.8.7\n"

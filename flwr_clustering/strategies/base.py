@@ -22,7 +22,6 @@ caller) writes what :meth:`ClusteringStrategy.artifacts` and the history hand ba
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 import time
 from collections import Counter
@@ -55,7 +54,7 @@ from ..clients.base import (
     FEATURE_MOMENTS_PHASE,
 )
 from ..data.schema import FeatureTransform
-from ..log import configure_console, logger
+from ..log import logger, show_progress
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
@@ -1653,9 +1652,9 @@ class ClusteringStrategy(Strategy):
         -----
         The progress (waiting for nodes, ``[ROUND r/N]``, the end, warnings) reaches the
         console as ``FedAvg``'s does, through Flower's console handler, unless the program
-        configured logging itself (:func:`flwr_clustering.log.configure_console`).
+        configured logging itself (:func:`flwr_clustering.log.show_progress`).
         """
-        configure_console(logger.level or logging.INFO)
+        show_progress()
         fixed = self.protocol_rounds()
         if num_rounds is not None:
             if isinstance(num_rounds, bool) or int(num_rounds) != num_rounds:
