@@ -25,7 +25,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["LOGGER_NAME", "configure_console", "logger", "quiet", "show_progress"]
+__all__ = ["LOGGER_NAME", "configure_console", "hide_actor_termination", "logger", "quiet",
+           "show_progress"]
 
 #: Name of the package's logger; every module logger is this or a child of it.
 LOGGER_NAME = "flwr_clustering"
@@ -129,3 +130,24 @@ def show_progress() -> None:
     """
     if not _handled_elsewhere():
         configure_console(logger.level or logging.INFO)
+
+
+def _not_actor_termination(record: logging.LogRecord) -> bool:
+    """False for Flower's "Manually terminating ClientAppActor" (a Ray actor's normal end)."""
+    return not (record.msg == "Manually terminating %s"
+                and record.pathname.endswith("ray_actor.py"))
+
+
+def hide_actor_termination() -> None:
+    """Drop Flower's "WARNING : Manually terminating ClientAppActor" in this process.
+
+    For applications (the Flower App's ClientApp module calls it on import), never called by
+    the library. Flower's Ray backend ends every actor of a simulation at its normal end
+    with that WARNING, which reads as a failure when nothing failed
+    (``flwr.simulation.ray_transport.ray_actor.VirtualClientEngineActor.terminate``); this
+    filter on the ``flwr`` logger drops that one record, in the actor processes that loaded
+    the App's ClientApp. Every other record of Flower's passes unchanged.
+    """
+    flwr_logger = logging.getLogger("flwr")
+    if _not_actor_termination not in flwr_logger.filters:
+        flwr_logger.addFilter(_not_actor_termination)

@@ -90,8 +90,10 @@ def run_one(parts, k: int, case: str, trim: float, seed: int):
 
 
 def run(seeds: int = 3, only: list[str] | None = None) -> list[dict]:
-    """Every data set (or those in ``only``) x split x case x trim: ARI, SSE ratio,
-    dropped replies."""
+    """Every data set (or those in ``only``) x split x case x trim.
+
+    ARI, SSE ratio and dropped replies of each.
+    """
     logger = logging.getLogger("flwr_clustering")
     level = logger.level
     logger.setLevel(logging.ERROR)  # every liar's dropped reply is a WARNING
@@ -130,7 +132,7 @@ def _run(seeds: int, only: list[str] | None) -> list[dict]:
                             (adjusted_rand_score(yh, labels), float(d2.sum()) / inertia,
                              dropped))
             for (case, trim), values in results.items():
-                ari, ratio, dropped = (np.array(v, dtype=float) for v in zip(*values))
+                ari, ratio, dropped = (np.array(v, dtype=float) for v in zip(*values, strict=True))
                 rows.append({"data": name, "split": split, "k": k, "case": case,
                              "robust-trim": trim, "seeds": seeds,
                              "ari": float(ari.mean()), "sse-ratio": float(ratio.mean()),

@@ -4,6 +4,7 @@ Each case runs in a fresh interpreter: logging is process-wide state, and other 
 modules (and pytest) configure it.
 """
 
+import logging
 import re
 import subprocess
 import sys
@@ -163,3 +164,41 @@ def test_the_version_is_read_from_pyproject_where_the_package_is_not_installed(t
         """), str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
         check=True)
     assert out.stdout == "9.8.7\n"
+
+
+def test_the_app_hides_only_flowers_actor_termination_warning():
+    """Flower's WARNING at a Ray actor's normal end is dropped; every other record passes."""
+    from flwr_clustering.log import hide_actor_termination
+
+    flwr_logger = logging.getLogger("flwr")
+    before = list(flwr_logger.filters)
+    try:
+        hide_actor_termination()
+        hide_actor_termination()  # once only
+        assert len(flwr_logger.filters) == len(before) + 1
+
+        def record(msg, path):
+            return flwr_logger.makeRecord("flwr", logging.WARNING, path, 40, msg,
+                                          ("ClientAppActor",), None)
+
+        actor = "/x/flwr/simulation/ray_transport/ray_actor.py"
+        assert not flwr_logger.filter(record("Manually terminating %s", actor))
+        assert flwr_logger.filter(record("Manually terminating %s", "/x/other.py"))
+        assert flwr_logger.filter(record("Actor %s failed", actor))
+    finally:
+        flwr_logger.filters[:] = before
+
+
+def test_a_server_evaluation_equal_to_the_federated_one_is_not_repeated(caplog):
+    from flwr_clustering.strategies.base import _log_server_evaluation
+
+    fed = {"sse": 45.905446586, "ari": 0.95225, "ari-client-weighted": 0.9504}
+    with caplog.at_level(logging.INFO, logger="flwr_clustering"):
+        _log_server_evaluation(4, 20, {"sse": 45.905446586, "ari": 0.95225}, fed)
+        _log_server_evaluation(4, 20, {"sse": 45.9, "ari": 0.95225}, fed)
+        _log_server_evaluation(3, 20, {"sse": 46.0}, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "[ROUND 4/20] server evaluation: the federated evaluation's values",
+        "[ROUND 4/20] server evaluation: sse=45.9, ari=0.9523",
+        "[ROUND 3/20] server evaluation: sse=46",
+    ]

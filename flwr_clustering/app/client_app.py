@@ -24,7 +24,7 @@ from ..clients.base import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, ClusteringClient, c
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, load_partition
 from ..data.schema import FeatureTable
-from ..log import configure_console
+from ..log import configure_console, hide_actor_termination
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
 from .data_source import NO_DATA_PATH
 
@@ -197,3 +197,4 @@ def client_fn(context: Context) -> ClusteringClient:
 
 app = client_app(client_fn)
 configure_console()
+hide_actor_termination()  # Flower's WARNING at a Ray actor's normal end

@@ -1738,8 +1738,8 @@ class ClusteringStrategy(Strategy):
                 if server_metrics is not None:
                     result.evaluate_metrics_serverapp[rnd] = server_metrics
                     self.history[-1]["server-metrics"] = dict(server_metrics)
-                    logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds,
-                                _fmt(dict(server_metrics)))
+                    _log_server_evaluation(rnd, num_rounds, dict(server_metrics),
+                                           self.history[-1].get("metrics"))
             self.stopped = stop
             if on_round is not None:
                 on_round(self, rnd)
@@ -1760,3 +1760,20 @@ class ClusteringStrategy(Strategy):
 
 def _fmt(metrics: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+
+
+def _log_server_evaluation(rnd: int, num_rounds: int, server: dict[str, float],
+                           federated: dict[str, float] | None) -> None:
+    """Log the ``evaluate_fn``'s metrics of a round, once.
+
+    When the round's federated evaluation (just logged) has the same values, as the exact
+    federated statistics give on the pooled rows of a simulation, the line says so instead
+    of repeating every value.
+    """
+    if federated and set(server) <= set(federated) and all(
+            np.isclose(float(server[k]), float(federated[k]), rtol=1e-9, atol=1e-12)
+            for k in server):
+        logger.info("[ROUND %d/%d] server evaluation: the federated evaluation's values",
+                    rnd, num_rounds)
+    else:
+        logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds, _fmt(server))
