@@ -177,9 +177,10 @@ def test_local_file_checks_a_lost_a_restarted_and_a_frozen_supernode(tmp_path, d
 
 
 @pytest.mark.parametrize(("algorithm", "overrides", "kill_after"), [
-    ("fkm", {"max-rounds": 5, "early-stop": False}, 3),
+    # killed after round 2 of 4: two rounds from the checkpoint, two after the resume
+    ("fkm", {"max-rounds": 4, "early-stop": False}, 2),
     # DGC: 1 init round + iterations x inner steps; the relay's per-node messages
-    ("dgc", {"iterations": 4, "rho": 10.0}, 3),
+    ("dgc", {"iterations": 3, "rho": 10.0}, 2),
 ])
 def test_superlink_killed_then_resumed_equals_an_uninterrupted_run(
         tmp_path, deployments, algorithm, overrides, kill_after):

@@ -2,12 +2,12 @@
 
 Each SuperNode reads its own local file (``data-path`` in its node config; .npz and .csv
 with labels), the CLI submits ``flwr run . deploy --stream`` with ``dataset='local'``
-(the server has no pooled data), and the result must be exactly the FKM reference loop on
-the files' data. Every process (and its FLWR_HOME, database and port) belongs to this
-test and is stopped by pid at the end.
+(the server has no pooled data), and every algorithm's result must be exactly its
+reference loop on the files' data. Every process (and its FLWR_HOME, database and port)
+belongs to this test and is stopped by pid at the end.
 
-Deployment rounds are slow (the Grid pulls replies every 3 s and every message starts a
-fresh ``flwr-clientapp`` process), so the run is capped at a few rounds.
+Deployment exchanges are slow (every message starts a fresh ``flwr-clientapp`` process,
+about 8 s an exchange on 3 SuperNodes and 2 cores), so the runs are capped at a few rounds.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
 NUM_CLIENTS = 3
-MAX_ROUNDS = 3
 #: One file per client; both loaders (NumPy archive and pandas CSV) are exercised.
 FILE_NAMES = ("client0.npz", "client1.csv", "client2.npz")
 RUN_TIMEOUT = 300.0  # about 3 x 7 s of rounds plus start-up; generous for a busy CI box
@@ -105,7 +104,6 @@ def test_deployment_three_supernodes_local_files(deployment):
     dep = deployment
     from sklearn.metrics import adjusted_rand_score
 
-    from flwr_clustering.algorithms.fkm import run_fkm
     from flwr_clustering.algorithms.lloyd import assign_to_nearest
     from flwr_clustering.data.local_file import load_local_file
 
@@ -114,16 +112,21 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert len(dep.online_nodes()) == NUM_CLIENTS, dep.logs()
 
     print(f"{NUM_CLIENTS} SuperNodes online after {time.monotonic() - t_nodes:.1f} s")
+    from flwr_clustering.algorithms.feca import run_feca
+
+    # A one-shot FeCA run with the App's defaults but the algorithm (FKM on a deployment
+    # of local files runs in test_deployment_data.py, test_deployment_scale.py and
+    # test_deployment_faults.py).
     out_dir = dep.tmp / "results"
     t0 = time.monotonic()
     run = dep.cli(
         "run", ".", CONNECTION, "--stream", "--run-config",
-        f"dataset='local' min-nodes={NUM_CLIENTS} max-rounds={MAX_ROUNDS} scaling='none' "
+        f"algorithm='feca' dataset='local' min-nodes={NUM_CLIENTS} scaling='none' "
         f"out-dir='{out_dir}'",
         timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
     )
     seconds = time.monotonic() - t0
-    print(f"flwr run (deployment, {MAX_ROUNDS} rounds max): {seconds:.1f} s")
+    print(f"flwr run (feca, deployment): {seconds:.1f} s")
     assert run.returncode == 0, f"{run.report()}\n{dep.logs()}"
     assert "Starting local SuperLink" not in run.output  # the explicit connection was used
     run_id = parse_run_id(run.output)
@@ -137,28 +140,27 @@ def test_deployment_three_supernodes_local_files(deployment):
     result_file = out_dir / "result.json"
     assert result_file.is_file(), f"no {result_file} after {seconds:.0f} s\n{run.report()}"
     res = json.loads(result_file.read_text())
-    assert res["algorithm"] == "fkm"
+    assert res["algorithm"] == "feca"
     assert res["run-config"]["dataset"] == "local"
     assert "centralized" not in res  # no pooled data on a real deployment
-    assert 1 <= res["rounds"] <= MAX_ROUNDS
+    assert res["rounds"] == 1
     history = json.loads((out_dir / "history.json").read_text())
-    assert [h["clients"] for h in history] == [NUM_CLIENTS] * res["rounds"], history
+    assert [h["clients"] for h in history] == [NUM_CLIENTS], history
 
     with np.load(out_dir / "centroids.npz") as npz:
         centroids = npz["centroids"]
     assert centroids.shape == (16, 2) and np.all(np.isfinite(centroids))
 
-    # The SuperNodes read their own files: the result is exactly the reference FKM loop
-    # on those files' data (client i = partition-id i) ...
+    # The SuperNodes read their own files: the result is exactly the reference loop on
+    # those files' data (client i = partition-id i) ...
     parts = [load_local_file(p) for p in dep.data_files]
-    ref = run_fkm([X for X, _ in parts], 16, seed=0, max_rounds=MAX_ROUNDS, tol=1e-6)
-    assert len(ref.history) == res["rounds"]
-    np.testing.assert_allclose(centroids, ref.centroids, rtol=0, atol=1e-9)
+    local = [X for X, _ in parts]
+    np.testing.assert_allclose(centroids, run_feca(local, 16).centroids, rtol=0, atol=1e-9)
 
     # ... and the federated metrics (the files carry labels) are exact, i.e. equal to the
     # centralized computation on the union of the files.
     fed = res["federated"]
-    X = np.vstack([X for X, _ in parts])
+    X = np.vstack(local)
     y = np.concatenate([y for _, y in parts])
     assert fed["num-examples"] == len(X) == 800
     ari = adjusted_rand_score(y, assign_to_nearest(X, centroids)[0])
@@ -167,27 +169,23 @@ def test_deployment_three_supernodes_local_files(deployment):
     assert {"nmi", "purity", "sse"} <= set(fed), fed
     # Every SuperNode received the final model and wrote its own rows' labels locally
     # (labels-path in its node config); no label travelled.
-    for i, (path, (X_i, _)) in enumerate(zip(dep.data_files, parts, strict=True)):
+    for i, (path, X_i) in enumerate(zip(dep.data_files, local, strict=True)):
         np.testing.assert_array_equal(np.load(_labels_path(path, i)),
                                       assign_to_nearest(X_i, centroids)[0])
 
-    # A one-shot FeCA run, then FFCM (a moments exchange and two rounds of fuzzy c-means),
-    # then Algorithms 1 and 2 of the masked-feature paper, DGC and KDC, on the same
+    # FFCM (a moments exchange and two rounds of fuzzy c-means), then Algorithms 1 and 2 of the masked-feature paper, DGC and KDC, on the same
     # SuperNodes: the reference loops' results. (FKM under secure aggregation, whose
     # SecAgg+ state each SuperNode carries across four fresh flwr-clientapp processes, runs
     # on a deployment in tests/test_deployment_data.py.)
     from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
-    from flwr_clustering.algorithms.feca import run_feca
     from flwr_clustering.algorithms.ffcm import run_ffcm
     from flwr_clustering.algorithms.kdc import initial_cluster_means, run_kdc
     from flwr_clustering.algorithms.masked_federated import run_masked_federated
     from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 
-    local = [X for X, _ in parts]
     kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans", auto=False)
     kdc_means = initial_cluster_means(kdc.B, kdc.groups, kdc.lo, kdc.hi)
     for algorithm, overrides, rounds, ref in (
-        ("feca", "", 1, run_feca(local, 16).centroids),
         ("ffcm", "max-rounds=2 tol=-1.0", 2, run_ffcm(local, 16, rounds=2).centroids),
         ("masked-federated", "federated-rounds=1 tol=-1.0", 2,
          run_masked_federated(local, 16, rounds=1).centroids),
