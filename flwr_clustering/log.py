@@ -25,8 +25,8 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["LOGGER_NAME", "configure_console", "hide_actor_termination", "logger", "quiet",
-           "show_progress"]
+__all__ = ["LOGGER_NAME", "configure_console", "format_metrics", "hide_actor_termination",
+           "logger", "quiet", "show_progress"]
 
 #: Name of the package's logger; every module logger is this or a child of it.
 LOGGER_NAME = "flwr_clustering"
@@ -118,6 +118,11 @@ def configure_console(level: int = logging.INFO) -> logging.Handler | None:
             setattr(handler, _CONSOLE_MARK, True)
         logger.addHandler(handler)
     return handler
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    """Metrics as one log line's text: ``sse=45.91, ari=0.9523`` (4 significant digits)."""
+    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
 
 
 def show_progress() -> None:

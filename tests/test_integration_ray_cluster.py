@@ -43,8 +43,8 @@ from simulations.benchmarks.processes import (
     executable,
     flower_env,
     free_ports,
+    local_superlink_processes,
     parse_run_id,
-    pids_listening_on,
     pids_with_port_in_cmdline,
     port_is_open,
     proc_info,
@@ -211,9 +211,7 @@ class LocalSuperLink:
         return f"--- local SuperLink log:\n{tail(read_log(path))}"
 
     def remember_processes(self) -> None:
-        table = process_table()
-        procs = [table[p] for p in pids_listening_on(self.http_port) if p in table]
-        for info in procs + pids_with_port_in_cmdline(self.http_port, table):
+        for info in local_superlink_processes(self.http_port):
             self.seen.setdefault(info.key, info)
 
     def run(self, name: str, federation_config: str = FEDERATION_CONFIG) -> Run:

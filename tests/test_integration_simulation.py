@@ -28,12 +28,12 @@ from simulations.benchmarks.processes import (
     executable,
     flower_env,
     free_ports,
+    local_superlink_processes,
     parse_run_id,
     pids_listening_on,
     pids_with_port_in_cmdline,
     port_is_open,
     proc_info,
-    process_table,
     read_log,
     run_cli,
     stop_processes,
@@ -104,9 +104,7 @@ class LocalSuperLink:
 
     def remember_processes(self) -> list[ProcInfo]:
         """Record the SuperLink (listening on our port) and everything naming our port."""
-        table = process_table()
-        procs = [table[p] for p in pids_listening_on(self.http_port) if p in table]
-        procs += pids_with_port_in_cmdline(self.http_port, table)
+        procs = local_superlink_processes(self.http_port)
         for info in procs:
             self.seen.setdefault(info.key, info)
         return procs

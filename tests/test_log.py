@@ -18,6 +18,23 @@ def _plain(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+#: A user's own ServerApp code that calls ``start()`` (as README's snippet), with
+#: ``np`` imported before it; it leaves ``logger`` (ours) and ``parts`` defined.
+_OWN_SERVERAPP = """
+        from flwr_clustering.clients import FedKMeansClient, client_app
+        from flwr_clustering.log import logger
+        from flwr_clustering.strategies import FedKMeans
+        from flwr_clustering.testing import InProcessGrid
+        rng = np.random.default_rng(0)
+        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
+        app = client_app(lambda ctx: FedKMeansClient(
+            parts[int(ctx.node_config["partition-id"])],
+            client_id=int(ctx.node_config["partition-id"])))
+        FedKMeans(k=2, min_nodes=2, max_rounds=2, tol=-1.0, seed=0).start(
+            grid=InProcessGrid(app, 2))
+"""
+
+
 def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=60, check=True)
@@ -76,17 +93,7 @@ def test_a_strategy_in_an_own_serverapp_shows_its_progress_as_fedavg_does():
     # no logging set up: a user's own ServerApp that calls start(), as README's snippet
     out = _run("""
         import numpy as np
-        from flwr_clustering.clients import FedKMeansClient, client_app
-        from flwr_clustering.log import logger
-        from flwr_clustering.strategies import FedKMeans
-        from flwr_clustering.testing import InProcessGrid
-        rng = np.random.default_rng(0)
-        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
-        app = client_app(lambda ctx: FedKMeansClient(
-            parts[int(ctx.node_config["partition-id"])],
-            client_id=int(ctx.node_config["partition-id"])))
-        FedKMeans(k=2, min_nodes=2, max_rounds=2, tol=-1.0, seed=0).start(
-            grid=InProcessGrid(app, 2))
+        """ + _OWN_SERVERAPP + """
         assert [type(h).__module__.split(".")[0] for h in logger.handlers] == [
             "logging", "flwr"]  # the NullHandler and Flower's console handler: none of ours
     """)
@@ -117,17 +124,7 @@ def test_start_leaves_a_program_that_asked_for_warnings_only_alone():
         logging.basicConfig(level=logging.WARNING, format="app: %(message)s")
         import numpy as np
         from flwr_clustering import FederatedClustering
-        from flwr_clustering.clients import FedKMeansClient, client_app
-        from flwr_clustering.log import logger
-        from flwr_clustering.strategies import FedKMeans
-        from flwr_clustering.testing import InProcessGrid
-        rng = np.random.default_rng(0)
-        parts = [rng.normal(size=(40, 2)) + 5 * (i % 2) for i in range(2)]
-        app = client_app(lambda ctx: FedKMeansClient(
-            parts[int(ctx.node_config["partition-id"])],
-            client_id=int(ctx.node_config["partition-id"])))
-        FedKMeans(k=2, min_nodes=2, max_rounds=2, tol=-1.0, seed=0).start(
-            grid=InProcessGrid(app, 2))
+        """ + _OWN_SERVERAPP + """
         FederatedClustering("fkm", n_clusters=2, random_state=0, max_rounds=2).fit(parts)
         assert logger.level == logging.NOTSET, logger.level
         assert [type(h).__name__ for h in logger.handlers] == ["NullHandler"]

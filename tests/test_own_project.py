@@ -19,12 +19,9 @@ import pytest
 
 from simulations.benchmarks.processes import (
     describe,
-    flower_env,
-    free_ports,
+    local_superlink_processes,
     parse_run_id,
-    pids_listening_on,
-    pids_with_port_in_cmdline,
-    process_table,
+    private_local_superlink,
     run_cli,
     stop_processes,
     wait_for_run_finished,
@@ -65,9 +62,7 @@ def test_an_own_project_runs_on_its_first_flwr_run(tmp_path):
             (project / name).write_text(text)
     assert commands[-1] == "flwr run . --stream", commands
 
-    http_port, control_port = free_ports(2)
-    env = flower_env(tmp_path / "flwr-home", FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
-                     FLWR_LOCAL_CONTROL_API_PORT=str(control_port))
+    env, http_port = private_local_superlink(tmp_path / "flwr-home")
     # flower_env disables the runtime install itself: the page's export must do it here
     env.pop("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION")
     try:
@@ -88,8 +83,5 @@ def test_an_own_project_runs_on_its_first_flwr_run(tmp_path):
         centroids = np.load(written[0])
         assert centroids.shape == (16, 2) and np.all(np.isfinite(centroids))
     finally:
-        table = process_table()
-        procs = [table[p] for p in pids_listening_on(http_port) if p in table]
-        procs += pids_with_port_in_cmdline(http_port, table)
-        survivors = stop_processes(procs, timeout=20.0)
+        survivors = stop_processes(local_superlink_processes(http_port), timeout=20.0)
         assert not survivors, describe(survivors)

@@ -24,12 +24,9 @@ import pytest
 
 from simulations.benchmarks.processes import (
     describe,
-    flower_env,
-    free_ports,
+    local_superlink_processes,
     parse_run_id,
-    pids_listening_on,
-    pids_with_port_in_cmdline,
-    process_table,
+    private_local_superlink,
     run_cli,
     stop_processes,
     wait_for_run_finished,
@@ -121,9 +118,7 @@ def test_the_quick_start_runs_from_the_wheel(tmp_path):
 
     home = tmp_path / "home"
     home.mkdir()
-    http_port, control_port = free_ports(2)
-    env = flower_env(tmp_path / "flwr-home", FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
-                     FLWR_LOCAL_CONTROL_API_PORT=str(control_port))
+    env, http_port = private_local_superlink(tmp_path / "flwr-home")
     env.update(HOME=str(home), VIRTUAL_ENV=str(venv),
                PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}")
     env.pop("PYTHONPATH", None)  # nothing of the repository on the run's path
@@ -154,8 +149,5 @@ def test_the_quick_start_runs_from_the_wheel(tmp_path):
                     and not any(notice in x for notice in FLOWER_NOTICES)]
         assert not alarming, alarming
     finally:
-        table = process_table()
-        procs = [table[p] for p in pids_listening_on(http_port) if p in table]
-        procs += pids_with_port_in_cmdline(http_port, table)
-        survivors = stop_processes(procs, timeout=20.0)
+        survivors = stop_processes(local_superlink_processes(http_port), timeout=20.0)
         assert not survivors, describe(survivors)

@@ -25,7 +25,7 @@ from .. import registry
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import check_partitioning, load_pooled
-from ..log import configure_console, logger
+from ..log import configure_console, format_metrics, logger
 from ..metrics import (
     aggregate_evaluation_stats,
     centralized_metrics,
@@ -225,7 +225,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         # the federated model on the pooled rows is the strategy's last server evaluation
         # (logged); its comparison, once:
         logger.info("centralized k-means on the pooled rows: %s",
-                    ", ".join(f"{k}={v:.4g}" for k, v in extra["centralized"].items()))
+                    format_metrics(extra["centralized"]))
     save_results(strategy, out_dir, **extra)
     return {
         "centroids": centroids, "federated": strategy.final_metrics,

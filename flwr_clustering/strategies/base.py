@@ -54,7 +54,7 @@ from ..clients.base import (
     FEATURE_MOMENTS_PHASE,
 )
 from ..data.schema import FeatureTransform
-from ..log import logger, show_progress
+from ..log import format_metrics, logger, show_progress
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
@@ -1269,7 +1269,7 @@ class ClusteringStrategy(Strategy):
         if self.history:
             self.history[-1]["metrics"] = metrics
         self.final_metrics = metrics
-        logger.info("round %d evaluation: %s", server_round, _fmt(metrics))
+        logger.info("round %d evaluation: %s", server_round, format_metrics(metrics))
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
     def secure_evaluation(self, grid: Grid, server_round: int,
@@ -1309,7 +1309,7 @@ class ClusteringStrategy(Strategy):
         metrics.pop("ari-client-weighted", None)
         self._secure_stats = stats
         logger.info("round %d evaluation (secure aggregation): %s", server_round,
-                    _fmt(metrics))
+                    format_metrics(metrics))
         return metrics
 
     def evaluation_extras(self, replies: list[Reply]) -> dict[str, float]:
@@ -1704,7 +1704,7 @@ class ClusteringStrategy(Strategy):
             if server_metrics is not None:
                 result.evaluate_metrics_serverapp[0] = server_metrics
                 logger.info("[ROUND 0/%d] server evaluation: %s", num_rounds,
-                            _fmt(dict(server_metrics)))
+                            format_metrics(dict(server_metrics)))
         if resume is None:
             self.initialize(grid, timeout)
         else:  # the nodes may have reconnected under new node ids
@@ -1758,10 +1758,6 @@ class ClusteringStrategy(Strategy):
         return result
 
 
-def _fmt(metrics: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-
-
 def _log_server_evaluation(rnd: int, num_rounds: int, server: dict[str, float],
                            federated: dict[str, float] | None) -> None:
     """Log the ``evaluate_fn``'s metrics of a round, once.
@@ -1776,4 +1772,4 @@ def _log_server_evaluation(rnd: int, num_rounds: int, server: dict[str, float],
         logger.info("[ROUND %d/%d] server evaluation: the federated evaluation's values",
                     rnd, num_rounds)
     else:
-        logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds, _fmt(server))
+        logger.info("[ROUND %d/%d] server evaluation: %s", rnd, num_rounds, format_metrics(server))

@@ -240,6 +240,27 @@ def pids_with_port_in_cmdline(port: int, table: Mapping[int, ProcInfo] | None = 
     ]
 
 
+def private_local_superlink(flwr_home: Path) -> tuple[dict[str, str], int]:
+    """The environment of ``flwr run`` for a private local SuperLink, and its HTTP port.
+
+    :func:`flower_env` with its own ``FLWR_HOME`` and free ports for the local SuperLink
+    that the first ``flwr run`` starts (never a developer's on 39091); stop it with
+    :func:`local_superlink_processes` and :func:`stop_processes`.
+    """
+    http_port, control_port = free_ports(2)
+    env = flower_env(flwr_home, FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
+                     FLWR_LOCAL_CONTROL_API_PORT=str(control_port))
+    return env, http_port
+
+
+def local_superlink_processes(http_port: int,
+                              table: Mapping[int, ProcInfo] | None = None) -> list[ProcInfo]:
+    """The local SuperLink listening on ``http_port`` and every process naming that port."""
+    table = process_table() if table is None else table
+    procs = [table[p] for p in pids_listening_on(http_port) if p in table]
+    return procs + pids_with_port_in_cmdline(http_port, table)
+
+
 # --------------------------------------------------------------------------- stopping
 
 
