@@ -1,6 +1,6 @@
 """Shorter Flower polling for test deployments (loaded as ``sitecustomize``).
 
-Flower 1.41 polls with waits written into its code: a SuperNode with no message waits
+Flower 1.41 and 1.42 poll with waits written into their code: a SuperNode with no message waits
 3 s before asking its SuperLink again, and a ServerApp's ``send_and_receive`` waits 3 s
 between two pulls of replies (a SuperNode also waits 0.5 s between two looks for its
 ClientApp's reply). A deployment round therefore costs seconds of waiting on top of its
