@@ -307,12 +307,22 @@ def sse(X: np.ndarray, C: np.ndarray) -> float:
 
 
 def _silhouette_values(d2: np.ndarray) -> np.ndarray:
+    """Simplified silhouette of every row of ``d2`` (see :func:`simplified_silhouette_sum`).
+
+    An infinite squared distance is a centroid that cannot be measured on the row (a masked
+    client's centroid with no value on its observed features): a row with one measurable
+    centroid gets 1, the limit of ``(b - a) / b`` as ``b`` grows; a row with none gets 0,
+    as with a single centroid. So every value is finite and lies in ``[0, 1]`` or ``[-1, 1]``.
+    """
+    values = np.zeros(len(d2))
     if d2.shape[1] < 2 or len(d2) == 0:
-        return np.zeros(len(d2))
+        return values
     two = np.sqrt(np.partition(d2, 1, axis=1)[:, :2])
-    a, b = two[:, 0], two[:, 1]
-    denom = np.maximum(a, b)
-    return np.divide(b - a, denom, out=np.zeros_like(a), where=denom > 0)
+    a, b = two[:, 0], two[:, 1]  # a <= b, so max(a, b) = b
+    both = np.isfinite(b) & (b > 0)
+    values[both] = (b[both] - a[both]) / b[both]
+    values[np.isfinite(a) & np.isinf(b)] = 1.0
+    return values
 
 
 def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
@@ -320,8 +330,10 @@ def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:
 
     ``s_i = (b_i - a_i) / max(a_i, b_i)`` with ``a_i`` the (non-squared) distance to the
     nearest centroid and ``b_i`` the distance to the second nearest; ``s_i = 0`` when
-    ``max(a_i, b_i) = 0`` or when there is a single centroid. Additive over clients
-    (Garst & Reinders, Sec. 3, FEMNIST).
+    ``max(a_i, b_i) = 0`` or when there is a single centroid. On a masked client's
+    distances a centroid with no value on the row's features is infinitely far: ``s_i = 1``
+    when only the nearest is measurable (the limit as ``b_i`` grows), 0 when none is.
+    Additive over clients (Garst & Reinders, Sec. 3, FEMNIST).
 
     Parameters
     ----------

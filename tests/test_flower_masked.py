@@ -181,3 +181,42 @@ def test_bad_options_get_clear_errors():
 def test_an_empty_masked_client_is_refused_clearly():
     with pytest.raises(ValueError, match="data is empty"):
         MaskedFederatedClient(np.empty((0, 4)), client_id=7)
+
+
+def _mask_federations():
+    """(d, masks): every non-empty feature subset at some client, and disjoint feature sets."""
+    from itertools import combinations
+
+    for d in (1, 2, 3):
+        subsets = [set(c) for r in range(1, d + 1) for c in combinations(range(d), r)]
+        n = max(5, len(subsets))
+        yield pytest.param(d, [subsets[i % len(subsets)] for i in range(n)],
+                           id=f"d{d}-every-subset")
+        if d > 1:  # no two clients share a feature: centres stay partly undefined (warned)
+            yield pytest.param(d, [{i % d} for i in range(5)], id=f"d{d}-disjoint")
+
+
+@pytest.mark.parametrize("algorithm", ["masked-federated", "masked-oneshot"])
+@pytest.mark.parametrize(("d", "masks"), list(_mask_federations()))
+def test_every_mask_pattern_at_d_1_2_3_completes_with_every_client(algorithm, d, masks):
+    # Issue 38: a client observing one of two features computed its silhouette sum as NaN
+    # (a centre with no value on its features is infinitely far), the server dropped it
+    # and the run failed below min-nodes. No client may send a non-finite statistic.
+    from sklearn.datasets import make_blobs
+
+    from flwr_clustering.estimator import FederatedClustering
+
+    X, _ = make_blobs(120 * len(masks), n_features=d, centers=3, random_state=0)
+    parts = []
+    for i, observed in enumerate(masks):
+        part = X[i::len(masks)].copy()
+        part[:, [j for j in range(d) if j not in observed]] = np.nan
+        parts.append(part)
+    model = FederatedClustering(algorithm, n_clusters=3).fit(parts)
+    assert model.history_ and all(h["clients"] == len(masks) for h in model.history_), (
+        model.history_)
+    metrics = model.metrics_
+    assert metrics["num-examples"] == len(X)
+    assert np.isfinite(metrics["sse"]) and -1 <= metrics["simplified-silhouette"] <= 1, metrics
+    undefined = np.isnan(model.cluster_centers_).any()
+    assert undefined == any("NaN/inf entr" in w for w in model.warnings_), model.warnings_

@@ -311,3 +311,23 @@ def test_per_model_metrics_score_every_centre_set_like_sklearn():
     assert per_model_metrics(empty) == {}
     with pytest.raises(ValueError, match="models"):
         model_contingencies(X, models[0], y)
+
+
+def test_silhouette_with_unmeasurable_centroids_is_defined_and_finite():
+    # A masked client's distances: inf for a centroid with no value on its observed features.
+    from flwr_clustering.metrics import evaluation_stats_from_distances
+
+    inf = np.inf
+    d2 = np.array([[1.0, 4.0, inf],   # both nearest measurable: (2 - 1) / 2
+                   [4.0, inf, inf],   # one measurable centroid: the limit, 1
+                   [inf, inf, inf],   # none measurable: 0, as with a single centroid
+                   [0.0, 0.0, inf]])  # a tie at 0: 0
+    stats = evaluation_stats_from_distances(d2)
+    assert stats["silhouette-sum"] == 0.5 + 1.0 + 0.0 + 0.0
+    # finite distances keep the plain formula bit for bit
+    rng = np.random.default_rng(0)
+    X, C = rng.normal(size=(50, 3)), rng.normal(size=(4, 3))
+    d2 = ((X[:, None, :] - C[None]) ** 2).sum(axis=2)
+    two = np.sqrt(np.sort(d2, axis=1)[:, :2])
+    assert evaluation_stats_from_distances(d2)["silhouette-sum"] == math.fsum(
+        (two[:, 1] - two[:, 0]) / two[:, 1])
