@@ -30,10 +30,38 @@ from sklearn.utils.validation import check_is_fitted
 
 from .log import quiet
 
-__all__ = ["FederatedClustering"]
+__all__ = ["FederatedClustering", "default_min_nodes"]
 
 #: Largest seed: the seed travels to the clients in a ConfigRecord (signed 64-bit).
 _MAX_SEED = 2**63 - 1
+
+
+def default_min_nodes(algorithm: str, n_clients: int) -> int:
+    """The estimator's ``min_nodes`` when it is ``None``: a majority of the clients.
+
+    A round aggregates the valid replies of at least this many clients and names the
+    others (withheld under the privacy threshold, failed). More than half, so that a
+    model never stands for a minority of the federation's sites; every client where the
+    algorithm's rounds need all of them (:attr:`ClusteringStrategy.needs_every_client
+    <flwr_clustering.strategies.base.ClusteringStrategy.needs_every_client>`: DGC).
+
+    Parameters
+    ----------
+    algorithm : str
+        A registered algorithm's name.
+    n_clients : int
+        The number of clients.
+
+    Returns
+    -------
+    int
+        ``n_clients`` or ``n_clients // 2 + 1``.
+    """
+    from . import registry
+
+    if registry.get(algorithm).strategy.needs_every_client:
+        return n_clients
+    return n_clients // 2 + 1
 
 
 def _option_fields(algorithm: str) -> dict[str, dataclasses.Field]:
@@ -144,7 +172,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``Generator`` is refused: the seed travels to the clients, so it must be an int.
     min_nodes : int or None, default None
         The fewest valid client replies a round may aggregate (run-config key
-        ``min-nodes``); ``None``: every client (a client's failure stops the fit).
+        ``min-nodes``). ``None``: more than half of the clients (``n // 2 + 1``,
+        :func:`default_min_nodes`), so a round in which a minority withholds its reply
+        (the privacy threshold) or fails completes with the rest, names them in
+        ``warnings_`` and the log, and the model still stands for most of the federation;
+        every client for DGC, whose rounds need every node of its graph. An int: at least
+        that many valid replies (the number of clients: one client's failure stops the fit).
     early_stop : bool, default True
         Stop an iterative algorithm when it converges (its ``tol``); ``False`` runs every
         round (run-config key ``early-stop``).
@@ -386,7 +419,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"algorithm must be a string, got {self.algorithm!r}")
         registry.get(self.algorithm)  # ValueError naming the registered algorithms
         _check_option_names(self.algorithm, self.algorithm_options)
-        min_nodes = n_clients if self.min_nodes is None else self.min_nodes
+        min_nodes = (default_min_nodes(self.algorithm, n_clients) if self.min_nodes is None
+                     else self.min_nodes)
         if isinstance(min_nodes, bool) or not isinstance(min_nodes, numbers.Integral):
             raise ValueError(f"min_nodes must be an int or None, got {min_nodes!r}")
         if not 1 <= min_nodes <= n_clients:

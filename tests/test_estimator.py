@@ -552,3 +552,44 @@ def test_docs_dataframe_snippet_runs(capsys):
     assert "patient_id" not in ns["est"].feature_names_in_
     labels = ns["est"].predict(ns["frames"][0])
     np.testing.assert_array_equal(labels, ns["est"].labels_[0])
+
+
+@pytest.mark.parametrize("algorithm", ["mavg", "kfed", "feca", "fkm"])
+def test_a_minority_that_withholds_is_named_and_the_fit_completes_with_the_rest(algorithm):
+    # Issue 38: a site too small for the privacy threshold (3 rows, k = 3) withholds its
+    # reply; with min_nodes = every client the fit failed. The default is a majority.
+    from sklearn.datasets import make_blobs
+
+    from flwr_clustering.estimator import default_min_nodes
+
+    X, _ = make_blobs(603, n_features=2, centers=3, random_state=0)
+    parts = [X[:150], X[150:300], X[300:450], X[450:600], X[600:]]
+    est = FederatedClustering(algorithm, n_clusters=3).fit(parts)
+    assert default_min_nodes(algorithm, 5) == 3
+    assert est.cluster_centers_.shape == (3, 2) and np.isfinite(est.cluster_centers_).all()
+    if algorithm in ("mavg", "kfed"):  # they upload per-cluster values: the site withholds
+        assert [h["clients"] for h in est.history_] == [4]
+        assert any("client 4 (node" in w and "without them" in w for w in est.warnings_), (
+            est.warnings_)
+    # every site, the small one too, receives the model and labels its own rows
+    assert [len(labels) for labels in est.labels_] == [150, 150, 150, 150, 3]
+    # an explicit min_nodes of every client still stops the fit, naming the site
+    if algorithm in ("mavg", "kfed"):
+        with pytest.raises(RuntimeError, match=r"client 4 \(node 104\)"):
+            FederatedClustering(algorithm, n_clusters=3, min_nodes=5).fit(parts)
+
+
+def test_a_majority_is_required_and_dgc_needs_every_client():
+    from sklearn.datasets import make_blobs
+
+    from flwr_clustering.estimator import default_min_nodes
+
+    assert [default_min_nodes("mavg", n) for n in (1, 2, 3, 4, 5, 10)] == [1, 2, 2, 3, 3, 6]
+    assert default_min_nodes("dgc", 5) == 5
+    X, _ = make_blobs(309, n_features=2, centers=3, random_state=0)
+    # 3 of 5 sites too small: fewer valid replies than a majority, the fit fails naming them
+    parts = [X[:150], X[150:300], X[300:303], X[303:306], X[306:]]
+    with pytest.raises(RuntimeError, match="only 2 valid replies, fewer than min_nodes=3"):
+        FederatedClustering("mavg", n_clusters=3).fit(parts)
+    est = FederatedClustering("dgc", n_clusters=3, iterations=2).fit(parts[:3] + [X[:150]])
+    assert est.strategy_.min_nodes == 4

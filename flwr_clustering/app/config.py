@@ -45,7 +45,8 @@ class AppOptions(Options):
                             "AlgorithmSpec")
     min_nodes: int = option(2, minimum=1, help="nodes to wait for, and the fewest valid "
                             "replies a round may aggregate (Flower's default federation "
-                            "has 2)")
+                            "has 2); others are left out and named. Use more than half "
+                            "of your sites; DGC needs every node")
     seed: int = option(0, help="server and client random generators")
     out_dir: str = option("", help="results directory (absolute; empty: "
                           "~/flwr-clustering-results/<algorithm>-<time>)")

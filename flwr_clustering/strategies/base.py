@@ -249,6 +249,11 @@ class ClusteringStrategy(Strategy):
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
     #: iterative algorithms whose whole between-round state the state dict holds.
     resumable: bool = False
+    #: Whether every round needs every client (DGC: each client is a node of the graph
+    #: whose neighbours' sums the server relays). The others aggregate whoever replied
+    #: validly, at least ``min_nodes``, and name the clients that did not; the
+    #: estimator's default ``min_nodes`` is every client only where this is true.
+    needs_every_client: bool = False
     #: The options (field names of :attr:`Options`) that address each anomaly of
     #: :meth:`diagnose`; the warnings name their run-config keys. Fields the algorithm
     #: does not have are left out. Anomalies: ``non-finite``, ``fewer-centroids``,

@@ -79,6 +79,7 @@ class DGC(ClusteringStrategy):
     name = "dgc"
     Options = DGCOptions
     resumable = True
+    needs_every_client = True
 
     def __init__(self, k: int | None = None, *, graph: Any = None, **kwargs: Any) -> None:
         # ``graph`` may also be an adjacency array (not a run-config value).
