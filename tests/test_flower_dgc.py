@@ -337,3 +337,33 @@ def test_a_node_answering_as_another_client_stops_the_run():
     with pytest.raises(RuntimeError, match=r"node 101 answered as client 1 but was sent "
                                            r"client 2's centres"):
         strategy.aggregate_train(4, replies)
+
+
+def test_the_default_rho_adapts_and_the_relay_still_equals_the_loop(tmp_path):
+    # Issue 38: rho = 0 (the default) is adapted at the init round from the graph and the
+    # largest node; every step message carries it; the relay equals run_dgc's default.
+    from flwr_clustering.algorithms.dgc import adaptive_rho
+
+    parts = _users(m=5)
+    data = [X for X, _ in parts]
+    strategy = DGC(3, iterations=8, min_nodes=5, seed=1)
+    assert strategy.rho == 0
+    grid = InProcessGrid(_app(parts), 5)
+    strategy.start(grid=grid)
+    ring = build_graph("ring", 5)
+    expected = adaptive_rho(ring, "kmeans", max(len(X) for X in data))
+    assert strategy.rho_used == expected > 10
+    rhos = {m.content["config"]["rho"] for m in grid.sent
+            if m.metadata.message_type == "train" and m.content["config"].get("phase") == "step"}
+    assert rhos == {expected}
+    ref = run_dgc(data, ring, initial_centres(data, 3, seed=1), iterations=8)
+    assert ref.rho == expected
+    np.testing.assert_array_equal(strategy.node_centres, ref.centres)
+    # the state carries it: a resumed run steps with the same rho
+    arrays: dict = {}
+    state = unpack(json.loads(json.dumps(pack(strategy.state_dict(), arrays))), arrays)
+    again = DGC(3, iterations=8, min_nodes=5, seed=1)
+    again.load_state_dict(state)
+    assert again.rho_used == expected
+    with pytest.raises(ValueError, match="rho must be 0"):
+        DGC(3, rho=0.5)

@@ -59,6 +59,9 @@ class DGCClient(ClusteringClient):
             raise ValueError(f"client {self.client_id}: shapes {x.shape}, {nbr.shape}, "
                              f"{anchor.shape} differ")
         loss, delta = options.loss, options.delta
+        if options.rho < 1:
+            raise ValueError(f"client {self.client_id}: a step needs the run's rho (>= 1), "
+                             f"got {options.rho}")
         labels = assign(self.X, anchor)
         cost = local_cost(self.X, labels, x, loss, delta=delta)
         new = node_update(x, nbr, float(config["degree"]), self.X, labels,

@@ -17,10 +17,12 @@ from flwr.app import Array, ArrayRecord, Message, MessageType
 
 from ..algorithms.dgc import (
     DGCOptions,
+    algebraic_connectivity,
     build_graph,
     consensus_cost,
     consensus_distance,
     neighbour_sums,
+    resolve_rho,
     run_dgc,
     scored_users,
     step_size,
@@ -48,8 +50,11 @@ class DGC(ClusteringStrategy):
         Centres per node.
     loss : {"kmeans", "huber", "logistic", "fair"}, default "kmeans"
         Clustering loss.
-    rho : float, default 10.0
-        ``>= 1``; the clustering term is scaled by ``1 / rho``.
+    rho : float, default 0.0
+        ``>= 1``; the clustering term is scaled by ``1 / rho``. ``0``: adapted to the graph
+        and the largest node at the init round
+        (:func:`~flwr_clustering.algorithms.dgc.adaptive_rho`, logged; kept in
+        ``rho_used`` and ``nodes.npz``); the paper's runs pass 10, 100 or 1000.
     graph : str, array or path, default "ring"
         :func:`~flwr_clustering.algorithms.dgc.build_graph` (``ring``, ``complete``,
         ``star``, ``grid``, ``erdos-renyi``, an adjacency array or file).
@@ -98,6 +103,9 @@ class DGC(ClusteringStrategy):
         if self._graph_array is not None:
             self.graph = self._graph_array
         self.alpha = self.options.alpha or None
+        if self.options.rho != 0 and self.options.rho < 1:
+            raise ValueError(f"rho must be 0 (adapt to the data and the graph) or >= 1, got "
+                             f"{self.options.rho}")
 
     def protocol_rounds(self) -> int:
         """The init round and ``T S`` steps."""
@@ -116,6 +124,9 @@ class DGC(ClusteringStrategy):
         self.adjacency: np.ndarray | None = None
         self.node_of: dict[int, int] = {}
         self.step: float | None = None
+        #: The rho of the run (:func:`~flwr_clustering.algorithms.dgc.resolve_rho`, fixed
+        #: at the init round from the graph and the largest node).
+        self.rho_used: float | None = None
         self.node_history: list[np.ndarray] = []
         self._cost: float | None = None
 
@@ -128,8 +139,8 @@ class DGC(ClusteringStrategy):
         return {**super().state_dict(), "node_centres": self.node_centres,
                 "anchor": self.anchor, "adjacency": self.adjacency,
                 "node_of": {int(c): int(n) for c, n in self.node_of.items()},
-                "step": self.step, "node_history": list(self.node_history),
-                "cost": self._cost}
+                "step": self.step, "rho": self.rho_used,
+                "node_history": list(self.node_history), "cost": self._cost}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -144,6 +155,7 @@ class DGC(ClusteringStrategy):
             setattr(self, name, None if value is None else np.asarray(value))
         self.node_of = {int(c): int(n) for c, n in state["node_of"].items()}
         self.step = None if state["step"] is None else float(state["step"])
+        self.rho_used = None if state.get("rho") is None else float(state["rho"])
         self.node_history = [np.asarray(h) for h in state["node_history"]]
         self._cost = None if state["cost"] is None else float(state["cost"])
 
@@ -218,7 +230,8 @@ class DGC(ClusteringStrategy):
         messages = []
         for i in range(len(self.node_centres)):
             cfg = {**dict(config or {}), **self.options.to_config(), "phase": "step",
-                   "degree": float(deg[i]), "alpha": float(self.step), "seed": self.seed,
+                   "degree": float(deg[i]), "alpha": float(self.step),
+                   "rho": float(self.rho_used), "seed": self.seed,
                    "evaluate": False}
             # the anchor equals x_i at an iteration's first step: then it is not sent
             arrays = [self.node_centres[i], nbr[i]] + ([] if first else [self.anchor[i]])
@@ -310,8 +323,14 @@ class DGC(ClusteringStrategy):
             m = len(replies)
             self.adjacency = build_graph(self.graph, m, p=self.er_p, seed=self.seed)
             n_max = max(float(r.metrics["num-examples"]) for r in replies)
+            self.rho_used = resolve_rho(self.rho, self.adjacency, self.loss, n_max,
+                                        delta=self.delta)
+            if self.rho == 0:
+                logger.info("DGC: rho = %.4g, adapted to the graph (lambda_2 = %.4g) and the "
+                            "largest node (%d rows); the paper's fixed value: rho=10.0",
+                            self.rho_used, algebraic_connectivity(self.adjacency), n_max)
             self.step = (float(self.alpha) if self.alpha is not None
-                         else step_size(self.adjacency, self.loss, self.rho, n_max,
+                         else step_size(self.adjacency, self.loss, self.rho_used, n_max,
                                         delta=self.delta))
             self.node_centres = np.stack([r.payload for r in replies])
         else:
@@ -320,7 +339,8 @@ class DGC(ClusteringStrategy):
                                    f"clients {ids} of {len(self.node_centres)}")
             # J_rho at the iterate that was sent (clusters from the anchor)
             local = sum(float(r.metrics["local-cost"]) for r in replies)
-            self._cost = consensus_cost(self.adjacency, self.node_centres) + local / self.rho
+            self._cost = (consensus_cost(self.adjacency, self.node_centres)
+                          + local / self.rho_used)
             self.node_centres = np.stack([r.payload for r in replies])
         self.node_history.append(self.node_centres.copy())
         return self.node_centres.mean(axis=0)
@@ -370,7 +390,7 @@ class DGC(ClusteringStrategy):
         return scored_users(len(self.node_centres), self.options.user_eval_nodes)
 
     def artifacts(self) -> dict[str, dict[str, np.ndarray]]:
-        """``nodes.npz``: every node's final centres, the graph and the step.
+        """``nodes.npz``: every node's final centres, the graph, the step and ``rho``.
 
         The centres are in the data's units; with a scaling, ``scaled_centres`` keeps them
         as computed.
@@ -378,7 +398,7 @@ class DGC(ClusteringStrategy):
         if self.node_centres is None:
             return {}
         arrays = {"centres": self.node_centres, "adjacency": self.adjacency,
-                  "alpha": np.float64(self.step)}
+                  "alpha": np.float64(self.step), "rho": np.float64(self.rho_used)}
         transform = self.feature_transform
         if transform is not None and transform.scaled:
             arrays["centres"] = transform.inverse(self.node_centres)
