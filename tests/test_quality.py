@@ -103,6 +103,21 @@ def test_masked_clients_see_seventy_percent_of_the_features():
         np.testing.assert_array_equal(Xm[:, seen], X[:, seen])
 
 
+def test_every_subset_masks_give_each_subset_to_a_client_and_name_the_rows():
+    masks = quality.feature_masks(2, 10, seed=0, mode="every-subset")
+    assert masks.any(axis=1).all()
+    assert {tuple(m) for m in masks} == {(True, False), (False, True), (True, True)}
+    assert {tuple(m) for m in quality.feature_masks(3, 10, 1, "every-subset")} == {
+        tuple(bool(b >> j & 1) for j in range(3)) for b in range(1, 8)}
+    np.testing.assert_array_equal(quality.feature_masks(2, 3, 0, "one-feature"),
+                                  [[True, False], [False, True], [True, False]])
+    with pytest.raises(ValueError, match="mask mode"):
+        quality.feature_masks(2, 5, 0, "half")
+    row = run_task(QualityTask("moons", "iid", "masked-oneshot", 0, masks="every-subset"))
+    assert row["dataset"] == "moons/every-subset" and not row["error"], row
+    assert row["nan_entries"] is not None
+
+
 def test_run_tasks_keeps_the_order():
     tasks = [QualityTask("iris", "iid", "kfed", 0), QualityTask("wine", "iid", "kfed", 0)]
     rows = run_tasks(tasks)

@@ -32,6 +32,11 @@ Splits: ``iid`` and ``dirichlet`` (alpha 0.3 over the labels), both by the libra
 masked algorithms (``masked-federated``, ``masked-oneshot``) get the same row split and
 every client observes a random ``ceil(0.7 d)`` of the features (NaN elsewhere, by
 :func:`flwr_clustering.data.masks.apply_mask`); on the 2-D sets that is both features.
+``--masks every-subset`` (the low-dimensional cases): every non-empty subset of the
+features is some client's, in a seeded order, cycled over the clients (on a 2-D set:
+clients that see both features, the first only, the second only); its rows name the
+data set ``<name>/every-subset``. ``--masks one-feature``: client ``i`` observes feature
+``i mod d`` only (rows ``<name>/one-feature``).
 
 Engines: ``loop`` (default) runs the registry's pure loop of each algorithm (DeepFeCA,
 whose model labels rows with its network, always runs as ``app``), its
@@ -101,6 +106,9 @@ SPLITS = ("iid", "dirichlet")
 DIRICHLET_ALPHA = 0.3
 MASK_FRACTION = 0.7
 MASKED = ("masked-federated", "masked-oneshot")
+#: ``--masks``: a random ``ceil(0.7 d)`` of the features per client, every non-empty
+#: subset of them cycled over the clients, or one feature per client (``i mod d``).
+MASK_MODES = ("fraction", "every-subset", "one-feature")
 #: Every registered algorithm; DeepFeCA needs PyTorch and is left out by default.
 ALGORITHMS = ("fkm", "kfed", "feca", "deepfeca", "mavg", "ffcm", "masked-federated",
               "masked-oneshot", "dgc", "kdc")
@@ -150,8 +158,27 @@ def load(name: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, np.asarray(y, dtype=np.int64)
 
 
-def feature_masks(d: int, n_clients: int, seed: int) -> np.ndarray:
-    """Every client observes a random ``ceil(0.7 d)`` of the ``d`` features."""
+def feature_masks(d: int, n_clients: int, seed: int, mode: str = "fraction") -> np.ndarray:
+    """Every client observes a random ``ceil(0.7 d)`` of the ``d`` features.
+
+    ``mode="every-subset"``: the ``2^d - 1`` non-empty subsets in a seeded order, client
+    ``i`` observing subset ``i`` modulo their number (for small ``d``).
+    ``mode="one-feature"``: client ``i`` observes feature ``i mod d`` only (no two
+    clients' features overlap unless equal: some centres stay partly undefined).
+    """
+    if mode == "one-feature":
+        return np.arange(d)[None, :] == (np.arange(n_clients) % d)[:, None]
+    if mode == "every-subset":
+        from itertools import combinations
+
+        subsets = [c for r in range(1, d + 1) for c in combinations(range(d), r)]
+        order = np.random.default_rng([seed, 71]).permutation(len(subsets))
+        masks = np.zeros((n_clients, d), dtype=bool)
+        for i in range(n_clients):
+            masks[i, list(subsets[order[i % len(subsets)]])] = True
+        return masks
+    if mode != "fraction":
+        raise ValueError(f"mask mode must be one of {MASK_MODES}, got {mode!r}")
     rng = np.random.default_rng([seed, 70])
     seen = math.ceil(MASK_FRACTION * d)
     masks = np.zeros((n_clients, d), dtype=bool)
@@ -160,7 +187,7 @@ def feature_masks(d: int, n_clients: int, seed: int) -> np.ndarray:
     return masks
 
 
-def federation(name: str, split: str, seed: int, *, masked: bool
+def federation(name: str, split: str, seed: int, *, masked: bool, masks: str = "fraction"
                ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """``(clients, complete client rows, client labels)`` of a data set and split."""
     from flwr_clustering.data.masks import apply_mask
@@ -174,8 +201,9 @@ def federation(name: str, split: str, seed: int, *, masked: bool
     labels = [yi for _, yi in parts]
     clients = complete
     if masked:
-        masks = feature_masks(X.shape[1], m, seed)
-        clients = [apply_mask(Xi, mask) for Xi, mask in zip(complete, masks, strict=True)]
+        client_masks = feature_masks(X.shape[1], m, seed, masks)
+        clients = [apply_mask(Xi, mask) for Xi, mask in zip(complete, client_masks,
+                                                             strict=True)]
     return clients, complete, labels
 
 
@@ -384,6 +412,7 @@ class QualityTask:
     algorithm: str
     seed: int
     engine: str = "loop"
+    masks: str = "fraction"
 
 
 class _Counter(logging.Handler):
@@ -410,7 +439,9 @@ def run_task(task: QualityTask, *, runner: Callable[..., Model] | None = None
     runner : callable, optional
         ``runner(clients, k, seed, options) -> Model`` in place of the engine's (tests).
     """
-    row: dict[str, Any] = {"dataset": task.dataset, "split": task.split,
+    row: dict[str, Any] = {"dataset": task.dataset + ("" if task.masks == "fraction"
+                                                      else f"/{task.masks}"),
+                           "split": task.split,
                            "algorithm": task.algorithm, "seed": task.seed,
                            "clients": DATASETS.get(task.dataset), "error": ""}
     lib_logger = logging.getLogger("flwr_clustering")
@@ -426,7 +457,7 @@ def run_task(task: QualityTask, *, runner: Callable[..., Model] | None = None
             warnings.simplefilter("always")
             masked = task.algorithm in MASKED
             clients, complete, labels = federation(task.dataset, task.split, task.seed,
-                                                   masked=masked)
+                                                   masked=masked, masks=task.masks)
             X, y = np.vstack(complete), np.concatenate(labels)
             k = int(len(np.unique(y)))
             row.update(n=len(X), d=X.shape[1], k=k)
@@ -686,6 +717,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("loop", "app"), default="loop",
                    help="loop: the pure loops with the App's options (default); app: the "
                    "real strategy and clients in process")
+    p.add_argument("--masks", choices=MASK_MODES, default="fraction",
+                   help="the masked algorithms' feature masks: a random 70%% of the "
+                   "features per client (default), every non-empty subset of them "
+                   "cycled over the clients, or feature i mod d at client i "
+                   "(low-dimensional cases; rows named <data set>/<masks>)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="./results/quality", help="output directory")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
@@ -711,7 +747,8 @@ def tasks_from_args(args: argparse.Namespace) -> list[QualityTask]:
         for split in splits:
             for seed in ds_seeds:  # a cell's algorithms together: one k-means per data
                 for alg in algorithms:
-                    tasks.append(QualityTask(ds, split, alg, seed, args.engine))
+                    tasks.append(QualityTask(ds, split, alg, seed, args.engine,
+                                             args.masks if alg in MASKED else "fraction"))
     return tasks
 
 
