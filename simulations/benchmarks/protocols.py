@@ -271,6 +271,7 @@ def bench_dgc_relay(
         build_graph,
         dgc_step,
         initial_centres,
+        resolve_rho,
         run_dgc,
         step_size,
     )
@@ -294,7 +295,9 @@ def bench_dgc_relay(
         "max_degree": int(deg.max()),
         "connectivity_threshold_ln_m_over_m": float(np.log(m) / m) if m > 1 else None,
     }
-    rho, loss = float(cfg["rho"]), str(cfg["loss"])
+    loss = str(cfg["loss"])
+    # the App's default rho=0 adapts to the graph and the largest node, as the strategy does
+    rho = resolve_rho(float(cfg["rho"]), A, loss, max(len(X) for X in data))
     pooled = np.vstack(data)
     with _thread_limit(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")
