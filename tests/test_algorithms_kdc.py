@@ -322,3 +322,33 @@ def test_the_strategy_warns_on_a_fallback_choice(caplog):
     assert len(logged) == 1
     assert any("using the closest, psi=8, tau=0.55" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING)
+
+
+def test_sums_cannot_tell_a_poor_kdc_result_from_a_correct_non_convex_one():
+    # docs/algorithms/kdc.md: the statistics a server could gather (the partition's SSE
+    # against k-means', and how well the nearest KDC-cluster mean reproduces the labels)
+    # put the poor result on two overlapping Gaussians inside the range of the correct
+    # results on moons and circles, so no warning rule on them separates the two.
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_circles
+    from sklearn.metrics import adjusted_rand_score
+
+    def stats(X, y):
+        r = run_kdc([X[i::5] for i in range(5)], 2)
+        order = np.concatenate([np.arange(i, len(X), 5) for i in range(5)])
+        X, y, labels = X[order], y[order], np.concatenate(r.labels)
+        groups = np.unique(labels)
+        means = np.array([X[labels == c].mean(axis=0) for c in groups])
+        sse = sum(((X[labels == c] - m) ** 2).sum() for c, m in zip(groups, means, strict=True))
+        nearest = ((X[:, None] - means[None]) ** 2).sum(-1).argmin(1)
+        return (adjusted_rand_score(y, labels),
+                sse / KMeans(2, n_init=10, random_state=0).fit(X).inertia_,
+                adjusted_rand_score(labels, nearest))
+
+    correct = [stats(*make_moons(1500, noise=0.05, random_state=0)),
+               stats(*make_circles(1500, noise=0.05, factor=0.5, random_state=0))]
+    poor = stats(*make_blobs(1500, centers=[[0, 0], [2.5, 0]], cluster_std=1.0,
+                             random_state=0))
+    assert all(ari > 0.95 for ari, _, _ in correct) and poor[0] < 0.2
+    assert min(s for _, s, _ in correct) > 1.3 and poor[1] < 2.0  # SSE ratios overlap
+    assert poor[2] > max(a for _, _, a in correct)  # the poor one looks *more* Voronoi
