@@ -685,6 +685,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.diagnostics_ = dict(strategy.diagnostics)
         self.warnings_ = list(strategy.warnings)
         self.n_iter_ = int(strategy.history[-1]["round"]) if strategy.history else 0
+        absent = self.diagnostics_.get("absent") or {}
+        if absent:  # a model without some sites is never silent, log configured or not
+            named = "; ".join(f"{who}: {why}" for who, why in absent.items())
+            warnings.warn(
+                f"{type(self).__name__}: the model was built without {len(absent)} of "
+                f"{len(parts)} clients ({named}); min_nodes={cfg['min-nodes']} allowed it "
+                f"(min_nodes={len(parts)} makes it an error)", UserWarning, stacklevel=2)
         from .app.results import cluster_profile_of
 
         self.cluster_profile_ = (cluster_profile_of(strategy, int(

@@ -312,7 +312,7 @@ def _silhouette_values(d2: np.ndarray) -> np.ndarray:
     An infinite squared distance is a centroid that cannot be measured on the row (a masked
     client's centroid with no value on its observed features): a row with one measurable
     centroid gets 1, the limit of ``(b - a) / b`` as ``b`` grows; a row with none gets 0,
-    as with a single centroid. So every value is finite and lies in ``[0, 1]`` or ``[-1, 1]``.
+    as with a single centroid. So every value is finite and lies in ``[0, 1]`` (``a <= b``).
     """
     values = np.zeros(len(d2))
     if d2.shape[1] < 2 or len(d2) == 0:

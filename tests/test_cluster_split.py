@@ -56,6 +56,16 @@ def test_a_centre_between_two_groups_is_found_and_a_good_model_is_not():
     assert _check(rng.uniform(size=(800, 2)), np.zeros(800, dtype=np.int64), 1)[0] == []
 
 
+def test_bad_input_is_refused():
+    X = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="complete rows"):
+        scatter_stats(np.full((4, 2), np.nan), np.zeros(4, dtype=np.int64), 1)
+    with pytest.raises(ValueError, match="labels must lie"):
+        scatter_stats(X, np.array([0, 1, 2, 3]), 2)
+    with pytest.raises(ValueError, match="n labels"):
+        scatter_stats(X, np.zeros(3, dtype=np.int64), 2)
+
+
 def test_small_or_flat_clusters_are_never_split():
     X = np.array([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]])
     labels = np.array([0, 1, 1])

@@ -365,5 +365,12 @@ def test_the_default_rho_adapts_and_the_relay_still_equals_the_loop(tmp_path):
     again = DGC(3, iterations=8, min_nodes=5, seed=1)
     again.load_state_dict(state)
     assert again.rho_used == expected
+    # a checkpoint written before rho was recorded: the explicit rho, or a clear refusal
+    old = {key: value for key, value in state.items() if key != "rho"}
+    explicit = DGC(3, rho=10.0, iterations=8, min_nodes=5, seed=1)
+    explicit.load_state_dict(old)
+    assert explicit.rho_used == 10.0
+    with pytest.raises(ValueError, match="does not record the rho"):
+        DGC(3, iterations=8, min_nodes=5, seed=1).load_state_dict(old)
     with pytest.raises(ValueError, match="rho must be 0"):
         DGC(3, rho=0.5)

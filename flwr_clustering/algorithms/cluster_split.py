@@ -24,6 +24,12 @@ of the best-of-10 solutions (six blob settings, spreads 1-4), none; on standardi
 wine and breast cancer, none of the best k-means clusters; on digits 1 of 10 (k-means
 joins two digit classes there).
 
+Privacy, for when it is wired: the scatter tells the server each cluster's covariance (more
+than the per-feature moments it gets today) and the histograms where a cluster's rows lie
+along one direction; both are sums over a client's rows, so a client must hold back a
+cluster under the privacy threshold, they go through secure aggregation when it is on,
+and the ledger records them. None of that exists yet: nothing here is sent.
+
 No Flower import (layer 1).
 """
 
@@ -33,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from .lloyd import cluster_sums
 
 __all__ = [
     "BINS",
@@ -79,10 +87,14 @@ def scatter_stats(X: np.ndarray, labels: np.ndarray, k: int
     """
     X = np.asarray(X, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
+    if X.ndim != 2 or labels.shape != (len(X),):
+        raise ValueError(f"need rows (n, d) and n labels, got {X.shape} and {labels.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("the split check needs complete rows (no NaN or inf)")
+    if len(labels) and (labels.min() < 0 or labels.max() >= k):
+        raise ValueError(f"labels must lie in 0..{k - 1}")
     d = X.shape[1]
-    counts = np.bincount(labels, minlength=k).astype(np.int64)
-    sums = np.zeros((k, d))
-    np.add.at(sums, labels, X)
+    sums, counts = cluster_sums(X, labels, k)
     outer = np.zeros((k, d, d))
     for j in np.flatnonzero(counts):
         rows = X[labels == j]

@@ -344,10 +344,11 @@ PAPER_RHO = 10.0
 #: The adaptive ``rho`` (``rho=0``, the default) caps the largest node's clustering pull
 #: ``beta N_max / rho`` at this share of ``lambda_2(L)``. At the fixed point a node's
 #: centres then differ from its neighbours' by about this share of the spread of the
-#: local means, below the consensus diagnostic's 0.1 of the data's scale. Measured on the
-#: quality benchmark's eight sets of 5-10 nodes (ring, IID and Dirichlet(0.3), seeds
-#: 0-2, 100 iterations, 2026-11-28): 48 of 48 runs reach consensus against 0 of 48 at
-#: ``rho = 10``, mean ARI 0.47 against 0.45.
+#: local means, below the consensus diagnostic's 0.1 of the data's scale. Measured
+#: (2026-11-28) with ``python -m simulations quality --algorithms dgc --engine app`` on
+#: its eight sets of 5-10 nodes (ring, IID and Dirichlet(0.3), seeds 0-2, 100
+#: iterations), the commit before this default against this one: the consensus warning
+#: in 48 -> 1 of 48 runs, mean ARI 0.464 -> 0.471 (docs/quality.md, issue 38).
 RHO_PULL = 0.2
 
 

@@ -155,7 +155,16 @@ class DGC(ClusteringStrategy):
             setattr(self, name, None if value is None else np.asarray(value))
         self.node_of = {int(c): int(n) for c, n in state["node_of"].items()}
         self.step = None if state["step"] is None else float(state["step"])
-        self.rho_used = None if state.get("rho") is None else float(state["rho"])
+        if state.get("rho") is not None:
+            self.rho_used = float(state["rho"])
+        elif self.node_centres is None:  # interrupted before its init round: resolved then
+            self.rho_used = None
+        elif self.rho >= 1:  # a checkpoint written before rho was kept: the explicit value
+            self.rho_used = float(self.rho)
+        else:
+            raise ValueError("this checkpoint does not record the rho its run used (written "
+                             "before rho=0 adapted it): resume with that run's rho, e.g. "
+                             "rho=10.0")
         self.node_history = [np.asarray(h) for h in state["node_history"]]
         self._cost = None if state["cost"] is None else float(state["cost"])
 
