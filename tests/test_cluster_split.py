@@ -2,12 +2,23 @@
 
 import numpy as np
 import pytest
+from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from flwr_clustering.algorithms.cluster_split import (
     axis_histograms,
+    check_splits,
+    client_histograms,
+    client_scatter,
     main_axes,
+    pure_check,
+    pure_step,
+    refine,
+    refine_model,
+    refine_stats,
+    scatter_sse,
     scatter_stats,
+    split_and_merge,
     split_clusters,
 )
 
@@ -76,3 +87,92 @@ def test_small_or_flat_clusters_are_never_split():
     rng = np.random.default_rng(3)
     X = np.vstack([rng.normal(size=(950, 2)), rng.normal(size=(50, 2)) + [12, 0]])
     assert _check(X, np.zeros(len(X), dtype=np.int64), 1)[0] == []
+
+
+# ---------------------------------------------------------------- what clients send, the repair
+
+
+def _bad_model():
+    """Three groups; one centre between groups 0 and 1, two centres in group 2."""
+    X, y = make_blobs(900, n_features=2, centers=[[0, 0], [8, 0], [0, 8]], cluster_std=1.0,
+                      random_state=1)
+    C = np.array([[4.0, 0.0], [-0.7, 8.0], [0.7, 8.0]])
+    return X, y, C
+
+
+def test_a_client_holds_back_clusters_under_the_threshold_in_both_exchanges():
+    X, y, C = _bad_model()
+    rows = np.vstack([X[y == 0][:30], [[0.7, 8.5]]])  # a cluster of one row at this client
+    labels = np.argmin(((rows[:, None] - C) ** 2).sum(-1), axis=1)
+    assert list(np.bincount(labels, minlength=3)) == [30, 0, 1]
+    counts, sums, outer = client_scatter(rows, C, threshold=5)
+    held = np.bincount(labels, minlength=3) < 5
+    assert (counts[held] == 0).all() and not sums[held].any() and not outer[held].any()
+    np.testing.assert_array_equal(counts[~held], np.bincount(labels, minlength=3)[~held])
+    check = check_splits([X], C)
+    hist = client_histograms(rows, C, check.bins, threshold=5)
+    assert not hist[held & (np.bincount(labels, minlength=3) > 0)].any()
+    assert hist.sum() == counts.sum()
+    # threshold 0 (secure aggregation: only totals are seen) withholds nothing
+    assert client_scatter(rows, C)[0].sum() == len(rows)
+
+
+def test_incomplete_rows_take_no_part():
+    X, _, C = _bad_model()
+    holey = X.copy()
+    holey[::3, 1] = np.nan
+    counts, _, _ = client_scatter(holey, C)
+    assert counts.sum() == len(X) - len(X[::3])
+    sums, counts, sse = refine_stats(np.full((5, 2), np.nan), C)
+    assert counts.sum() == 0 and sse == 0.0
+
+
+def test_the_check_sums_clients_and_its_sse_is_the_models():
+    X, _, C = _bad_model()
+    parts = np.array_split(X, 4)
+    check = check_splits(parts, C)
+    assert check.flagged.keys() == {0}
+    assert check.counts.sum() == len(X)
+    d2 = ((X[:, None] - C) ** 2).sum(-1).min(axis=1)
+    assert check.sse == pytest.approx(d2.sum(), rel=1e-10)
+    assert scatter_sse(C, *client_scatter(X, C)) == pytest.approx(d2.sum(), rel=1e-10)
+    _, _, sse = refine_stats(X, C)
+    assert sse == pytest.approx(d2.sum(), rel=1e-12)
+
+
+def test_split_and_merge_then_lloyd_finds_the_three_groups():
+    X, y, C = _bad_model()
+    parts = np.array_split(X, 3)
+    check = check_splits(parts, C)
+    C2 = split_and_merge(C, check)
+    assert len(C2) == 3 and not np.array_equal(C2, C)
+    # the two centres of group 2 merged into one; group 0 and 1 each got one
+    truth = np.array([X[y == g].mean(axis=0) for g in range(3)])
+    nearest = np.argmin(((C2[:, None] - truth) ** 2).sum(-1), axis=1)
+    assert sorted(nearest) == [0, 1, 2]
+    C3, history = refine(pure_step(parts), C2, 20)
+    assert len(history) < 20  # a fixed point before the cap
+    assert np.all(np.diff(history) <= 1e-9 * history[0])  # Lloyd never increases the SSE
+    np.testing.assert_allclose(np.sort(C3, axis=0), np.sort(truth, axis=0), atol=1e-9)
+
+
+def test_refine_model_repairs_poor_kmeans_fixed_points_and_leaves_good_ones():
+    repaired = poor = 0
+    for centers, d in [(8, 2), (10, 2)]:
+        X, _ = make_blobs(1500, n_features=d, centers=centers, center_box=(-20, 20),
+                          random_state=0)
+        X = (X - X.mean(0)) / X.std(0)
+        parts = np.array_split(X, 5)
+        best = KMeans(centers, n_init=10, random_state=0).fit(X).inertia_
+        for seed in range(6):
+            km = KMeans(centers, n_init=1, init="random", random_state=seed).fit(X)
+            C, result, info = refine_model(pure_step(parts, 2),
+                                           pure_check(parts, 2),
+                                           km.cluster_centers_, 20)
+            assert result.sse <= km.inertia_ * (1 + 1e-9)
+            if km.inertia_ > 1.1 * best:
+                poor += 1
+                repaired += result.sse <= 1.01 * best and info["repairs"] > 0
+            elif km.inertia_ <= 1.001 * best:
+                assert info["repairs"] == 0 and info["split"] == []
+    assert poor >= 4 and repaired == poor

@@ -1,4 +1,4 @@
-"""Two groups inside one cluster: a check from counts and sums (issue 38, item 4; core only).
+"""Two groups inside one cluster: a check from counts and sums, and a repair (issue 38).
 
 A k-means fixed point can put one centre between two groups and give a third group two
 centres. Every cluster is then well formed and the Lloyd gain is small, so the run's other
@@ -6,7 +6,7 @@ diagnostics do not see it. Along the cluster's main axis (the direction of its l
 spread) the rows of such a cluster fall into two modes with a gap between them.
 
 Everything here is additive over clients, so a federation computes it exactly without a
-row (the Flower layer is not wired yet):
+row (:mod:`flwr_clustering.strategies.split_check` runs it after the last round):
 
 1. :func:`scatter_stats`: per cluster the row count, the sum of the rows and the sum of
    their outer products (``k``, ``k x d``, ``k x d x d``);
@@ -24,11 +24,17 @@ of the best-of-10 solutions (six blob settings, spreads 1-4), none; on standardi
 wine and breast cancer, none of the best k-means clusters; on digits 1 of 10 (k-means
 joins two digit classes there).
 
-Privacy, for when it is wired: the scatter tells the server each cluster's covariance (more
-than the per-feature moments it gets today) and the histograms where a cluster's rows lie
-along one direction; both are sums over a client's rows, so a client must hold back a
-cluster under the privacy threshold, they go through secure aggregation when it is on,
-and the ledger records them. None of that exists yet: nothing here is sent.
+The repair (:func:`split_and_merge`, then :func:`refine`): each flagged cluster's centre is
+replaced by the means of its two sides (along its main axis, from the histogram), the pair
+of other centres whose merge costs least (Ward's criterion) is merged, and federated Lloyd
+rounds (:func:`refine_stats`, :func:`~flwr_clustering.algorithms.fkm.lloyd_from_totals`)
+settle the model; the caller keeps it only where its SSE is lower.
+
+Privacy: the scatter tells the server each cluster's covariance (more than the per-feature
+moments of the evaluation) and the histograms where a cluster's rows lie along one
+direction; both are sums over a client's rows, so a client holds back every cluster of
+fewer rows than the privacy threshold (:func:`client_scatter`), secure aggregation sums
+them when it is on, and the ledger records them.
 
 No Flower import (layer 1).
 """
@@ -40,18 +46,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lloyd import cluster_sums
+from .fkm import lloyd_from_totals
+from .lloyd import assign_to_nearest, cluster_sums, nearest_labels
 
 __all__ = [
     "BINS",
     "MIN_ROWS",
     "MIN_SIDE_SHARE",
+    "REPAIR_ATTEMPTS",
     "VALLEY_DEPTH",
     "AxisBins",
+    "SplitCheck",
     "axis_histograms",
+    "check_splits",
+    "client_histograms",
+    "client_scatter",
     "main_axes",
+    "refine",
+    "refine_model",
+    "refine_stats",
+    "pure_check",
+    "pure_step",
+    "scatter_sse",
     "scatter_stats",
+    "split_and_merge",
     "split_clusters",
+    "valleys",
 ]
 
 #: Histogram bins along a cluster's main axis, spanning its mean +- 3 spreads.
@@ -63,6 +83,8 @@ VALLEY_DEPTH = 0.5
 MIN_SIDE_SHARE = 0.1
 #: A cluster with fewer rows is never split: too few for a histogram of :data:`BINS` bins.
 MIN_ROWS = 50
+#: Split-and-merge attempts of :func:`refine_model`.
+REPAIR_ATTEMPTS = 3
 
 
 def scatter_stats(X: np.ndarray, labels: np.ndarray, k: int
@@ -169,28 +191,24 @@ def axis_histograms(X: np.ndarray, labels: np.ndarray, bins: AxisBins) -> np.nda
     return out
 
 
-def split_clusters(histograms: np.ndarray | Sequence[np.ndarray], *,
-                   depth: float = VALLEY_DEPTH, min_share: float = MIN_SIDE_SHARE,
-                   min_rows: int = MIN_ROWS) -> list[int]:
-    """The clusters whose summed histogram shows two groups.
+def valleys(histograms: np.ndarray | Sequence[np.ndarray], *,
+            depth: float = VALLEY_DEPTH, min_share: float = MIN_SIDE_SHARE,
+            min_rows: int = MIN_ROWS) -> dict[int, int]:
+    """``{cluster: valley bin}`` of the clusters whose summed histogram shows two groups.
 
     After a 3-bin moving average, a cluster shows two groups when some bin ``v`` has, on
     each side, a higher bin (the modes ``a`` left and ``b`` right), the valley is at most
     ``depth * min(a, b)``, and each side of ``v`` holds at least ``min_share`` of the
-    cluster's rows. A cluster of fewer than ``min_rows`` rows is never split.
+    cluster's rows. A cluster of fewer than ``min_rows`` rows is never split. The valley
+    is the deepest such bin (the first of equals).
 
     Parameters
     ----------
     histograms : array_like of shape (k, B)
         The federation's counts (the sum of the clients' :func:`axis_histograms`).
-
-    Returns
-    -------
-    list of int
-        The clusters that look like two groups, in order.
     """
     H = np.asarray(histograms, dtype=np.float64)
-    found = []
+    found: dict[int, int] = {}
     for j, h in enumerate(H):
         total = h.sum()
         if total < max(min_rows, 1):
@@ -199,12 +217,288 @@ def split_clusters(histograms: np.ndarray | Sequence[np.ndarray], *,
         left_peak = np.maximum.accumulate(smooth)
         right_peak = np.maximum.accumulate(smooth[::-1])[::-1]
         below = np.cumsum(h)
+        best = None
         for v in range(1, len(h) - 1):
             low = min(left_peak[v - 1], right_peak[v + 1])
             if low <= 0 or smooth[v] > depth * low:
                 continue
             left, right = below[v - 1], total - below[v]
             if min(left, right) >= min_share * total:
-                found.append(j)
-                break
+                ratio = smooth[v] / low
+                if best is None or ratio < best[0]:
+                    best = (ratio, v)
+        if best is not None:
+            found[j] = best[1]
     return found
+
+
+def split_clusters(histograms: np.ndarray | Sequence[np.ndarray], *,
+                   depth: float = VALLEY_DEPTH, min_share: float = MIN_SIDE_SHARE,
+                   min_rows: int = MIN_ROWS) -> list[int]:
+    """The clusters whose summed histogram shows two groups (:func:`valleys`), in order.
+
+    Returns
+    -------
+    list of int
+        The clusters that look like two groups, in order.
+    """
+    return sorted(valleys(histograms, depth=depth, min_share=min_share, min_rows=min_rows))
+
+
+def _complete(X: np.ndarray) -> np.ndarray:
+    """The rows without a NaN (a masked client's incomplete rows take no part)."""
+    X = np.asarray(X, dtype=np.float64)
+    return X if not X.size or np.isfinite(X).all() else X[np.isfinite(X).all(axis=1)]
+
+
+def _withheld(counts: np.ndarray, threshold: int) -> np.ndarray:
+    """Clusters with rows, but fewer than ``threshold``: the client holds them back."""
+    return (counts > 0) & (counts < threshold)
+
+
+def client_scatter(X: np.ndarray, C: np.ndarray, threshold: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A client's reply to the first exchange: :func:`scatter_stats` of its rows.
+
+    Each complete row goes to its nearest centre of ``C``; a cluster of fewer than
+    ``threshold`` rows (but some) is held back: its count, sum and scatter are sent as
+    zeros. Counts as float64 (the form a secure sum takes).
+    """
+    C = np.asarray(C, dtype=np.float64)
+    X = _complete(X)
+    k, d = C.shape
+    if not len(X):
+        return np.zeros(k), np.zeros((k, d)), np.zeros((k, d, d))
+    counts, sums, outer = scatter_stats(X, nearest_labels(X, C), k)
+    out = _withheld(counts, threshold)
+    counts = counts.astype(np.float64)
+    counts[out], sums[out], outer[out] = 0.0, 0.0, 0.0
+    return counts, sums, outer
+
+
+def client_histograms(X: np.ndarray, C: np.ndarray, bins: AxisBins, threshold: int = 0
+                      ) -> np.ndarray:
+    """A client's reply to the second exchange: :func:`axis_histograms` of its rows.
+
+    The same rows, labels and held-back clusters as :func:`client_scatter`. float64.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    X = _complete(X)
+    if not len(X):
+        return np.zeros((len(C), bins.edges.shape[1] - 1))
+    labels = nearest_labels(X, C)
+    hist = axis_histograms(X, labels, bins).astype(np.float64)
+    hist[_withheld(np.bincount(labels, minlength=len(C)), threshold)] = 0.0
+    return hist
+
+
+def scatter_sse(C: np.ndarray, counts: np.ndarray, sums: np.ndarray, outer: np.ndarray
+                ) -> float:
+    """The SSE of ``C`` on the rows behind the scatter: ``tr S_j - 2 c_j.s_j + n_j |c_j|^2``."""
+    C = np.asarray(C, dtype=np.float64)
+    trace = np.trace(np.asarray(outer, dtype=np.float64), axis1=1, axis2=2)
+    return float(np.sum(trace - 2 * np.einsum("kd,kd->k", C, sums)
+                        + np.asarray(counts, dtype=np.float64) * np.einsum("kd,kd->k", C, C)))
+
+
+@dataclass(frozen=True)
+class SplitCheck:
+    """The result of the check on one model.
+
+    Attributes
+    ----------
+    flagged : dict
+        ``{cluster: valley bin}`` (:func:`valleys`).
+    counts : numpy.ndarray of shape (k,)
+        Rows per cluster that took part (held-back clusters and incomplete rows not).
+    sse : float
+        The model's SSE on those rows (:func:`scatter_sse`).
+    bins : AxisBins
+    histograms : numpy.ndarray of shape (k, B)
+    """
+
+    flagged: dict[int, int]
+    counts: np.ndarray
+    sse: float
+    bins: AxisBins
+    histograms: np.ndarray
+
+
+def check_splits(parts: Sequence[np.ndarray], C: np.ndarray, threshold: int = 0
+                 ) -> SplitCheck:
+    """The check as a federation runs it: the clients' sums, in order, then the rule.
+
+    The pure loop of :mod:`flwr_clustering.strategies.split_check` (same sums in the
+    same order, so the same result bit for bit).
+    """
+    C = np.asarray(C, dtype=np.float64)
+    replies = [client_scatter(X, C, threshold) for X in parts]
+    counts, sums, outer = (sum(r[i] for r in replies) for i in range(3))
+    bins = main_axes(counts, sums, outer)
+    hist = sum(client_histograms(X, C, bins, threshold) for X in parts)
+    return SplitCheck(valleys(hist), counts, scatter_sse(C, counts, sums, outer), bins, hist)
+
+
+def split_and_merge(C: np.ndarray, check: SplitCheck) -> np.ndarray:
+    """Centres that split each flagged cluster in two and merge a cheap pair instead.
+
+    For each flagged cluster (the most populous first) its centre becomes the means of
+    the two sides of its valley (the cluster mean plus the axis times the mean projection
+    of each side, from the histogram's bin centres); to keep ``k`` centres the pair of
+    the other centres whose merge adds least SSE (Ward: ``n_a n_b / (n_a + n_b)
+    |c_a - c_b|^2``; the new centres and a pair without rows are never merged) becomes
+    their count-weighted mean. Lloyd rounds (:func:`refine`) then settle the model.
+
+    Returns
+    -------
+    numpy.ndarray of shape (k, d)
+        ``C`` itself when nothing is flagged or no pair can merge.
+    """
+    C = np.array(C, dtype=np.float64)
+    counts = np.asarray(check.counts, dtype=np.float64).copy()
+    k = len(C)
+    order = sorted(check.flagged, key=lambda j: (-counts[j], j))
+    fixed: set[int] = set()
+    for j in order:
+        others = [a for a in range(k) if a != j and a not in fixed and counts[a] > 0]
+        best = None
+        for i, a in enumerate(others):
+            for b in others[i + 1:]:
+                cost = (counts[a] * counts[b] / (counts[a] + counts[b])
+                        * float(np.sum((C[a] - C[b]) ** 2)))
+                if best is None or cost < best[0]:
+                    best = (cost, a, b)
+        if best is None:
+            break
+        _, a, b = best
+        h = np.asarray(check.histograms[j], dtype=np.float64)
+        edges = check.bins.edges[j]
+        centres = (edges[:-1] + edges[1:]) / 2
+        v = check.flagged[j]
+        left, right = h[:v], h[v + 1:]
+        if left.sum() <= 0 or right.sum() <= 0:
+            continue
+        mean, axis = check.bins.means[j], check.bins.axes[j]
+        merged = (counts[a] * C[a] + counts[b] * C[b]) / (counts[a] + counts[b])
+        C[a] = merged
+        C[b] = mean + axis * float(right @ centres[v + 1:] / right.sum())
+        C[j] = mean + axis * float(left @ centres[:v] / left.sum())
+        counts[a] += counts[b]
+        counts[j], counts[b] = left.sum(), right.sum()
+        fixed.update((a, b, j))
+    return C
+
+
+def refine_stats(X: np.ndarray, C: np.ndarray, threshold: int = 0
+                 ) -> tuple[np.ndarray, np.ndarray, float]:
+    """A client's reply to one refinement round: per-cluster sums, counts, SSE of ``C``.
+
+    Complete rows only; a cluster of fewer than ``threshold`` rows (but some) is held back
+    (zeros), as FKM's federated Lloyd does; the SSE is over every complete row.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    X = _complete(X)
+    k, d = C.shape
+    if not len(X):
+        return np.zeros((k, d)), np.zeros(k), 0.0
+    labels, d2 = assign_to_nearest(X, C)
+    sums, counts = cluster_sums(X, labels, k)
+    out = _withheld(counts, threshold)
+    counts = counts.astype(np.float64)
+    sums[out], counts[out] = 0.0, 0.0
+    return sums, counts, float(np.sum(d2))
+
+
+def refine(step, C: np.ndarray, rounds: int) -> tuple[np.ndarray, list[float]]:
+    """Federated Lloyd rounds from ``C``: at most ``rounds``, fewer at a fixed point.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(C) -> (sums, counts, sse)``, the federation's totals of
+        :func:`refine_stats` (a pure loop sums the clients' replies; a strategy exchanges).
+    C : numpy.ndarray of shape (k, d)
+    rounds : int
+
+    Returns
+    -------
+    C : numpy.ndarray
+        The refined centres (:func:`~flwr_clustering.algorithms.fkm.lloyd_from_totals`).
+    sse : list of float
+        The SSE of the centres each round was sent (decreasing).
+    """
+    C = np.asarray(C, dtype=np.float64)
+    history: list[float] = []
+    for _ in range(int(rounds)):
+        sums, counts, sse = step(C)
+        history.append(float(sse))
+        new = lloyd_from_totals(sums, np.rint(counts), C)
+        if np.array_equal(new, C):
+            break
+        C = new
+    return C, history
+
+
+def refine_model(step, check, C: np.ndarray, rounds: int, attempts: int = REPAIR_ATTEMPTS
+                 ) -> tuple[np.ndarray, SplitCheck, dict]:
+    """Refine a model: Lloyd rounds, the split check, split-and-merge repairs.
+
+    1. :func:`refine` from ``C`` (``rounds`` at most);
+    2. ``check`` on the result; while it flags clusters (at most ``attempts`` times):
+       :func:`split_and_merge`, Lloyd rounds again, ``check`` again; a repaired model is
+       kept only when its SSE (on the rows of the check) is lower, else the repairs stop.
+
+    Parameters
+    ----------
+    step : callable
+        ``step(C) -> (sums, counts, sse)`` (see :func:`refine`).
+    check : callable
+        ``check(C) -> SplitCheck`` (:func:`check_splits` in a pure loop).
+    C : numpy.ndarray of shape (k, d)
+    rounds : int
+        Lloyd rounds per stage.
+    attempts : int, default :data:`REPAIR_ATTEMPTS`
+        Split-and-merge attempts.
+
+    Returns
+    -------
+    C : numpy.ndarray
+        The refined model.
+    result : SplitCheck
+        The split check of the returned model.
+    info : dict
+        ``lloyd-rounds`` (all stages), ``sse-before`` (the model as given, from the first
+        round), ``sse-after`` (of the returned model, on the check's rows), ``split``
+        (the clusters split by the kept repairs, in order), ``repairs`` (kept),
+        ``attempts`` (tried).
+    """
+    C, first = refine(step, C, rounds)
+    result = check(C)
+    info = {"lloyd-rounds": len(first), "sse-before": first[0] if first else None,
+            "split": [], "repairs": 0, "attempts": 0, "sse-after": result.sse}
+    while result.flagged and info["attempts"] < attempts:
+        info["attempts"] += 1
+        repaired, more = refine(step, split_and_merge(C, result), rounds)
+        info["lloyd-rounds"] += len(more)
+        again = check(repaired)
+        if not again.sse < result.sse:
+            break
+        info["split"] += sorted(result.flagged)
+        info["repairs"] += 1
+        C, result = repaired, again
+        info["sse-after"] = again.sse
+    return C, result, info
+
+
+def pure_step(parts: Sequence[np.ndarray], threshold: int = 0):
+    """``step(C)`` of :func:`refine` over local arrays (the clients' sums, in order)."""
+    def step(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        replies = [refine_stats(X, C, threshold) for X in parts]
+        return (sum(r[0] for r in replies), sum(r[1] for r in replies),
+                float(sum(r[2] for r in replies)))
+    return step
+
+
+def pure_check(parts: Sequence[np.ndarray], threshold: int = 0):
+    """``check(C)`` of :func:`refine_model` over local arrays (:func:`check_splits`)."""
+    return lambda C: check_splits(parts, C, threshold)
