@@ -265,11 +265,12 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
         <flwr_clustering.strategies.base.ClusteringStrategy.diagnose>`): ``k``,
         ``centroids``, ``non-finite-entries``, ``non-empty-clusters``, ``distinct-centres``,
         ``round-cap-hit``, ``last-shift``, ``tol``, ``absent``, ``empty-uploads``,
-        ``consensus-relative``, ``cores``.
+        ``consensus-relative``, ``cores``, ``split-clusters``, ``split-counts``,
+        ``refine``.
     advice : mapping
         ``{anomaly: run-config keys}`` for the anomalies ``non-finite``, ``empty``,
         ``collapse``, ``fewer-centroids``, ``round-cap``, ``withheld``, ``dropped``,
-        ``consensus``, ``cores``.
+        ``consensus``, ``cores``, ``split``.
     algorithm : str
         The algorithm's name, to start the sentences.
 
@@ -354,4 +355,19 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
     cores = diag.get("cores")
     if cores is not None and k is not None and cores < k:
         say(f"kBCC found {cores} cores, fewer than k={k}", "cores")
+    split = diag.get("split-clusters") or []
+    if split:
+        rows = diag.get("split-counts") or []
+        which = ", ".join(f"{j} ({n} rows)" for j, n in zip(split, rows, strict=False))
+        refined = diag.get("refine")
+        if refined is not None:
+            text = (f"after refinement ({refined.get('repairs', 0)} split-and-merge "
+                    f"repair(s) kept) cluster(s) {which} still look like two groups along "
+                    "their main axis: k is probably too small for this data")
+            out.append(f"{who}{text}; option to change: 'k'")
+        else:
+            say(f"cluster(s) {which} look like two groups along their main axis (a valley "
+                "between two modes of their rows): the model may sit at a poor local "
+                "optimum (a centre between two groups while another group has two "
+                "centres), or k is too small", "split")
     return out

@@ -212,6 +212,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         clients (a value held by fewer than ``privacy_threshold`` rows at a client, or in
         the federation, becomes ``"other"``); their features are named
         ``"<column>=<level>"``, after the numeric ones. DataFrames only.
+    split_check : bool, default True
+        After the last round, check from per-cluster sums whether a cluster looks like
+        two groups along its main axis (run-config key ``split-check``): a poor local
+        optimum of the centres, or ``n_clusters`` too small; found, a sentence in
+        ``warnings_`` naming ``refine_rounds``.
+    refine_rounds : int, default 0
+        Refine the final model (run-config key ``refine-rounds``): up to this many
+        federated Lloyd rounds from it, then split-and-merge repairs of the clusters that
+        look like two groups, each followed by Lloyd rounds and kept where the SSE falls
+        (``diagnostics_["refine"]``). For fkm, kfed, feca, mavg and ffcm.
     **algorithm_options
         The algorithm's options, by the field names of its options dataclass (snake case:
         ``max_rounds=5``, ``privacy_threshold=0``, ``tol=1e-4``, ...), exactly the
@@ -332,6 +342,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         feature_columns: Sequence[str] | None = None,
         index_column: str | None = None,
         categorical_columns: Sequence[str] | None = None,
+        split_check: bool = True,
+        refine_rounds: int = 0,
         **algorithm_options: Any,
     ) -> None:
         self.algorithm = algorithm
@@ -345,6 +357,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.feature_columns = feature_columns
         self.index_column = index_column
         self.categorical_columns = categorical_columns
+        self.split_check = split_check
+        self.refine_rounds = refine_rounds
         _check_option_names(algorithm, algorithm_options)
         self.algorithm_options = dict(algorithm_options)
 
@@ -435,7 +449,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "scaling": _plain(self.scaling),
                       "feature-columns": self._feature_columns_key(),
                       "index-column": self._index_column_key(),
-                      "categorical-columns": self._feature_columns_key("categorical_columns")}
+                      "categorical-columns": self._feature_columns_key("categorical_columns"),
+                      "split-check": _plain(self.split_check),
+                      "refine-rounds": _plain(self.refine_rounds)}
         for name, value in self.algorithm_options.items():
             if value is not None:
                 run_config[spec.options.key_of(fields[name])] = _plain(value)

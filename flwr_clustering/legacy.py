@@ -257,6 +257,11 @@ def legacy_problem(strategy: ClusteringStrategy | type) -> str | None:
                 "API: a flwr.serverapp.ServerApp whose main calls strategy.start(grid=grid), "
                 "with flwr_clustering.clients.client_app(client_fn) as the ClientApp "
                 "(see docs/privacy.md).")
+    if getattr(strategy, "refine_rounds", 0):
+        return (f"{cls.__name__} with refine-rounds cannot run on Flower's legacy Strategy "
+                "API: the refinement and the split check are exchanges after the last "
+                "round. Use the Message API: a flwr.serverapp.ServerApp whose main calls "
+                "strategy.start(grid=grid) (see docs/legacy.md).")
     custom = [h for h in MESSAGE_API_HOOKS if getattr(cls, h) is not getattr(ClusteringStrategy, h)]
     if not custom:
         return None

@@ -195,6 +195,46 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         notes="Delivers the final model to every client; the client labels its rows with "
               "it and keeps the per-row labels locally (they are not sent)."),
     Phase(
+        "split-scatter", "query", "after the last round, before the final evaluation "
+        "(`split-check`, on by default; with `refine-rounds` also after each refinement "
+        "stage); TRAIN through SecAgg+ under secure aggregation",
+        sends=("`centroids` (k, d) float64: the model",),
+        config=("`privacy-threshold` int: a cluster with fewer rows at the client is sent "
+                "as zeros (0 under secure aggregation)",),
+        reply_arrays=("secure only: the statistics below, in order (summed by SecAgg+)",),
+        reply_stats=("`split-counts` (k,) float64: rows nearest to each centre",
+                     "`split-sums` (k, d) float64: their sum",
+                     "`split-scatter` (k, d, d) float64: the sum of their outer products"),
+        notes="Answered by the library (`clients.base.split_check_arrays`) on the client's "
+              "complete rows. From the totals the server gets each cluster's mean, "
+              "covariance, main axis and SSE (`algorithms.cluster_split.main_axes`, "
+              "`scatter_sse`). Refused by a node with `dp-max-epsilon`; not sent in a DP "
+              "run."),
+    Phase(
+        "split-histograms", "query", "right after `split-scatter`",
+        sends=("`centroids` (k, d) float64", "`means` (k, d) float64: each cluster's mean",
+               "`axes` (k, d) float64: each cluster's main axis (unit; zero: none)",
+               "`edges` (k, 25) float64: 24 bins along the axis"),
+        config=("`privacy-threshold` int: as `split-scatter`",),
+        reply_arrays=("secure only: `split-histograms`",),
+        reply_stats=("`split-histograms` (k, 24) float64: per cluster the rows in each bin "
+                     "of the projection on its axis",),
+        notes="Answered by the library. A cluster whose summed histogram has two modes "
+              "with a valley between them is reported (`algorithms.cluster_split.valleys`): "
+              "`diagnostics.split-clusters` and a warning naming `refine-rounds`."),
+    Phase(
+        "refine", "query", "with `refine-rounds` > 0: after the last round, before the "
+        "split check's exchanges, at most `refine-rounds` times per refinement stage",
+        sends=("`centroids` (k, d) float64: the model to refine",),
+        config=("`privacy-threshold` int: a cluster with fewer rows at the client is sent "
+                "as zeros (0 under secure aggregation)",),
+        reply_arrays=("secure only: the statistics below, in order",),
+        reply_stats=("`refine-sums` (k, d) float64: per cluster the sum of its rows",
+                     "`refine-counts` (k,) float64: its rows",
+                     "`refine-sse` (1,) float64: the SSE of the centroids sent"),
+        notes="Answered by the library: one federated Lloyd step "
+              "(`algorithms.fkm.lloyd_from_totals`); the stage ends at a fixed point."),
+    Phase(
         "secure-evaluate", "train", "with secure-aggregation (and `evaluate`): after the "
         "last round, in place of the evaluation's statistics (then `final` without them)",
         sends=("`centroids` (k, d) float64: the model",),

@@ -291,7 +291,9 @@ def test_resume_finds_the_clients_under_new_node_ids_and_equals_an_uninterrupted
     assert resumed.node_of == dict(enumerate(ids))
     # one data-source QUERY per node before the first step, then steps to the new ids
     kinds = [m.metadata.message_type for m in grid.sent]
-    assert kinds[:10] == ["query"] * 10 and "query" not in kinds[10:]
+    # (and the split check's two QUERY exchanges after the last step)
+    assert kinds[:10] == ["query"] * 10 and "query" not in kinds[10:-30]
+    assert kinds[-30:] == ["query"] * 20 + ["evaluate"] * 10
     assert {m.metadata.dst_node_id for m in grid.sent if m.metadata.message_type == "train"
             } == set(ids)
     assert resumed.client_of == {n: i for i, n in enumerate(ids)}

@@ -92,7 +92,9 @@ def test_start_keeps_flowers_contract_next_to_fedavg():
     assert sorted(result.evaluate_metrics_clientapp) == sorted(ref.evaluate_metrics_clientapp)
     assert len(strategy.history) == 3
     kinds = [m.metadata.message_type for m in grid.sent]
-    assert kinds == (["train"] * N + ["evaluate"] * N) * 3  # FedAvg's order: train, evaluate
+    # FedAvg's order: train, evaluate; before the last evaluation the split check's queries
+    assert kinds == ((["train"] * N + ["evaluate"] * N) * 2
+                     + ["train"] * N + ["query"] * 2 * N + ["evaluate"] * N)
 
 
 def test_initial_arrays_under_any_key_are_the_initial_model():
@@ -335,7 +337,8 @@ def test_the_app_keys_for_per_round_evaluation_and_exact_rounds(tmp_path):
     kinds = [m.metadata.message_type for m in grid.sent]
     # round 0: the library's data-source query (one per node) and its feature moments
     # (the scaling, scaling='standard' by default), then the rounds
-    assert kinds == ["query"] * 4 + (["train"] * 2 + ["evaluate"] * 2) * 4
+    assert kinds == (["query"] * 4 + (["train"] * 2 + ["evaluate"] * 2) * 3
+                     + ["train"] * 2 + ["query"] * 4 + ["evaluate"] * 2)  # split check
     assert all(m.content["config"]["phase"] == "data-source" for m in grid.sent[:2])
     assert all(m.content["config"]["phase"] == "feature-moments" for m in grid.sent[2:4])
     # every message after the moments carries the federation's features and scaling

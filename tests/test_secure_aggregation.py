@@ -199,9 +199,11 @@ def test_secure_fkm_equals_federated_lloyd_and_the_server_sees_only_totals():
     ledger = secure.privacy_ledger()
     assert ledger["secure-aggregation"] is True
     assert {e["phase"] for e in ledger["messages"]} == {
-        "data-source", "secure-update (secure)", "secure-evaluate (secure)", "evaluate"}
+        "data-source", "secure-update (secure)", "split-scatter (secure)",
+        "split-histograms (secure)", "secure-evaluate (secure)", "evaluate"}
     assert all(e["floats"] == e["integers"] == 0 for e in ledger["messages"])
-    assert [t["clients"] for t in ledger["secure-totals"]] == [5] * 9  # 8 rounds, evaluation
+    # 8 rounds, the split check's two exchanges, the evaluation
+    assert [t["clients"] for t in ledger["secure-totals"]] == [5] * 11
 
 
 def test_the_secure_evaluation_gives_the_plain_metrics_from_totals_only():
@@ -272,8 +274,9 @@ def test_secure_fkm_starts_from_securely_summed_moments():
     strategy = Start(16, min_nodes=5, seed=0, server_update="lloyd", secure_aggregation=True)
     strategy.start(grid=InProcessGrid(_app(data), 5))
     phases = [t["phase"] for t in strategy.secure_totals]
-    assert phases[0] == "secure-moments" and phases[-1] == "secure-evaluate"
-    assert set(phases[1:-1]) == {"secure-update"}
+    assert phases[0] == "secure-moments"
+    assert phases[-3:] == ["split-scatter", "split-histograms", "secure-evaluate"]
+    assert set(phases[1:-3]) == {"secure-update"}
     # the start is drawn from the pooled mean and std (summed within 5 * 2**-33)
     X = np.concatenate([x for x, _ in data])
     ref = moment_init(len(X), X.sum(0), np.square(X).sum(0), 16, np.random.default_rng(0))
@@ -368,7 +371,8 @@ def test_secure_ffcm_equals_plain_ffcm_version_1():
     np.testing.assert_allclose(secure.centroids, plain.centroids, rtol=0, atol=1e-9)
     assert secure.final_metrics["ari"] == plain.final_metrics["ari"]
     assert [t["phase"] for t in secure.secure_totals] == (
-        ["moments"] + ["secure-ffcm"] * 6 + ["secure-evaluate"])
+        ["moments"] + ["secure-ffcm"] * 6 + ["split-scatter", "split-histograms",
+                                              "secure-evaluate"])
     for msg in runs[True][1].received:  # SecAgg+ records, or integer metrics only
         assert set(msg.content.keys()) <= SECAGG_RECORDS | {"metrics"}
         assert not any(len(r) for r in msg.content.array_records.values())
@@ -389,9 +393,10 @@ def test_the_app_runs_secure_aggregation_and_writes_it_to_privacy_json(tmp_path)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert ledger["secure-aggregation"] is True
     # the federation's feature scaling (scaling='standard'), the start's moments, 4
-    # rounds, the evaluation
+    # rounds, the split check, the evaluation
     assert [t["phase"] for t in ledger["secure-totals"]] == (
-        ["feature-moments", "secure-moments"] + ["secure-update"] * 4 + ["secure-evaluate"])
+        ["feature-moments", "secure-moments"] + ["secure-update"] * 4
+        + ["split-scatter", "split-histograms", "secure-evaluate"])
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["features"]["scaling"] == "standard"
     assert result["features"]["features"] == ["0", "1"]

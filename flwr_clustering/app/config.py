@@ -81,6 +81,13 @@ class AppOptions(Options):
                                       "comma-separated: one-hot encoded with the levels "
                                       "agreed across the sites (rarer than "
                                       "privacy-threshold: 'other')")
+    split_check: bool = option(True, help="after the last round, check from per-cluster "
+                               "sums whether a cluster looks like two groups (a poor local "
+                               "optimum, or k too small) and warn")
+    refine_rounds: int = option(0, minimum=0, help="refine the final model: up to this many "
+                                "federated Lloyd rounds, then split-and-merge repairs of "
+                                "clusters that look like two groups (kept where the SSE "
+                                "falls); fkm, kfed, feca, mavg, ffcm")
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "scaling": app.scaling, "feature_columns": app.feature_columns,
            "index_column": app.index_column,
            "categorical_columns": app.categorical_columns,
+           "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
 
 

@@ -43,6 +43,7 @@ from flwr.app import (
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
+from ..algorithms.cluster_split import AxisBins, client_histograms, client_scatter, refine_stats
 from ..algorithms.lloyd import check_data, check_features, nearest_labels
 from ..data.schema import (
     FeatureTable,
@@ -113,6 +114,18 @@ FEATURE_MOMENTS_PHASE = "feature-moments"
 #: categorical columns with their counts (a value rarer than the privacy threshold at the
 #: site as ``other`` only), in its ``columns`` reply record.
 CATEGORIES_PHASE = "categories"
+#: The library's phases after the last round (:mod:`flwr_clustering.strategies.split_check`):
+#: per-cluster scatter, histograms along each cluster's main axis, and a Lloyd round of
+#: the refinement; answered without the algorithm (:func:`split_check_arrays`).
+SPLIT_SCATTER_PHASE = "split-scatter"
+SPLIT_HISTOGRAM_PHASE = "split-histograms"
+REFINE_PHASE = "refine"
+#: Each phase's reply statistics (a plain exchange), in the order of its arrays.
+SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
+    SPLIT_SCATTER_PHASE: ("split-counts", "split-sums", "split-scatter"),
+    SPLIT_HISTOGRAM_PHASE: ("split-histograms",),
+    REFINE_PHASE: ("refine-sums", "refine-counts", "refine-sse"),
+}
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
                                 "moment-max")
@@ -291,6 +304,33 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
     if config.get("scaling") == "minmax":
         arrays += [m["min"], m["max"]]
     return arrays
+
+
+def split_check_arrays(client: Any, phase: str, params: list[np.ndarray],
+                       config: dict[str, Any]) -> list[np.ndarray]:
+    """A client's reply to a phase of the split check or the refinement (float64 arrays).
+
+    ``split-scatter`` (arrays ``[C]``): per cluster the count, sum and sum of outer
+    products of the rows nearest to it; ``split-histograms`` (``[C, means, axes,
+    edges]``): per cluster the counts of its rows in the bins along its main axis;
+    ``refine`` (``[C]``): per cluster the sum and count of its rows, and the SSE of ``C``
+    (:mod:`flwr_clustering.algorithms.cluster_split`). Only complete rows take part; a
+    cluster of fewer rows than the config's ``privacy-threshold`` (0 under secure
+    aggregation, where only totals reach the server) is sent as zeros.
+    """
+    X = np.asarray(client.X, dtype=np.float64)
+    C = np.asarray(params[0], dtype=np.float64)
+    if C.ndim != 2 or C.shape[1] != X.shape[1]:
+        raise ValueError(f"client {client.client_id}: {phase}: centroids of shape {C.shape} "
+                         f"for rows of {X.shape[1]} features")
+    threshold = int(config.get("privacy-threshold", 2))
+    if phase == SPLIT_SCATTER_PHASE:
+        return list(client_scatter(X, C, threshold))
+    if phase == SPLIT_HISTOGRAM_PHASE:
+        means, axes, edges = (np.asarray(a, dtype=np.float64) for a in params[1:4])
+        return [client_histograms(X, C, AxisBins(means, axes, edges), threshold)]
+    sums, counts, sse = refine_stats(X, C, threshold)
+    return [sums, counts, np.array([sse])]
 
 
 def client_id_of(context: Context) -> int:
@@ -760,6 +800,22 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
                 reply = pack_reply(msg, None, len(client.X),
                                    dict(zip(MOMENT_KEYS, arrays, strict=False)), cid)
             logger.info("client %d %s: %s", cid, FEATURE_MOMENTS_PHASE, sent_summary(reply))
+            return reply
+        if config.get("phase") in SPLIT_CHECK_KEYS:  # the library's phases, any client
+            phase = str(config["phase"])
+            if getattr(client, "dp_max_epsilon", None) is not None:
+                raise PermissionError(
+                    f"client {cid}: this node takes part only in differentially private "
+                    f"runs (node config dp-max-epsilon), and the {phase} phase sends sums "
+                    "without noise")
+            arrays = split_check_arrays(client, phase, params,
+                                        {**config, "privacy-threshold": 0}
+                                        if kind == "train" else config)
+            if kind == "train":  # summed by the secure aggregation mod
+                return pack_reply(msg, arrays, len(client.X), {}, cid)
+            reply = pack_reply(msg, None, len(client.X),
+                               dict(zip(SPLIT_CHECK_KEYS[phase], arrays, strict=True)), cid)
+            logger.info("client %d %s: %s", cid, phase, sent_summary(reply))
             return reply
         if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:
             arrays = secure_evaluation_arrays(client, params[0], config)

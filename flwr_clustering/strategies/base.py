@@ -59,6 +59,7 @@ from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evalua
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
 from .features import FeatureOptions, prepare_features, with_features
+from .split_check import refine_problem, run_split_check
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
@@ -146,7 +147,8 @@ def _min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
 
     An upload's counts (:meth:`ClusteringStrategy.payload_counts`) give the rows behind
     each mean; in the evaluation statistics a residual row stands for its cluster's rows,
-    and ``sse``, ``sum-x`` and the silhouette sum for all the client's rows.
+    and ``sse``, ``sum-x`` and the silhouette sum for all the client's rows; in the split
+    check's and the refinement's sums a cluster's row stands for its rows.
     """
     found: list[float] = []
     if counts is not None:
@@ -158,7 +160,11 @@ def _min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
         if R.ndim == 2 and len(R) == len(n):
             sent = ~np.isnan(R).all(axis=1) & (n > 0)
             found += n[sent].tolist()
-    if any(k in stats for k in ("sse", "sum-x")) and stats.get("num-examples"):
+    for key in ("split-counts", "refine-counts"):  # the split check's per-cluster sums
+        if key in stats:
+            c = np.asarray(stats[key], dtype=np.float64).ravel()
+            found += c[c > 0].tolist()
+    if any(k in stats for k in ("sse", "sum-x", "refine-sse")) and stats.get("num-examples"):
         found.append(float(stats["num-examples"]))
     return int(min(found)) if found else None
 
@@ -216,6 +222,17 @@ class ClusteringStrategy(Strategy):
     categorical_columns : sequence of str or str, optional
         Columns of categories, one-hot encoded with the levels agreed across the sites
         (a level rarer than ``privacy_threshold`` folds into ``other``).
+    split_check : bool, default True
+        After the last round, check from per-cluster sums whether a cluster looks like
+        two groups (two more messages per node; :mod:`~flwr_clustering.strategies.split_check`):
+        a poor local optimum, or ``k`` too small. Found: a warning naming
+        ``refine_rounds``. Centre-based models only, not with differential privacy.
+    refine_rounds : int, default 0
+        Refine the final model before its evaluation: up to this many federated Lloyd
+        rounds, then split-and-merge repairs of clusters that look like two groups, each
+        followed by Lloyd rounds and kept only where the SSE falls. For models that label
+        by the nearest centre (not DGC, KDC, DeepFeCA, the masked algorithms), not with
+        differential privacy.
     **kwargs
         Options by field name (see the algorithm's ``Options``).
 
@@ -263,6 +280,7 @@ class ClusteringStrategy(Strategy):
         "non-finite": ("k",), "fewer-centroids": ("k",), "collapse": ("k",),
         "empty": ("k",), "round-cap": ("max_rounds", "tol"),
         "withheld": ("privacy_threshold",), "lloyd-gain": ("max_rounds", "tol"),
+        "split": ("k",),
     }
 
     def __init__(
@@ -284,6 +302,8 @@ class ClusteringStrategy(Strategy):
         feature_columns: Any = None,
         index_column: str | None = None,
         categorical_columns: Any = None,
+        split_check: bool = True,
+        refine_rounds: int = 0,
         **kwargs: Any,
     ) -> None:
         option_kwargs, unknown = self.Options.split_kwargs(kwargs)
@@ -321,6 +341,12 @@ class ClusteringStrategy(Strategy):
         if not 0.0 < float(secagg_threshold) <= 1.0:
             raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
         self.secagg_threshold = float(secagg_threshold)
+        self.split_check = bool(split_check)
+        if isinstance(refine_rounds, bool) or int(refine_rounds) != refine_rounds \
+                or refine_rounds < 0:
+            raise ValueError(f"refine_rounds must be a non-negative integer, got "
+                             f"{refine_rounds!r}")
+        self.refine_rounds = int(refine_rounds)
         self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
                                                           index_column, categorical_columns)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
@@ -335,6 +361,9 @@ class ClusteringStrategy(Strategy):
             if problem is not None:
                 raise ValueError(f"secure-aggregation=true: {problem}")
         self.configure()
+        if self.refine_rounds and refine_problem(self) is not None:
+            raise ValueError(f"refine-rounds={self.refine_rounds}: {refine_problem(self)}; "
+                             "refine-rounds applies to fkm, kfed, feca, mavg and ffcm")
         #: Under secure aggregation the evaluation statistics are summed securely too
         #: (:meth:`secure_evaluation`); no EVALUATE message asks for them.
         self.secure_evaluate = self.secure_aggregation and self.evaluate
@@ -375,6 +404,8 @@ class ClusteringStrategy(Strategy):
         #: logged before :meth:`start` (``pre_run_warnings``, e.g. identical data).
         self.run_warnings: list[str] = list(getattr(self, "pre_run_warnings", []))
         self.stopped = False
+        #: What the split check (and refinement) found (:meth:`_split_check`).
+        self.split_result: dict[str, Any] | None = None
         self.diagnostics: dict[str, Any] = {}
         self.warnings: list[str] = []
         #: ``{client: reason}`` of every client without a valid reply in the run (latest).
@@ -1430,6 +1461,9 @@ class ClusteringStrategy(Strategy):
             by_field = {f.name: key for key, f in keys.items()}
             advice = {anomaly: tuple(by_field[name] for name in names if name in by_field)
                       for anomaly, names in self.advice.items()}
+            advice["split"] = (("refine-rounds",) if refine_problem(self) is None
+                               else tuple(by_field[n] for n in self.advice.get("split", ())
+                                          if n in by_field))
             warnings = _diagnostics.warnings_from(diag, advice, type(self).__name__)
         except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
             logger.exception("diagnostics failed")
@@ -1491,7 +1525,27 @@ class ClusteringStrategy(Strategy):
                                           for h in self.history)),
             "empty-uploads": int(self.history[-1].get("empty-uploads", 0)
                                  if self.history else 0),
+            **(getattr(self, "split_result", None) or {"split-check": "off"}),
         }
+
+    def _split_check(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """The split check and refinement before the final evaluation (never fatal).
+
+        The node sampling generator is restored afterwards, so that the final evaluation
+        asks the nodes it would have asked without the check.
+        """
+        state = self._sample_rng.bit_generator.state
+        model = self.centroids
+        try:
+            self.split_result = run_split_check(self, grid, server_round, timeout)
+        except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
+            logger.warning("round %d: the split check%s failed, the model is kept as it "
+                           "was: %s: %s", server_round,
+                           " and refinement" if self.refine_rounds else "",
+                           type(ex).__name__, ex)
+            self.centroids = model
+            self.split_result = {"split-check": f"failed: {type(ex).__name__}: {ex}"}
+        self._sample_rng.bit_generator.state = state
 
     def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
         """The algorithm's own diagnostics (override; DGC's consensus, KDC's cores).
@@ -1733,6 +1787,8 @@ class ClusteringStrategy(Strategy):
                 logger.info("[ROUND %d/%d] converged: stopping early (early_stop=True)",
                             rnd, num_rounds)
                 stop = True
+            if stop:
+                self._split_check(grid, rnd, timeout)
             if stop or self.evaluate_every_round:
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
                                         timeout=timeout)

@@ -1,0 +1,169 @@
+"""The split check and the refinement through Flower (issue 38, item 4): the same sums and
+results as the pure loop bit for bit, a warning naming `refine-rounds` where a cluster
+holds two groups and none where it does not, the privacy threshold and the ledger, secure
+aggregation, and the configurations that refuse it."""
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord
+from sklearn.datasets import make_blobs
+
+from flwr_clustering.algorithms.cluster_split import pure_check, pure_step, refine_model
+from flwr_clustering.algorithms.kfed import run_kfed
+from flwr_clustering.clients import FedKMeansClient as FKMClient
+from flwr_clustering.clients import KFedClient, client_app
+from flwr_clustering.strategies import DGC, KDC, FedKMeans, KFed, MaskedFederated
+from flwr_clustering.testing import InProcessGrid
+
+
+def _data(m=5, seed=0):
+    X, y = make_blobs(1500, n_features=2, centers=10, center_box=(-20, 20), random_state=seed)
+    perm = np.random.default_rng(seed).permutation(len(X))
+    return [(X[i], y[i]) for i in np.array_split(perm, m)]
+
+
+def _app(data, cls):
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return cls(*data[i], client_id=i)
+    return client_app(client_fn)
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name.startswith("flwr_clustering") and r.levelno == logging.WARNING]
+
+
+def test_a_poor_one_shot_model_is_flagged_and_the_warning_names_refine_rounds(caplog):
+    data = _data()
+    strategy = KFed(10, min_nodes=5, seed=0)
+    with caplog.at_level(logging.WARNING, logger="flwr_clustering"):
+        strategy.start(grid=InProcessGrid(_app(data, KFedClient), 5))
+    ref = run_kfed([x for x, _ in data], 10, seed=0)
+    np.testing.assert_array_equal(strategy.centroids, ref)  # the model unchanged
+    expected = pure_check([x for x, _ in data], 2)(ref)
+    diag = strategy.diagnostics
+    assert diag["split-clusters"] == sorted(expected.flagged) != []
+    assert diag["split-counts"] == [int(expected.counts[j]) for j in sorted(expected.flagged)]
+    assert diag["split-clients"] == 5
+    hits = [w for w in strategy.warnings if "look like two groups" in w]
+    assert len(hits) == 1 and "'refine-rounds'" in hits[0] and hits[0] in _warnings(caplog)
+
+
+def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
+    data = _data()
+    parts = [x for x, _ in data]
+    strategy = KFed(10, min_nodes=5, seed=0, refine_rounds=10)
+    grid = InProcessGrid(_app(data, KFedClient), 5, shuffle_seed=3)
+    strategy.start(grid=grid)
+    start = run_kfed(parts, 10, seed=0)
+    C, result, info = refine_model(pure_step(parts, 2), pure_check(parts, 2), start, 10)
+    np.testing.assert_array_equal(strategy.centroids, C)
+    assert strategy.diagnostics["refine"] == info and info["repairs"] >= 1
+    assert strategy.diagnostics["split-clusters"] == sorted(result.flagged) == []
+    assert not any("two groups" in w for w in strategy.warnings)
+    # the repaired model's SSE (the federated evaluation's) is the check's, and lower
+    assert strategy.final_metrics["sse"] == pytest.approx(info["sse-after"], rel=1e-9)
+    assert info["sse-after"] < 0.6 * info["sse-before"]
+    # the refinement's Lloyd rounds went as QUERY messages, to every node
+    phases = [m.content["config"]["phase"] for m in grid.sent
+              if m.metadata.message_type == "query" and "phase" in m.content["config"]]
+    assert phases.count("refine") == 5 * info["lloyd-rounds"]
+    assert phases.count("split-scatter") == 5 * (1 + info["attempts"])
+
+
+def test_a_good_model_gives_no_warning_and_fkm_refined_moves_at_most_a_little():
+    data = _data()
+    strategy = FedKMeans(10, min_nodes=5, seed=0, refine_rounds=5)
+    strategy.start(grid=InProcessGrid(_app(data, FKMClient), 5))
+    diag = strategy.diagnostics
+    assert diag["split-clusters"] == [] and diag["refine"]["repairs"] == 0
+    assert not any("two groups" in w for w in strategy.warnings)
+
+
+def test_the_privacy_threshold_holds_back_small_clusters_and_the_ledger_lists_every_reply():
+    data = _data(m=10)  # about 15 rows per cluster and client
+    strategy = FedKMeans(10, min_nodes=10, seed=0, privacy_threshold=12)
+    strategy.start(grid=InProcessGrid(_app(data, FKMClient), 10))
+    entries = [e for e in strategy.privacy_ledger()["messages"]
+               if e["phase"] in ("split-scatter", "split-histograms")]
+    assert len(entries) == 20
+    scatter = [e for e in entries if e["phase"] == "split-scatter"]
+    assert all(e["min-count"] >= 12 for e in scatter)
+    assert all(e["floats"] == 10 + 10 * 2 + 10 * 4 for e in scatter)
+    # what the server summed is every cluster's rows but those held back
+    parts = [x for x, _ in data]
+    full = pure_check(parts, 0)(strategy.centroids)
+    held = pure_check(parts, 12)(strategy.centroids)
+    assert held.counts.sum() < full.counts.sum() == 1500
+    assert strategy.diagnostics["split-clusters"] == sorted(held.flagged)
+
+
+def test_secure_aggregation_sums_the_check_and_the_refinement():
+    data = _data()
+    runs = {}
+    start = ArrayRecord([np.vstack([x[:2] for x, _ in data])])  # 10 rows as the start
+    for secure in (False, True):
+        s = FedKMeans(10, min_nodes=5, seed=1, server_update="lloyd", max_rounds=3,
+                      secure_aggregation=secure, refine_rounds=3)
+        s.start(grid=InProcessGrid(_app(data, FKMClient), 5), initial_arrays=start)
+        runs[secure] = s
+    plain, secure = runs[False], runs[True]
+    np.testing.assert_allclose(secure.centroids, plain.centroids, rtol=0, atol=1e-8)
+    assert secure.diagnostics["split-clusters"] == plain.diagnostics["split-clusters"]
+    phases = {t["phase"] for t in secure.secure_totals}
+    assert {"refine", "split-scatter", "split-histograms"} <= phases
+    assert all(e["floats"] == 0 for e in secure.privacy_ledger()["messages"])
+
+
+def test_refine_rounds_is_refused_where_it_does_not_apply():
+    for cls in (DGC, KDC, MaskedFederated):
+        with pytest.raises(ValueError, match="refine-rounds=3: "):
+            cls(3, refine_rounds=3)
+    with pytest.raises(ValueError, match="differential privacy"):
+        FedKMeans(3, server_update="lloyd", dp_epsilon=1.0, data_bound=10.0, refine_rounds=3)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        KFed(3, refine_rounds=-1)
+
+
+def test_a_dp_run_skips_the_check_and_says_why():
+    data = _data()
+    s = FedKMeans(10, min_nodes=5, seed=1, server_update="lloyd", max_rounds=2,
+                  dp_epsilon=4.0, data_bound=30.0)
+    grid = InProcessGrid(_app(data, FKMClient), 5)
+    s.start(grid=grid)
+    assert s.diagnostics["split-check"].startswith("not run: a differentially private run")
+    assert not any(m.content["config"].get("phase") in ("split-scatter", "refine")
+                   for m in grid.sent if "config" in m.content)
+
+
+def test_a_failing_check_keeps_the_finished_model(monkeypatch):
+    from flwr_clustering.clients import base
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(base, "split_check_arrays", broken)
+    data = _data()
+    s = KFed(10, min_nodes=5, seed=0, refine_rounds=4)
+    s.start(grid=InProcessGrid(_app(data, KFedClient), 5))
+    np.testing.assert_array_equal(s.centroids, run_kfed([x for x, _ in data], 10, seed=0))
+    assert s.diagnostics["split-check"].startswith("failed: RuntimeError")
+    assert s.final_metrics["sse"] > 0
+
+
+def test_the_estimator_and_the_app_keys_refine_and_check():
+    from flwr_clustering.estimator import FederatedClustering
+
+    parts = [x for x, _ in _data()]
+    plain = FederatedClustering("kfed", 10).fit(parts)
+    refined = FederatedClustering("kfed", 10, refine_rounds=10).fit(parts)
+    assert plain.diagnostics_["split-clusters"] != []
+    assert any("'refine-rounds'" in w for w in plain.warnings_)
+    assert refined.diagnostics_["refine"]["repairs"] >= 1
+    assert refined.metrics_["sse"] < 0.6 * plain.metrics_["sse"]
+    off = FederatedClustering("kfed", 10, split_check=False).fit(parts)
+    assert off.diagnostics_["split-check"] == "off"
+    np.testing.assert_array_equal(off.cluster_centers_, plain.cluster_centers_)
