@@ -150,3 +150,18 @@ def test_fkm_at_its_defaults_is_within_1_10_of_kmeans_with_no_warning(dataset, s
     assert row["sse_ratio"] <= 1.10
     assert row["nonempty"] == row["k"] == row["distinct"]
     assert row["warnings"] == 0, row["warning_messages"]
+
+
+def test_the_app_engine_records_the_split_check_and_refine_repairs_kfed():
+    """k-FED on the aniso set, seed 1 (SSE 1.41x k-means'): the check flags it,
+    the split counts are summarised, and --refine repairs it below the 1.10 limit."""
+    plain = run_task(QualityTask("aniso", "iid", "kfed", 1, "app"))
+    refined = run_task(QualityTask("aniso", "iid", "kfed", 1, "app", refine=10))
+    assert plain["error"] == refined["error"] == ""
+    assert plain["split_clusters"] >= 1 and plain["split_warnings"] == 1
+    assert plain["repairs"] is None and refined["repairs"] >= 1
+    assert refined["sse_ratio"] < plain["sse_ratio"]
+    summary = quality.failure_summary([plain, refined])
+    assert summary["split_checked"] == 2
+    assert summary["split_hits"] == int("sse" in quality.failure_reasons(plain))
+    assert run_task(QualityTask("iris", "iid", "fkm", 0))["split_clusters"] is None  # loop

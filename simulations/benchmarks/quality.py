@@ -10,7 +10,7 @@ Usage, from the repository root::
 
     python -m simulations quality [--datasets D ...] [--algorithms A ...] [--seeds S ...]
                                   [--splits iid dirichlet] [--engine loop|app]
-                                  [--jobs J] [--out DIR] [--quick]
+                                  [--refine N] [--jobs J] [--out DIR] [--quick]
     python -m simulations quality --from-json A/quality.json B/quality.json --out DIR
 
 Data (``seed`` is the run's seed: it draws the generated sets, the split, the masks and
@@ -43,7 +43,10 @@ whose model labels rows with its network, always runs as ``app``), its
 arguments taken from the App's options dataclass at its defaults (not from the loop's
 own keyword defaults, where they differ; see :data:`LOOP_NOTES`). ``app`` runs the real
 strategy and clients in process (:class:`flwr_clustering.FederatedClustering` with the
-App's ``min-nodes`` = 2), which also counts the warnings the Flower layer logs.
+App's ``min-nodes`` = 2), which also counts the warnings the Flower layer logs, and
+records the split check's flagged clusters (``split_clusters``; ``split_warnings``: its
+warnings among them); ``--refine N`` runs the refinable algorithms with
+``refine-rounds=N`` (``repairs``: the split-and-merge repairs kept).
 
 Columns: the ARI and NMI of the model's labels of the pooled (complete) rows, the SSE
 ratio to centralized k-means (``sklearn.cluster.KMeans(k, n_init=10)`` on the same rows and
@@ -123,7 +126,12 @@ QUICK = {"datasets": ("iris", "wine"), "algorithms": ("fkm", "kfed"), "seeds": (
 
 COLUMNS = ("dataset", "split", "algorithm", "seed", "clients", "n", "d", "k", "ari", "nmi",
            "kmeans_ari", "sse_ratio", "nonempty", "distinct", "nan_entries", "warnings",
-           "py_warnings", "seconds", "info", "error")
+           "split_clusters", "split_warnings", "repairs", "py_warnings", "seconds", "info",
+           "error")
+#: The algorithms whose final model ``--refine`` refines (the App's ``refine-rounds``).
+REFINABLE = ("fkm", "kfed", "feca", "mavg", "ffcm")
+#: The words of the split check's warning (:func:`flwr_clustering.diagnostics.warnings_from`).
+SPLIT_WARNING = "look like two groups"
 
 #: Where a pure loop's own keyword defaults differ from the App's (the benchmark passes
 #: the App's values).
@@ -217,6 +225,9 @@ class Model:
     centroids: np.ndarray | None
     labels: np.ndarray | None = None
     info: str = ""
+    #: ``app`` engine: the split check's flagged clusters and the refinement's repairs.
+    split_clusters: int | None = None
+    repairs: int | None = None
 
 
 def _options(name: str, k: int):
@@ -324,19 +335,27 @@ LOOPS: dict[str, Callable[..., Model]] = {
 }
 
 
-def _app(name: str, clients, labels, k: int, seed: int) -> Model:
-    """The real strategy and clients in process, as ``flwr run`` with the App's min-nodes."""
+def _app(name: str, clients, labels, k: int, seed: int, refine: int = 0) -> Model:
+    """The real strategy and clients in process, as ``flwr run`` with the App's min-nodes.
+
+    ``refine``: the App's ``refine-rounds`` for the :data:`REFINABLE` algorithms.
+    """
     import importlib.util
 
     from flwr_clustering import FederatedClustering
 
     if name == "deepfeca" and importlib.util.find_spec("torch") is None:
         raise ModuleNotFoundError("DeepFeCA needs PyTorch, which is not installed")
-    est = FederatedClustering(name, n_clusters=k, random_state=seed, min_nodes=2)
+    est = FederatedClustering(name, n_clusters=k, random_state=seed, min_nodes=2,
+                              refine_rounds=refine if name in REFINABLE else 0)
     est.fit(clients, labels)
+    diag = est.diagnostics_
+    flagged = diag.get("split-clusters")
+    split = {"split_clusters": None if flagged is None else len(flagged),
+             "repairs": (diag.get("refine") or {}).get("repairs")}
     if name in ("kdc", "deepfeca"):  # the model labels rows itself; clients' own labels
-        return Model(est.cluster_centers_, labels=np.concatenate(est.labels_))
-    return Model(est.cluster_centers_)
+        return Model(est.cluster_centers_, labels=np.concatenate(est.labels_), **split)
+    return Model(est.cluster_centers_, **split)
 
 
 # ------------------------------------------------------------------------ metrics
@@ -413,6 +432,7 @@ class QualityTask:
     seed: int
     engine: str = "loop"
     masks: str = "fraction"
+    refine: int = 0
 
 
 class _Counter(logging.Handler):
@@ -421,10 +441,12 @@ class _Counter(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.count = 0
+        self.split = 0
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+        self.split += SPLIT_WARNING in record.getMessage()
         if len(self.messages) < 5:
             self.messages.append(record.getMessage().splitlines()[0][:200])
 
@@ -465,12 +487,13 @@ def run_task(task: QualityTask, *, runner: Callable[..., Model] | None = None
             if runner is not None:
                 model = runner(clients, k, task.seed, _options(task.algorithm, k))
             elif task.engine == "app" or task.algorithm == "deepfeca":
-                model = _app(task.algorithm, clients, labels, k, task.seed)
+                model = _app(task.algorithm, clients, labels, k, task.seed, task.refine)
             else:
                 model = LOOPS[task.algorithm](clients, k, task.seed,
                                               _options(task.algorithm, k))
             row["seconds"] = time.perf_counter() - start
             row["info"] = model.info
+            row.update(split_clusters=model.split_clusters, repairs=model.repairs)
             row.update(evaluate(model, X, y, k, task.seed))
     except Exception as ex:  # noqa: BLE001 - a failing run is a row, not a crash
         row.setdefault("seconds", time.perf_counter() - start)
@@ -480,6 +503,7 @@ def run_task(task: QualityTask, *, runner: Callable[..., Model] | None = None
         lib_logger.removeHandler(counter)
         lib_logger.setLevel(old_level)
     row["warnings"] = counter.count
+    row["split_warnings"] = counter.split
     row["warning_messages"] = counter.messages
     row["py_warnings"] = len(py_warnings)
     row["py_warning_messages"] = sorted({str(w.message).splitlines()[0][:200]
@@ -633,9 +657,22 @@ def failure_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         tot[0] += 1
         tot[1] += bool(reasons)
         tot[2] += bool(reasons) and r["warnings"] == 0
+    sse_fails = [r for r in fails if "sse" in failure_reasons(r)]
+    good = [r for r in rows if not failure_reasons(r) and not r["error"]]
+    checked = [r for r in rows if r.get("split_clusters") is not None]
     return {
         "runs": len(rows), "failed": len(fails),
         "failed_without_warning": sum(1 for r in fails if r["warnings"] == 0),
+        # the split check (app engine): failing runs it flags, good runs it flags, and
+        # the failing runs whose only warning is its own
+        "split_checked": len(checked),
+        "split_hits": sum(1 for r in sse_fails if r.get("split_clusters")),
+        "sse_failures_checked": sum(1 for r in sse_fails
+                                    if r.get("split_clusters") is not None),
+        "split_false_alarms": sum(1 for r in good if r.get("split_clusters")),
+        "good_checked": sum(1 for r in good if r.get("split_clusters") is not None),
+        "failed_warned_only_by_split": sum(
+            1 for r in fails if r["warnings"] and r["warnings"] == r.get("split_warnings")),
         "errors": sum(1 for r in rows if r["error"]),
         "by_reason": by_reason,
         "by_algorithm": {a: {"runs": t[0], "failed": t[1], "failed_without_warning": t[2]}
@@ -722,6 +759,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "features per client (default), every non-empty subset of them "
                    "cycled over the clients, or feature i mod d at client i "
                    "(low-dimensional cases; rows named <data set>/<masks>)")
+    p.add_argument("--refine", type=int, default=0, metavar="N",
+                   help="app engine: refine-rounds=N for " + ", ".join(REFINABLE)
+                   + " (default 0: the App's default)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="./results/quality", help="output directory")
     p.add_argument("--from-json", nargs="+", metavar="FILE",
@@ -748,7 +788,8 @@ def tasks_from_args(args: argparse.Namespace) -> list[QualityTask]:
             for seed in ds_seeds:  # a cell's algorithms together: one k-means per data
                 for alg in algorithms:
                     tasks.append(QualityTask(ds, split, alg, seed, args.engine,
-                                             args.masks if alg in MASKED else "fraction"))
+                                             args.masks if alg in MASKED else "fraction",
+                                             args.refine))
     return tasks
 
 
@@ -774,6 +815,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(markdown_table(rows))
         print(f"merged {len(rows)} rows; wrote " + ", ".join(files))
         return 0
+    if args.refine and args.engine != "app":
+        raise SystemExit(f"{PROG}: --refine needs --engine app (the pure loops do not "
+                         "refine)")
     tasks = tasks_from_args(args)
     start = time.perf_counter()
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -793,4 +837,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{s['failed']} of {s['runs']} runs failed ({s['errors']} errors), "
           f"{s['failed_without_warning']} without a warning; {wall:.0f} s; wrote "
           + ", ".join(files))
+    if s["split_checked"]:
+        print(f"split check: {s['split_hits']} of {s['sse_failures_checked']} checked SSE "
+              f"failures flagged, {s['split_false_alarms']} of {s['good_checked']} checked "
+              f"good runs flagged; {s['failed_warned_only_by_split']} failing runs warned "
+              "by the split check alone")
     return 0
