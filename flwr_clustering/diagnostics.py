@@ -362,8 +362,10 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
         refined = diag.get("refine")
         if refined is not None:
             text = (f"after refinement ({refined.get('repairs', 0)} split-and-merge "
-                    f"repair(s) kept) cluster(s) {which} still look like two groups along "
-                    "their main axis: k is probably too small for this data")
+                    f"repair(s) kept of {refined.get('attempts', 0)} tried) cluster(s) "
+                    f"{which} still look like two groups along their main axis; no split "
+                    "and merge lowers the SSE, so the centres cannot separate them at this "
+                    "k (a larger k may)")
             out.append(f"{who}{text}; option to change: 'k'")
         else:
             say(f"cluster(s) {which} look like two groups along their main axis (a valley "

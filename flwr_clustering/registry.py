@@ -199,9 +199,11 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         "(`split-check`, on by default; with `refine-rounds` also after each refinement "
         "stage); TRAIN through SecAgg+ under secure aggregation",
         sends=("`centroids` (k, d) float64: the model",),
-        config=("`privacy-threshold` int: a cluster with fewer rows at the client is sent "
-                "as zeros (0 under secure aggregation)",),
+        config=("`privacy-threshold` int: a client with a cluster of fewer rows sends "
+                "zeros only (0 under secure aggregation)",),
         reply_arrays=("secure only: the statistics below, in order (summed by SecAgg+)",),
+        reply_metrics=("`withheld` int: 1 when the reply is zeros under the privacy "
+                       "threshold",),
         reply_stats=("`split-counts` (k,) float64: rows nearest to each centre",
                      "`split-sums` (k, d) float64: their sum",
                      "`split-scatter` (k, d, d) float64: the sum of their outer products"),
@@ -217,6 +219,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                "`edges` (k, 25) float64: 24 bins along the axis"),
         config=("`privacy-threshold` int: as `split-scatter`",),
         reply_arrays=("secure only: `split-histograms`",),
+        reply_metrics=("`withheld` int: as `split-scatter`",),
         reply_stats=("`split-histograms` (k, 24) float64: per cluster the rows in each bin "
                      "of the projection on its axis",),
         notes="Answered by the library. A cluster whose summed histogram has two modes "
@@ -226,9 +229,10 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         "refine", "query", "with `refine-rounds` > 0: after the last round, before the "
         "split check's exchanges, at most `refine-rounds` times per refinement stage",
         sends=("`centroids` (k, d) float64: the model to refine",),
-        config=("`privacy-threshold` int: a cluster with fewer rows at the client is sent "
-                "as zeros (0 under secure aggregation)",),
+        config=("`privacy-threshold` int: a client with a cluster of fewer rows sends "
+                "zeros only (0 under secure aggregation)",),
         reply_arrays=("secure only: the statistics below, in order",),
+        reply_metrics=("`withheld` int: as `split-scatter`",),
         reply_stats=("`refine-sums` (k, d) float64: per cluster the sum of its rows",
                      "`refine-counts` (k,) float64: its rows",
                      "`refine-sse` (1,) float64: the SSE of the centroids sent"),

@@ -20,6 +20,7 @@ from flwr_clustering.algorithms.cluster_split import (
     scatter_stats,
     split_and_merge,
     split_clusters,
+    withholds,
 )
 
 
@@ -100,21 +101,29 @@ def _bad_model():
     return X, y, C
 
 
-def test_a_client_holds_back_clusters_under_the_threshold_in_both_exchanges():
+def test_a_client_with_a_cluster_under_the_threshold_sends_zeros_in_every_exchange():
     X, y, C = _bad_model()
     rows = np.vstack([X[y == 0][:30], [[0.7, 8.5]]])  # a cluster of one row at this client
     labels = np.argmin(((rows[:, None] - C) ** 2).sum(-1), axis=1)
     assert list(np.bincount(labels, minlength=3)) == [30, 0, 1]
-    counts, sums, outer = client_scatter(rows, C, threshold=5)
-    held = np.bincount(labels, minlength=3) < 5
-    assert (counts[held] == 0).all() and not sums[held].any() and not outer[held].any()
-    np.testing.assert_array_equal(counts[~held], np.bincount(labels, minlength=3)[~held])
     check = check_splits([X], C)
-    hist = client_histograms(rows, C, check.bins, threshold=5)
-    assert not hist[held & (np.bincount(labels, minlength=3) > 0)].any()
-    assert hist.sum() == counts.sum()
-    # threshold 0 (secure aggregation: only totals are seen) withholds nothing
-    assert client_scatter(rows, C)[0].sum() == len(rows)
+    # not only the one-row cluster: the client's total row sum (the evaluation's sum-x)
+    # minus cluster 0's sum would be that row
+    assert withholds(rows, C, 2) and not withholds(rows, C, 1)
+    assert all(not a.any() for a in client_scatter(rows, C, threshold=2))
+    assert not client_histograms(rows, C, check.bins, threshold=2).any()
+    sums, counts, sse = refine_stats(rows, C, threshold=2)
+    assert not sums.any() and not counts.any()
+    # the SSE is a total over the client (as the evaluation's), sent from 2 rows on
+    assert sse == pytest.approx(((rows[:, None] - C) ** 2).sum(-1).min(1).sum(), rel=1e-12)
+    assert refine_stats(rows[:1], C, threshold=2)[2] == 0.0
+    # below the threshold nothing is withheld; threshold 0 (secure aggregation) neither
+    for threshold in (0, 1):
+        counts, sums, _ = client_scatter(rows, C, threshold)
+        assert counts.sum() == len(rows)
+        np.testing.assert_allclose(sums.sum(axis=0), rows.sum(axis=0))
+        assert client_histograms(rows, C, check.bins, threshold).sum() == len(rows)
+        assert refine_stats(rows, C, threshold)[1].sum() == len(rows)
 
 
 def test_incomplete_rows_take_no_part():
@@ -150,7 +159,8 @@ def test_split_and_merge_then_lloyd_finds_the_three_groups():
     truth = np.array([X[y == g].mean(axis=0) for g in range(3)])
     nearest = np.argmin(((C2[:, None] - truth) ** 2).sum(-1), axis=1)
     assert sorted(nearest) == [0, 1, 2]
-    C3, history = refine(pure_step(parts), C2, 20)
+    C3, sse, history = refine(pure_step(parts), C2, 20)
+    assert sse == min(history)
     assert len(history) < 20  # a fixed point before the cap
     assert np.all(np.diff(history) <= 1e-9 * history[0])  # Lloyd never increases the SSE
     np.testing.assert_allclose(np.sort(C3, axis=0), np.sort(truth, axis=0), atol=1e-9)

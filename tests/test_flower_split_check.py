@@ -10,7 +10,12 @@ import pytest
 from flwr.app import ArrayRecord
 from sklearn.datasets import make_blobs
 
-from flwr_clustering.algorithms.cluster_split import pure_check, pure_step, refine_model
+from flwr_clustering.algorithms.cluster_split import (
+    pure_check,
+    pure_step,
+    refine_model,
+    withholds,
+)
 from flwr_clustering.algorithms.kfed import run_kfed
 from flwr_clustering.clients import FedKMeansClient as FKMClient
 from flwr_clustering.clients import KFedClient, client_app
@@ -47,7 +52,9 @@ def test_a_poor_one_shot_model_is_flagged_and_the_warning_names_refine_rounds(ca
     diag = strategy.diagnostics
     assert diag["split-clusters"] == sorted(expected.flagged) != []
     assert diag["split-counts"] == [int(expected.counts[j]) for j in sorted(expected.flagged)]
-    assert diag["split-clients"] == 5
+    # a client with a one-row cluster of this model sent zeros (the privacy threshold)
+    parts = [x for x, _ in data]
+    assert diag["split-clients"] == 5 - sum(withholds(x, ref, 2) for x in parts) == 4
     hits = [w for w in strategy.warnings if "look like two groups" in w]
     assert len(hits) == 1 and "'refine-rounds'" in hits[0] and hits[0] in _warnings(caplog)
 
@@ -66,7 +73,8 @@ def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
     assert not any("two groups" in w for w in strategy.warnings)
     # the repaired model's SSE (the federated evaluation's) is the check's, and lower
     assert strategy.final_metrics["sse"] == pytest.approx(info["sse-after"], rel=1e-9)
-    assert info["sse-after"] < 0.6 * info["sse-before"]
+    assert info["sse-after"] < info["sse-before"]
+    assert strategy.final_metrics["sse"] < 0.6 * pure_check(parts, 0)(start).sse
     # the refinement's Lloyd rounds went as QUERY messages, to every node
     phases = [m.content["config"]["phase"] for m in grid.sent
               if m.metadata.message_type == "query" and "phase" in m.content["config"]]
@@ -83,22 +91,33 @@ def test_a_good_model_gives_no_warning_and_fkm_refined_moves_at_most_a_little():
     assert not any("two groups" in w for w in strategy.warnings)
 
 
-def test_the_privacy_threshold_holds_back_small_clusters_and_the_ledger_lists_every_reply():
+def test_the_privacy_threshold_withholds_whole_replies_and_the_ledger_lists_every_reply():
     data = _data(m=10)  # about 15 rows per cluster and client
-    strategy = FedKMeans(10, min_nodes=10, seed=0, privacy_threshold=12)
-    strategy.start(grid=InProcessGrid(_app(data, FKMClient), 10))
+    strategy = FedKMeans(10, min_nodes=10, seed=0, privacy_threshold=10)
+    grid = InProcessGrid(_app(data, FKMClient), 10)
+    strategy.start(grid=grid)
     entries = [e for e in strategy.privacy_ledger()["messages"]
                if e["phase"] in ("split-scatter", "split-histograms")]
     assert len(entries) == 20
     scatter = [e for e in entries if e["phase"] == "split-scatter"]
-    assert all(e["min-count"] >= 12 for e in scatter)
     assert all(e["floats"] == 10 + 10 * 2 + 10 * 4 for e in scatter)
-    # what the server summed is every cluster's rows but those held back
+    # a reply with counts has none under the threshold; the others are zeros, and say so
     parts = [x for x, _ in data]
-    full = pure_check(parts, 0)(strategy.centroids)
-    held = pure_check(parts, 12)(strategy.centroids)
-    assert held.counts.sum() < full.counts.sum() == 1500
-    assert strategy.diagnostics["split-clusters"] == sorted(held.flagged)
+    C = strategy.centroids
+    held = [withholds(x, C, 10) for x in parts]
+    assert 0 < sum(held) < 10
+    by_client = {e["client"]: e["min-count"] for e in scatter}
+    for cid, h in enumerate(held):
+        assert (by_client[cid] is None) if h else by_client[cid] >= 10
+    replies = [m for m in grid.received if "metrics" in m.content
+               and m.content["metrics"].get("client-id") is not None]
+    flags = {int(m.content["metrics"]["client-id"]): int(m.content["metrics"]["withheld"])
+             for m in replies if "withheld" in m.content["metrics"]}
+    assert flags == {cid: int(h) for cid, h in enumerate(held)}
+    expected = pure_check(parts, 10)(C)
+    assert strategy.diagnostics["split-clusters"] == sorted(expected.flagged)
+    assert strategy.diagnostics["split-clients"] == 10 - sum(held)
+    assert expected.counts.sum() == sum(len(x) for x, h in zip(parts, held, strict=True) if not h)
 
 
 def test_secure_aggregation_sums_the_check_and_the_refinement():

@@ -149,7 +149,10 @@ def test_fkm_at_its_defaults_is_within_1_10_of_kmeans_with_no_warning(dataset, s
     assert row["error"] == ""
     assert row["sse_ratio"] <= 1.10
     assert row["nonempty"] == row["k"] == row["distinct"]
-    assert row["warnings"] == 0, row["warning_messages"]
+    # the split check's one warning: on digits a k-means cluster holds two digit classes
+    # (docs/choosing.md); none elsewhere
+    assert row["warnings"] == row["split_warnings"], row["warning_messages"]
+    assert row["split_warnings"] == 0 or dataset == "digits", row["warning_messages"]
 
 
 def test_the_app_engine_records_the_split_check_and_refine_repairs_kfed():

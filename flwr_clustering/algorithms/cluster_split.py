@@ -32,9 +32,11 @@ settle the model; the caller keeps it only where its SSE is lower.
 
 Privacy: the scatter tells the server each cluster's covariance (more than the per-feature
 moments of the evaluation) and the histograms where a cluster's rows lie along one
-direction; both are sums over a client's rows, so a client holds back every cluster of
-fewer rows than the privacy threshold (:func:`client_scatter`), secure aggregation sums
-them when it is on, and the ledger records them.
+direction; both are sums over a client's rows, so a client with a cluster of fewer rows
+than the privacy threshold sends zeros only (:func:`client_scatter`; withholding only that
+cluster would not do: the evaluation's sum of all its rows minus the other clusters' sums
+is that cluster's sum), secure aggregation sums them when it is on, and the ledger records
+them.
 
 No Flower import (layer 1).
 """
@@ -72,6 +74,7 @@ __all__ = [
     "split_and_merge",
     "split_clusters",
     "valleys",
+    "withholds",
 ]
 
 #: Histogram bins along a cluster's main axis, spanning its mean +- 3 spreads.
@@ -251,45 +254,58 @@ def _complete(X: np.ndarray) -> np.ndarray:
     return X if not X.size or np.isfinite(X).all() else X[np.isfinite(X).all(axis=1)]
 
 
-def _withheld(counts: np.ndarray, threshold: int) -> np.ndarray:
-    """Clusters with rows, but fewer than ``threshold``: the client holds them back."""
-    return (counts > 0) & (counts < threshold)
+def _withheld(counts: np.ndarray, threshold: int) -> bool:
+    """Whether a client holds its whole reply back: a cluster with too few rows.
+
+    A cluster with rows, but fewer than ``threshold``; not only that cluster: the
+    evaluation's ``sum-x`` (the sum of all the client's rows) minus the other clusters'
+    sums would be its sum, one row for a cluster of one.
+    """
+    return bool(np.any((counts > 0) & (counts < threshold)))
+
+
+def withholds(X: np.ndarray, C: np.ndarray, threshold: int) -> bool:
+    """Whether a client with rows ``X`` sends zeros for the model ``C`` (:func:`_withheld`)."""
+    X = _complete(X)
+    if not len(X):
+        return False
+    return _withheld(np.bincount(nearest_labels(X, np.asarray(C, dtype=np.float64)),
+                                 minlength=len(C)), threshold)
 
 
 def client_scatter(X: np.ndarray, C: np.ndarray, threshold: int = 0
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A client's reply to the first exchange: :func:`scatter_stats` of its rows.
 
-    Each complete row goes to its nearest centre of ``C``; a cluster of fewer than
-    ``threshold`` rows (but some) is held back: its count, sum and scatter are sent as
-    zeros. Counts as float64 (the form a secure sum takes).
+    Each complete row goes to its nearest centre of ``C``; when a cluster has fewer than
+    ``threshold`` rows (but some), the whole reply is zeros (:func:`_withheld`). Counts as
+    float64 (the form a secure sum takes).
     """
     C = np.asarray(C, dtype=np.float64)
     X = _complete(X)
     k, d = C.shape
+    zeros = np.zeros(k), np.zeros((k, d)), np.zeros((k, d, d))
     if not len(X):
-        return np.zeros(k), np.zeros((k, d)), np.zeros((k, d, d))
+        return zeros
     counts, sums, outer = scatter_stats(X, nearest_labels(X, C), k)
-    out = _withheld(counts, threshold)
-    counts = counts.astype(np.float64)
-    counts[out], sums[out], outer[out] = 0.0, 0.0, 0.0
-    return counts, sums, outer
+    if _withheld(counts, threshold):
+        return zeros
+    return counts.astype(np.float64), sums, outer
 
 
 def client_histograms(X: np.ndarray, C: np.ndarray, bins: AxisBins, threshold: int = 0
                       ) -> np.ndarray:
     """A client's reply to the second exchange: :func:`axis_histograms` of its rows.
 
-    The same rows, labels and held-back clusters as :func:`client_scatter`. float64.
+    The same rows and labels as :func:`client_scatter`, zeros where it sends zeros.
+    float64.
     """
     C = np.asarray(C, dtype=np.float64)
     X = _complete(X)
-    if not len(X):
+    labels = nearest_labels(X, C) if len(X) else np.zeros(0, dtype=np.int64)
+    if not len(X) or _withheld(np.bincount(labels, minlength=len(C)), threshold):
         return np.zeros((len(C), bins.edges.shape[1] - 1))
-    labels = nearest_labels(X, C)
-    hist = axis_histograms(X, labels, bins).astype(np.float64)
-    hist[_withheld(np.bincount(labels, minlength=len(C)), threshold)] = 0.0
-    return hist
+    return axis_histograms(X, labels, bins).astype(np.float64)
 
 
 def scatter_sse(C: np.ndarray, counts: np.ndarray, sums: np.ndarray, outer: np.ndarray
@@ -393,8 +409,10 @@ def refine_stats(X: np.ndarray, C: np.ndarray, threshold: int = 0
                  ) -> tuple[np.ndarray, np.ndarray, float]:
     """A client's reply to one refinement round: per-cluster sums, counts, SSE of ``C``.
 
-    Complete rows only; a cluster of fewer than ``threshold`` rows (but some) is held back
-    (zeros), as FKM's federated Lloyd does; the SSE is over every complete row.
+    Complete rows only; when a cluster has fewer than ``threshold`` rows (but some), the
+    sums and counts are zeros (:func:`_withheld`). The SSE is over every complete row
+    (a total over the client, as the evaluation's ``sse``), zero with fewer rows than
+    ``threshold``.
     """
     C = np.asarray(C, dtype=np.float64)
     X = _complete(X)
@@ -403,13 +421,14 @@ def refine_stats(X: np.ndarray, C: np.ndarray, threshold: int = 0
         return np.zeros((k, d)), np.zeros(k), 0.0
     labels, d2 = assign_to_nearest(X, C)
     sums, counts = cluster_sums(X, labels, k)
-    out = _withheld(counts, threshold)
-    counts = counts.astype(np.float64)
-    sums[out], counts[out] = 0.0, 0.0
-    return sums, counts, float(np.sum(d2))
+    sse = float(np.sum(d2)) if len(X) >= threshold else 0.0
+    if _withheld(counts, threshold):
+        return np.zeros((k, d)), np.zeros(k), sse
+    return sums, counts.astype(np.float64), sse
 
 
-def refine(step, C: np.ndarray, rounds: int) -> tuple[np.ndarray, list[float]]:
+def refine(step, C: np.ndarray, rounds: int
+           ) -> tuple[np.ndarray, float | None, list[float]]:
     """Federated Lloyd rounds from ``C``: at most ``rounds``, fewer at a fixed point.
 
     Parameters
@@ -423,20 +442,27 @@ def refine(step, C: np.ndarray, rounds: int) -> tuple[np.ndarray, list[float]]:
     Returns
     -------
     C : numpy.ndarray
-        The refined centres (:func:`~flwr_clustering.algorithms.fkm.lloyd_from_totals`).
-    sse : list of float
-        The SSE of the centres each round was sent (decreasing).
+        Of the centres sent, those of the lowest SSE (the first of equals): Lloyd's steps
+        lower the SSE of the rows behind the sums, and the clients that sent zeros under
+        the privacy threshold are not behind them, so a step can raise the SSE of all rows.
+    sse : float or None
+        Its SSE on every client's complete rows (``None``: no round).
+    history : list of float
+        The SSE of the centres each round was sent.
     """
     C = np.asarray(C, dtype=np.float64)
+    best, best_sse = C, None
     history: list[float] = []
     for _ in range(int(rounds)):
         sums, counts, sse = step(C)
         history.append(float(sse))
+        if best_sse is None or sse < best_sse:
+            best, best_sse = C, float(sse)
         new = lloyd_from_totals(sums, np.rint(counts), C)
         if np.array_equal(new, C):
             break
         C = new
-    return C, history
+    return best, best_sse, history
 
 
 def refine_model(step, check, C: np.ndarray, rounds: int, attempts: int = REPAIR_ATTEMPTS
@@ -445,8 +471,9 @@ def refine_model(step, check, C: np.ndarray, rounds: int, attempts: int = REPAIR
 
     1. :func:`refine` from ``C`` (``rounds`` at most);
     2. ``check`` on the result; while it flags clusters (at most ``attempts`` times):
-       :func:`split_and_merge`, Lloyd rounds again, ``check`` again; a repaired model is
-       kept only when its SSE (on the rows of the check) is lower, else the repairs stop.
+       :func:`split_and_merge` and Lloyd rounds again; the repaired model is kept (and
+       checked again) only when its SSE on every client's rows is lower, else the
+       repairs stop.
 
     Parameters
     ----------
@@ -456,7 +483,7 @@ def refine_model(step, check, C: np.ndarray, rounds: int, attempts: int = REPAIR
         ``check(C) -> SplitCheck`` (:func:`check_splits` in a pure loop).
     C : numpy.ndarray of shape (k, d)
     rounds : int
-        Lloyd rounds per stage.
+        Lloyd rounds per stage (at least 1).
     attempts : int, default :data:`REPAIR_ATTEMPTS`
         Split-and-merge attempts.
 
@@ -467,26 +494,27 @@ def refine_model(step, check, C: np.ndarray, rounds: int, attempts: int = REPAIR
     result : SplitCheck
         The split check of the returned model.
     info : dict
-        ``lloyd-rounds`` (all stages), ``sse-before`` (the model as given, from the first
-        round), ``sse-after`` (of the returned model, on the check's rows), ``split``
-        (the clusters split by the kept repairs, in order), ``repairs`` (kept),
-        ``attempts`` (tried).
+        ``lloyd-rounds`` (all stages), ``sse-before`` (of the model as given),
+        ``sse-after`` (of the returned model; both on every client's complete rows),
+        ``split`` (the clusters split by the kept repairs, in order), ``repairs``
+        (kept), ``attempts`` (tried).
     """
-    C, first = refine(step, C, rounds)
+    if int(rounds) < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    C, sse, history = refine(step, C, rounds)
     result = check(C)
-    info = {"lloyd-rounds": len(first), "sse-before": first[0] if first else None,
-            "split": [], "repairs": 0, "attempts": 0, "sse-after": result.sse}
+    info = {"lloyd-rounds": len(history), "sse-before": history[0], "split": [],
+            "repairs": 0, "attempts": 0, "sse-after": sse}
     while result.flagged and info["attempts"] < attempts:
         info["attempts"] += 1
-        repaired, more = refine(step, split_and_merge(C, result), rounds)
+        repaired, repaired_sse, more = refine(step, split_and_merge(C, result), rounds)
         info["lloyd-rounds"] += len(more)
-        again = check(repaired)
-        if not again.sse < result.sse:
+        if not repaired_sse < sse:
             break
         info["split"] += sorted(result.flagged)
         info["repairs"] += 1
-        C, result = repaired, again
-        info["sse-after"] = again.sse
+        C, sse, result = repaired, repaired_sse, check(repaired)
+        info["sse-after"] = sse
     return C, result, info
 
 

@@ -43,7 +43,13 @@ from flwr.app import (
 from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
-from ..algorithms.cluster_split import AxisBins, client_histograms, client_scatter, refine_stats
+from ..algorithms.cluster_split import (
+    AxisBins,
+    client_histograms,
+    client_scatter,
+    refine_stats,
+    withholds,
+)
 from ..algorithms.lloyd import check_data, check_features, nearest_labels
 from ..data.schema import (
     FeatureTable,
@@ -315,8 +321,8 @@ def split_check_arrays(client: Any, phase: str, params: list[np.ndarray],
     edges]``): per cluster the counts of its rows in the bins along its main axis;
     ``refine`` (``[C]``): per cluster the sum and count of its rows, and the SSE of ``C``
     (:mod:`flwr_clustering.algorithms.cluster_split`). Only complete rows take part; a
-    cluster of fewer rows than the config's ``privacy-threshold`` (0 under secure
-    aggregation, where only totals reach the server) is sent as zeros.
+    client with a cluster of fewer rows than the config's ``privacy-threshold`` (0 under
+    secure aggregation, where only totals reach the server) sends zeros only.
     """
     X = np.asarray(client.X, dtype=np.float64)
     C = np.asarray(params[0], dtype=np.float64)
@@ -813,8 +819,10 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
                                         if kind == "train" else config)
             if kind == "train":  # summed by the secure aggregation mod
                 return pack_reply(msg, arrays, len(client.X), {}, cid)
+            held = withholds(client.X, params[0], int(config.get("privacy-threshold", 2)))
             reply = pack_reply(msg, None, len(client.X),
-                               dict(zip(SPLIT_CHECK_KEYS[phase], arrays, strict=True)), cid)
+                               {**dict(zip(SPLIT_CHECK_KEYS[phase], arrays, strict=True)),
+                                "withheld": int(held)}, cid)
             logger.info("client %d %s: %s", cid, phase, sent_summary(reply))
             return reply
         if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:

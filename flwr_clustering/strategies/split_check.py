@@ -22,11 +22,12 @@ rounds, kept only where the SSE falls. The same functions run in the pure loop
 (:func:`~flwr_clustering.algorithms.cluster_split.pure_step`, ``pure_check``), so a
 federated refinement equals it bit for bit.
 
-Privacy: every reply is a sum over a client's rows per cluster; a client holds back every
-cluster of fewer rows than the privacy threshold; under secure aggregation the server
-receives only the federation's totals; the ledger records every reply. The check runs
-only on centre-based models of complete rows (masked clients' incomplete rows take no
-part) and not in a differentially private run, whose noise does not cover these sums.
+Privacy: every reply is a sum over a client's rows per cluster; a client with a cluster of
+fewer rows than the privacy threshold sends zeros only (and says so: ``withheld``); under
+secure aggregation the server receives only the federation's totals; the ledger records
+every reply. The check runs only on centre-based models of complete rows (masked clients'
+incomplete rows take no part) and not in a differentially private run, whose noise does
+not cover these sums.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def refine_problem(strategy: Any) -> str | None:
 def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
             arrays: list[np.ndarray], keys: tuple[str, ...], shapes: list[tuple],
             timeout: float) -> tuple[list[np.ndarray], int]:
-    """The federation's totals of one library phase, and how many clients are in them.
+    """The federation's totals of one library phase, and the clients in them.
+
+    The clients that sent zeros under the privacy threshold are not counted.
 
     Under secure aggregation one secure exchange (the server sees only the totals);
     else a ``QUERY`` exchange whose replies' statistics (``keys``) are checked against
@@ -96,7 +99,7 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
     replies = strategy.exchange(grid, server_round, phase, arrays, config, min_replies=1,
                                 timeout=timeout)
     strategy.run_absent = before
-    parts = []
+    parts, withheld = [], 0
     for r in replies:
         try:
             got = [np.asarray(r.stats[key], dtype=np.float64).reshape(shape)
@@ -110,9 +113,13 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
                            strategy.who(r.node_id))
             continue
         parts.append(got)
+        withheld += bool(r.metrics.get("withheld", 0))
     if not parts:
         raise RuntimeError(f"round {server_round} {phase}: no client sent valid sums")
-    return [sum(p[i] for p in parts) for i in range(len(keys))], len(parts)
+    if withheld:
+        logger.info("round %d %s: %d of %d clients sent zeros (a cluster of fewer rows than "
+                    "the privacy threshold)", server_round, phase, withheld, len(parts))
+    return [sum(p[i] for p in parts) for i in range(len(keys))], len(parts) - withheld
 
 
 def _check(strategy: Any, grid: Any, server_round: int, timeout: float, C: np.ndarray,
@@ -167,11 +174,10 @@ def run_split_check(strategy: Any, grid: Any, server_round: int, timeout: float
         C, result, info = refine_model(step, check, C0, rounds)
         strategy.centroids = C
         out["refine"] = info
-        before = info["sse-before"]
         logger.info(
             "refinement: %d Lloyd round(s), %d split-and-merge repair(s) of %d tried, SSE "
-            "%s -> %.6g (on the rows of the check)", info["lloyd-rounds"], info["repairs"],
-            info["attempts"], "?" if before is None else f"{before:.6g}", info["sse-after"])
+            "%.6g -> %.6g", info["lloyd-rounds"], info["repairs"], info["attempts"],
+            info["sse-before"], info["sse-after"])
         if strategy.history:
             strategy.history[-1]["refine"] = info
     else:
