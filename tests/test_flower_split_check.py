@@ -64,7 +64,12 @@ def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
     parts = [x for x, _ in data]
     strategy = KFed(10, min_nodes=5, seed=0, refine_rounds=10)
     grid = InProcessGrid(_app(data, KFedClient), 5, shuffle_seed=3)
-    strategy.start(grid=grid)
+    seen = []
+    result = strategy.start(grid=grid, evaluate_fn=lambda r, a: seen.append(
+        a["centroids"].numpy() if r else None))
+    # evaluate_fn and the result see the refined model
+    np.testing.assert_array_equal(seen[-1], strategy.centroids)
+    np.testing.assert_array_equal(result.arrays["centroids"].numpy(), strategy.centroids)
     start = run_kfed(parts, 10, seed=0)
     C, result, info = refine_model(pure_step(parts, 2), pure_check(parts, 2), start, 10)
     np.testing.assert_array_equal(strategy.centroids, C)

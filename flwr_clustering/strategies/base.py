@@ -1789,6 +1789,8 @@ class ClusteringStrategy(Strategy):
                 stop = True
             if stop:
                 self._split_check(grid, rnd, timeout)
+                if self.refine_rounds:  # the refined model is the round's
+                    arrays = result.arrays = self.model_record()
             if stop or self.evaluate_every_round:
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
                                         timeout=timeout)
