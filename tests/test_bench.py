@@ -25,7 +25,7 @@ from flwr_clustering.app.config import build_strategy, merged_config
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.testing import InProcessGrid
-from simulations.benchmarks import bench, processes
+from simulations.benchmarks import bench, common, processes
 from simulations.benchmarks.echo import ECHO, ECHO_ALGORITHM, ECHO_COUNT, Echo, EchoClient
 
 K = 4
@@ -34,7 +34,7 @@ N_CLIENTS = 3
 
 def _run_config(algorithm: str, tmp_path: Path, rounds: int = 3) -> dict:
     return {
-        "algorithm": bench.run_config_algorithm(algorithm), "dataset": "blobs",
+        "algorithm": common.run_config_algorithm(algorithm), "dataset": "blobs",
         "partitioner": "iid", "n-samples": 60 * N_CLIENTS, "n-features": 3, "centers": K, "k": K,
         "max-rounds": rounds, "tol": -1.0, "min-nodes": N_CLIENTS,
         "out-dir": str(tmp_path / algorithm),
@@ -151,7 +151,7 @@ def test_echo_client_phases_and_evaluate():
 # ------------------------------------------------------------------- bench: compute
 def test_time_call_counts_calls():
     calls = []
-    t = bench.time_call(lambda: calls.append(1), repeats=3, warmup=2)
+    t = common.time_call(lambda: calls.append(1), repeats=3, warmup=2)
     assert len(calls) == 5
     assert 0 <= t["min"] <= t["median"] <= t["max"]
 
@@ -217,11 +217,11 @@ def test_server_step_subcommand(tmp_path):
 # ------------------------------------------------------------------- bench: rounds
 def test_summarize_history_skips_round_one():
     hist = [{"round": i + 1, "seconds": s} for i, s in enumerate([9.0, 0.2, 0.4, 0.3])]
-    s = bench.summarize_history(hist)
+    s = common.summarize_history(hist)
     assert s["rounds"] == 4 and s["round1_s"] == 9.0
     assert s["median_s"] == pytest.approx(0.3)
     assert (s["min_s"], s["max_s"]) == (0.2, 0.4)
-    assert bench.summarize_history(hist[:1])["median_s"] is None
+    assert common.summarize_history(hist[:1])["median_s"] is None
 
 
 def test_rounds_table_and_markdown():
@@ -249,7 +249,7 @@ def test_rounds_table_and_markdown():
 
 
 def test_flwr_run_command_follows_the_brief(tmp_path):
-    cmd = bench._flwr_run_command(
+    cmd = common.flwr_run_command(
         tmp_path, "echo", clients=100, rounds=5, k=16, samples_per_client=100, features=2,
         out_dir=tmp_path / "o", cpus_per_client=1,
     )
@@ -262,7 +262,7 @@ def test_flwr_run_command_follows_the_brief(tmp_path):
         assert item in rc
     assert not any(item.startswith("iterations=") for item in rc)
     # DGC runs 1 init round + `iterations` steps: the same total round count
-    cmd = bench._flwr_run_command(
+    cmd = common.flwr_run_command(
         tmp_path, "dgc", clients=10, rounds=5, k=16, samples_per_client=100, features=2,
         out_dir=tmp_path / "o", cpus_per_client=1,
     )
@@ -275,7 +275,7 @@ def test_rounds_run_config_values_are_parsed_and_reach_the_command(tmp_path):
                                                "learning-rate=0.05", "augment=false"])}
     assert parsed == {"network": "mlp", "local-epochs": 1, "learning-rate": 0.05,
                       "augment": False}
-    cmd = bench._flwr_run_command(
+    cmd = common.flwr_run_command(
         tmp_path, "deepfeca", clients=10, rounds=1, k=4, samples_per_client=10, features=2,
         out_dir=tmp_path / "o", cpus_per_client=1,
         extra_run_config={**parsed, "dataset": "garst-grid"},
@@ -286,7 +286,7 @@ def test_rounds_run_config_values_are_parsed_and_reach_the_command(tmp_path):
 
 
 def test_flower_env_uses_private_ports(tmp_path):
-    env = bench.flower_env(tmp_path, 40001, 40003)
+    env = common.flower_env(tmp_path, 40001, 40003)
     assert env["FLWR_HOME"] == str(tmp_path)
     assert env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] == "40001"
     assert env["FLWR_LOCAL_CONTROL_API_PORT"] == "40003"
@@ -299,17 +299,17 @@ def test_start_superlink_refuses_a_busy_port(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(RuntimeError, match="already in use"):
-            bench.start_superlink(tmp_path, port, port + 2, dict(os.environ))
+            common.start_superlink(tmp_path, port, port + 2, dict(os.environ))
 
 
 def test_process_label():
-    assert bench.process_label(["ray::ClientAppActor.run"]) == "ray::ClientAppActor.run"
-    assert bench.process_label(["/v/bin/python3", "-u", "/x/dashboard.py", "--a"]) == "dashboard.py"
-    assert bench.process_label(["/v/bin/python3", "/v/bin/flower-superlink", "--insecure"]) == (
+    assert common.process_label(["ray::ClientAppActor.run"]) == "ray::ClientAppActor.run"
+    assert common.process_label(["/v/bin/python3", "-u", "/x/dashboard.py", "--a"]) == "dashboard.py"
+    assert common.process_label(["/v/bin/python3", "/v/bin/flower-superlink", "--insecure"]) == (
         "flower-superlink"
     )
-    assert bench.process_label(["/usr/lib/ray/raylet", "--x"]) == "raylet"
-    assert bench.process_label([]) == "?"
+    assert common.process_label(["/usr/lib/ray/raylet", "--x"]) == "raylet"
+    assert common.process_label([]) == "?"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -323,19 +323,19 @@ def test_process_tree_pss_and_stop(tmp_path):
             time.sleep(0.05)
         kids = processes.descendants([proc.pid])
         assert kids and proc.pid in [p.pid for p in processes.descendants([os.getpid()])]
-        assert bench.pss_kib(os.getpid()) > 0
-        sampler = bench.PssSampler(proc.pid, interval=0.05)
+        assert common.pss_kib(os.getpid()) > 0
+        sampler = common.PssSampler(proc.pid, interval=0.05)
         total = sampler.sample()
         assert total > 0 and sampler.peak_kib == total and sampler.samples == 1
         assert sum(c for c, _ in sampler.peak_by_label.values()) == 1 + len(kids)
-        stopped = bench.stop_tree(proc.pid, timeout=5)
+        stopped = common.stop_tree(proc.pid, timeout=5)
         assert set(stopped) == {proc.pid, *(p.pid for p in kids)}
         proc.wait(timeout=5)
         assert all(not processes.is_running((p.pid, p.start_time)) for p in kids)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert bench.pss_kib(2**22 + 12345) is None
+    assert common.pss_kib(2**22 + 12345) is None
 
 
 def test_inprocess_subcommand_attributes_time(tmp_path):

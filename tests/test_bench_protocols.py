@@ -136,9 +136,9 @@ def test_main_writes_json_and_markdown(tmp_path):
 
 
 def test_ray_command_passes_the_graph_through(tmp_path):
-    from simulations.benchmarks import bench
+    from simulations.benchmarks import common
 
-    cmd = bench._flwr_run_command(tmp_path, "dgc", 100, 11, 16, 100, 2, tmp_path / "run", 1,
+    cmd = common.flwr_run_command(tmp_path, "dgc", 100, 11, 16, 100, 2, tmp_path / "run", 1,
                                   protocols.dgc_run_config(0.3, seed=2))
     rc = cmd[cmd.index("--run-config") + 1]
     for part in ("algorithm='dgc'", "graph='erdos-renyi'", "er-p=0.3", "seed=2",

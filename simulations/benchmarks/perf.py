@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench import _load, _machine, _thread_limit, _write
+from .common import load_average, machine_info, thread_limit, write_result
 
 __all__ = ["add_parsers", "bench_data_build", "bench_dtype", "bench_lloyd_step"]
 
@@ -85,7 +85,7 @@ def bench_lloyd_step(shapes=SHAPES, threads=("1",), repeats: int = 3,
         exact = np.argmin(cdist(X, C, "sqeuclidean"), axis=1)
         same = bool(np.array_equal(lloyd_step(X, C)[2], exact))
         for thr in threads:
-            with _thread_limit(thr):
+            with thread_limit(thr):
                 t = {
                     "lloyd_step": _best(lambda X=X, C=C: lloyd_step(X, C), repeats),
                     "nearest_labels": _best(lambda X=X, C=C: nearest_labels(X, C), repeats),
@@ -172,22 +172,22 @@ def _build_markdown(result: dict[str, Any]) -> str:
 
 def _cmd_lloyd(args: argparse.Namespace) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
-    load = _load()
+    load = load_average()
     rows = bench_lloyd_step(shapes, args.threads, args.repeats, args.seed)
-    result = {"benchmark": "lloyd-step", "machine": _machine(), "load_before": load,
-              "load_after": _load(), "rows": rows}
+    result = {"benchmark": "lloyd-step", "machine": machine_info(), "load_before": load,
+              "load_after": load_average(), "rows": rows}
     print(_lloyd_markdown(rows))
-    _write(Path(args.out), "lloyd_step", result, _lloyd_markdown(rows))
+    write_result(Path(args.out), "lloyd_step", result, _lloyd_markdown(rows))
     return 0 if all(r["labels_equal_cdist"] for r in rows) else 1
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    load = _load()
-    result = {"benchmark": "data-build", "machine": _machine(), "load_before": load,
+    load = load_average()
+    result = {"benchmark": "data-build", "machine": machine_info(), "load_before": load,
               **bench_data_build(repeats=args.repeats)}
-    result["load_after"] = _load()
+    result["load_after"] = load_average()
     print(_build_markdown(result))
-    _write(Path(args.out), "data_build", result, _build_markdown(result))
+    write_result(Path(args.out), "data_build", result, _build_markdown(result))
     return 0
 
 
@@ -267,7 +267,7 @@ def bench_dtype(cases=DTYPE_CASES, seeds=range(5), shape=(2_000_000, 16, 16),
     X64 = rng.normal(size=(n, d))
     C = X64[rng.choice(n, k, replace=False)].copy()
     speed: dict[str, Any] = {"n": n, "d": d, "k": k}
-    with _thread_limit("1"):
+    with thread_limit("1"):
         for dtype in ("float64", "float32"):
             X = X64.astype(dtype)
             Cd = C.astype(dtype)
@@ -298,10 +298,10 @@ def _dtype_markdown(result: dict[str, Any]) -> str:
 
 
 def _cmd_dtype(args: argparse.Namespace) -> int:
-    load = _load()
-    result = {"benchmark": "dtype", "machine": _machine(), "load_before": load,
+    load = load_average()
+    result = {"benchmark": "dtype", "machine": machine_info(), "load_before": load,
               **bench_dtype(seeds=range(args.seeds), repeats=args.repeats)}
-    result["load_after"] = _load()
+    result["load_after"] = load_average()
     print(_dtype_markdown(result))
-    _write(Path(args.out), "dtype", result, _dtype_markdown(result))
+    write_result(Path(args.out), "dtype", result, _dtype_markdown(result))
     return 0

@@ -76,8 +76,16 @@ import numpy as np
 
 from flwr_clustering.testing import InProcessGrid
 
-from . import bench
-from .bench import _load, _machine, _ms, _thread_limit, _write, summarize_history, time_call
+from . import common
+from .common import (
+    load_average,
+    machine_info,
+    ms,
+    summarize_history,
+    thread_limit,
+    time_call,
+    write_result,
+)
 
 __all__ = [
     "CountingGrid",
@@ -258,7 +266,7 @@ def bench_dgc_relay(
     dict
         ``graph`` (``|E|``, degrees), ``core`` (seconds of a step, of an iteration, of the
         Lloyd iteration, ratios), ``strategy``
-        (:func:`~simulations.benchmarks.bench.summarize_history` of the step rounds,
+        (:func:`~simulations.benchmarks.common.summarize_history` of the step rounds,
         components), ``communication`` (counted per step, the history's
         stated numbers, the peer-to-peer equivalent, the busiest party) and
         ``core_equals_strategy`` (the relay's final centres equal :func:`run_dgc`'s, bit for
@@ -283,7 +291,7 @@ def bench_dgc_relay(
     rc = _dgc_run_config(m, edge_probability, iterations, inner_steps, k, samples_per_node,
                          features, seed)
     cfg = merged_config(rc)
-    load_before = _load()
+    load_before = load_average()
     data = [load_partition(i, m, **dataset_kwargs(cfg))[0] for i in range(m)]
     A = build_graph("erdos-renyi", m, p=float(edge_probability), seed=int(cfg["seed"]))
     edges = int(np.count_nonzero(A)) // 2
@@ -299,7 +307,7 @@ def bench_dgc_relay(
     # the App's default rho=0 adapts to the graph and the largest node, as the strategy does
     rho = resolve_rho(float(cfg["rho"]), A, loss, max(len(X) for X in data))
     pooled = np.vstack(data)
-    with _thread_limit(threads), warnings.catch_warnings():
+    with thread_limit(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         init = initial_centres(data, k, seed=int(cfg["seed"]), scheme=str(cfg["node-init"]),
                                privacy_threshold=int(cfg["privacy-threshold"]))
@@ -330,7 +338,7 @@ def bench_dgc_relay(
     }
 
     # (b) + (c): the strategy on the counting grid
-    with _thread_limit(threads), warnings.catch_warnings():
+    with thread_limit(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         grid = CountingGrid(client_app, m, run_config=rc)
         strategy = build_strategy(cfg)
@@ -410,7 +418,7 @@ def bench_dgc_relay(
             elif server_round == last - 1:
                 prof.disable()
 
-        with _thread_limit(threads), warnings.catch_warnings():
+        with thread_limit(threads), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             build_strategy(cfg).start(grid=InProcessGrid(client_app, m, run_config=rc),
                                       evaluate_fn=hook)
@@ -420,7 +428,7 @@ def bench_dgc_relay(
                                                                profiled)
         result["strategy"]["profiled_rounds"] = profiled
         result["strategy"]["profiled_total_s_per_step"] = (stats.total_tt or 0.0) / profiled
-    result["load_before"], result["load_after"] = load_before, _load()
+    result["load_before"], result["load_after"] = load_before, load_average()
     return result
 
 
@@ -446,8 +454,8 @@ def run_dgc_ray(
 ) -> dict[str, Any]:
     """The same DGC run as a ``flwr run`` Ray simulation on a private SuperLink.
 
-    Starts a SuperLink on ``port`` (:func:`~simulations.benchmarks.bench.start_superlink`),
-    runs :func:`~simulations.benchmarks.bench.run_one` with the keys of
+    Starts a SuperLink on ``port`` (:func:`~simulations.benchmarks.common.start_superlink`),
+    runs :func:`~simulations.benchmarks.common.run_one` with the keys of
     :func:`dgc_run_config` added to its run config, and stops the SuperLink's tree by PID.
 
     Parameters
@@ -466,19 +474,19 @@ def run_dgc_ray(
     Returns
     -------
     dict
-        :func:`~simulations.benchmarks.bench.run_one`'s record (round seconds, wall time,
+        :func:`~simulations.benchmarks.common.run_one`'s record (round seconds, wall time,
         peak PSS, status, ``ok``).
     """
     out = Path(out).resolve()
     app = Path(__file__).resolve().parents[2]
     home = out / "flwr-home"
-    env = bench.flower_env(home, port, port + 2)
+    env = common.flower_env(home, port, port + 2)
     rounds = 1 + int(iterations)
     run_dir = out / "runs" / f"dgc-ray-{nodes}-p{edge_probability:g}"
-    superlink = bench.start_superlink(home, port, port + 2, env)
+    superlink = common.start_superlink(home, port, port + 2, env)
     print(f"SuperLink pid {superlink.pid} on 127.0.0.1:{port}", flush=True)
     try:
-        rec = bench.run_one(
+        rec = common.run_one(
             app=app, algorithm="dgc", clients=int(nodes), rounds=rounds, k=k,
             samples_per_client=samples_per_node, features=features,
             cpus_per_client=cpus_per_client, out_dir=run_dir,
@@ -486,7 +494,7 @@ def run_dgc_ray(
             extra_run_config=dgc_run_config(edge_probability, seed),
         )
     finally:
-        stopped = bench.stop_tree(superlink.pid)
+        stopped = common.stop_tree(superlink.pid)
         print(f"stopped SuperLink tree: {stopped}", flush=True)
     rec["edge_probability"] = float(edge_probability)
     return rec
@@ -571,7 +579,7 @@ def bench_kdc_sites(
     from flwr_clustering.data.registry import load_dataset
     from simulations.kdc import split_sites, timed_kdc
 
-    load_before = _load()
+    load_before = load_average()
     t0 = time.perf_counter()
     X, y, _ = load_dataset("blobs", n_samples=int(total_rows), n_features=features,
                            centers=k, seed=seed)
@@ -587,8 +595,8 @@ def bench_kdc_sites(
         row: dict[str, Any] = {"sites": r, "rows_per_site": len(parts[0]),
                                "rows_per_site_min": min(len(p) for p in parts),
                                "rows_per_site_max": max(len(p) for p in parts),
-                               "load_before": _load()}
-        with _thread_limit(threads), warnings.catch_warnings():
+                               "load_before": load_average()}
+        with thread_limit(threads), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tau_r, selection_s = tau, None
             if tau_r is None:
@@ -639,7 +647,7 @@ def bench_kdc_sites(
         if runs:
             row.update(_kdc_row(runs))
         row["runs"] = runs
-        row["load_after"] = _load()
+        row["load_after"] = load_average()
         rows.append(row)
         del local, pooled
     return {
@@ -648,7 +656,7 @@ def bench_kdc_sites(
                        repeats=repeats, threads=threads, data="blobs (make_blobs), IID "
                        "even split (simulations.kdc.split_sites 'even')"),
         "data": {"rows": n, "features": int(X.shape[1]), "generate_s": data_s},
-        "rows": rows, "load_before": load_before, "load_after": _load(),
+        "rows": rows, "load_before": load_before, "load_after": load_average(),
     }
 
 
@@ -720,8 +728,8 @@ def protocols_markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {g['nodes']} | {g['edge_probability']:g} | {g['edges']} | "
                 f"{g['average_degree']:.1f} ({g['min_degree']}-{g['max_degree']}) | "
-                f"{_ms(c['step_s'])} | {_ms(c['iteration_s'])} | {_ms(c['lloyd_sklearn_s'])} | "
-                f"{c['ratio_step_to_lloyd']:.2f} | {_ms(s['median_s'])} | "
+                f"{ms(c['step_s'])} | {ms(c['iteration_s'])} | {ms(c['lloyd_sklearn_s'])} | "
+                f"{c['ratio_step_to_lloyd']:.2f} | {ms(s['median_s'])} | "
                 f"{f(s['ratio_to_core_step'], '{:.0f}')}x | {r['core_equals_strategy']} |"
             )
         lines += [
@@ -762,7 +770,7 @@ def protocols_markdown(result: dict[str, Any]) -> str:
                 "| component | ms per step |",
                 "|---|---|",
             ]
-            lines += [f"| {label} | {_ms(sec)} |" for label, sec in comp.items()]
+            lines += [f"| {label} | {ms(sec)} |" for label, sec in comp.items()]
         lines += ["", "Load average before/after: " + "; ".join(
             f"{r['load_before']} / {r['load_after']}" for r in dgc) + "."]
     ray = result.get("dgc_ray") or []
@@ -900,9 +908,9 @@ def _cmd_protocols(args: argparse.Namespace) -> int:
             setattr(args, key, value)
     out = Path(args.out)
     result: dict[str, Any] = {
-        "benchmark": "protocols", "machine": _machine(),
+        "benchmark": "protocols", "machine": machine_info(),
         "args": {key: v for key, v in vars(args).items() if key != "func"},
-        "load_before": _load(),
+        "load_before": load_average(),
     }
     ok = True
     if "dgc" in args.parts:
@@ -918,7 +926,7 @@ def _cmd_protocols(args: argparse.Namespace) -> int:
             )
             ok = ok and row["core_equals_strategy"]
             result["dgc"].append(row)
-            _write(out, "protocols", result, protocols_markdown(result))
+            write_result(out, "protocols", result, protocols_markdown(result))
         if args.ray:
             result["dgc_ray"] = []
             for p in args.edge_probability:
@@ -931,7 +939,7 @@ def _cmd_protocols(args: argparse.Namespace) -> int:
                 )
                 ok = ok and bool(rec.get("ok"))
                 result["dgc_ray"].append(rec)
-                _write(out, "protocols", result, protocols_markdown(result))
+                write_result(out, "protocols", result, protocols_markdown(result))
     if "kdc" in args.parts:
         print(f"[{time.strftime('%H:%M:%S')}] KDC, sites {args.sites}, {args.total_rows} rows",
               flush=True)
@@ -941,9 +949,9 @@ def _cmd_protocols(args: argparse.Namespace) -> int:
             seed=args.seed, repeats=args.kdc_repeats, threads=args.threads,
         )
         ok = ok and all(r.get("labels_equal") for r in result["kdc"]["rows"])
-    result["load_after"] = _load()
+    result["load_after"] = load_average()
     md = protocols_markdown(result)
-    paths = _write(out, "protocols", result, md)
+    paths = write_result(out, "protocols", result, md)
     print(md)
     print(f"written: {paths}")
     return 0 if ok else 1

@@ -11,7 +11,7 @@ rounds (``tol=-1``) and ``min-nodes = nodes``, through ``flwr run <repo> deploy`
 default (``--database :flwr-in-memory:``; ``database="file"``: a SQLite file, as the other
 deployment tests; see :func:`superlink_args` for why).
 Round time is the median of the ``"seconds"`` of rounds >= 2 in ``history.json``
-(:func:`~simulations.benchmarks.bench.summarize_history`; round 1 holds FKM's
+(:func:`~simulations.benchmarks.common.summarize_history`; round 1 holds FKM's
 initialisation phase and the first ClientApp start-ups). ``FKM/echo`` is the cost of the
 algorithm over Flower's deployment floor (the Grid pulls replies every 3 s, an idle
 SuperNode polls every 3 s, every message starts a fresh ``flwr-clientapp`` process).
@@ -297,7 +297,7 @@ def run_job(
     dict
         ``algorithm``, ``nodes``, ``run_id``, ``status`` (``flwr ls``), ``wall_s`` (submit
         to finished), ``serverapp_s`` (result.json), ``clients_per_round``,
-        :func:`~simulations.benchmarks.bench.summarize_history` of history.json, and ``ok``:
+        :func:`~simulations.benchmarks.common.summarize_history` of history.json, and ``ok``:
         the run completed every round with every node contributing.
 
     Raises
@@ -305,7 +305,7 @@ def run_job(
     RuntimeError
         If ``flwr run`` fails, or the run does not finish within ``timeout``.
     """
-    from .bench import summarize_history
+    from .common import summarize_history
 
     dep = fed.deployment
     out_dir = Path(out_dir).resolve()
@@ -440,7 +440,7 @@ def bench_supernodes(
         ``table`` (:func:`supernodes_table`: per-round seconds of rounds >= 2, round 1,
         wall, and ``ratio`` = FKM / echo).
     """
-    from .bench import PssSampler, _load, _machine, _write
+    from .common import PssSampler, load_average, machine_info, write_result
 
     out = Path(out).resolve()
     fed_dir = out / "federation"
@@ -452,12 +452,12 @@ def bench_supernodes(
                   app=str(Path(app).resolve() if app else REPO_ROOT),
                   round_timeout=float(round_timeout), sample_interval=float(sample_interval))
     result: dict[str, Any] = {"benchmark": "supernodes", "params": params,
-                              "machine": _machine(), "load_before": _load(), "runs": []}
+                              "machine": machine_info(), "load_before": load_average(), "runs": []}
     runs: list[dict[str, Any]] = result["runs"]
 
     def write() -> None:
         result["table"] = supernodes_table(runs, algorithms)
-        _write(out, "supernodes", result, supernodes_markdown(result))
+        write_result(out, "supernodes", result, supernodes_markdown(result))
 
     print(f"[{time.strftime('%H:%M:%S')}] starting 1 SuperLink + {nodes} SuperNodes",
           flush=True)
@@ -483,14 +483,14 @@ def bench_supernodes(
                 print(f"[{time.strftime('%H:%M:%S')}] {alg}, {nodes} SuperNodes, {rounds} "
                       f"rounds, repeat {rep}", flush=True)
                 sampler.reset_peak()
-                load_before = _load()
+                load_before = load_average()
                 try:
                     rec = run_job(fed, alg, rounds, out / "runs" / f"{alg}-r{rep}", app=app,
                                   timeout=timeout, round_timeout=round_timeout)
                 except RuntimeError as exc:
                     rec = {"algorithm": alg, "nodes": int(nodes), "ok": False,
                            "error": tail(str(exc), 3000)}
-                rec.update(repeat=rep, load_before=load_before, load_after=_load(),
+                rec.update(repeat=rep, load_before=load_before, load_after=load_average(),
                            max_processes=dict(sorted(sampler.max_count.items())),
                            peak_pss_mib=sampler.peak_kib / MIB,
                            peak_pss_by_process_mib={
@@ -509,7 +509,7 @@ def bench_supernodes(
         left = stop_federation(fed)
         result.setdefault("federation", {})["survivors"] = [
             f"pid {p.pid} {p.cmdline[:200]}" for p in left]
-        result["load_after"] = _load()
+        result["load_after"] = load_average()
         print(f"stopped the federation by pid; survivors: {len(left)}", flush=True)
         write()
     return result
