@@ -1,0 +1,75 @@
+"""Imports point one way (issue 35, item 2): no import cycle among the benchmarks and
+reproductions of ``simulations/``, counting imports inside functions too (an import there
+hides a cycle, it does not remove it). Issue 35's later items extend this to
+``flwr_clustering/``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules(package: str, root: Path) -> dict[str, Path]:
+    out = {}
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that ``name`` imports anywhere in its file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        for target in targets:
+            while target and target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target in known and target != name:
+                found.add(target)
+    return found
+
+
+def cycles(package: str, root: Path = ROOT) -> list[list[str]]:
+    """The groups of modules of ``package`` (under ``root``) that import each other."""
+    known = _modules(package, root)
+    names = sorted(known)
+    index = {n: i for i, n in enumerate(names)}
+    edges = [(index[a], index[b]) for a in names for b in _imported(a, known[a], known)]
+    if not edges:
+        return []
+    rows, cols = zip(*edges, strict=True)
+    graph = csr_matrix((np.ones(len(edges)), (rows, cols)), shape=(len(names),) * 2)
+    _, labels = connected_components(graph, directed=True, connection="strong")
+    groups = [[names[i] for i in np.flatnonzero(labels == c)] for c in np.unique(labels)]
+    return [g for g in groups if len(g) > 1]
+
+
+def test_the_graph_sees_a_cycle_through_an_import_inside_a_function(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    assert cycles("pkg", tmp_path) == [["pkg.a", "pkg.b"]]
+
+
+def test_simulations_has_no_import_cycle():
+    assert cycles("simulations") == []
