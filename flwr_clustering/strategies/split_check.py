@@ -147,7 +147,7 @@ def run_split_check(strategy: Any, grid: Any, server_round: int, timeout: float
     :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.diagnose` reports:
     ``split-clusters`` (``[]``: none), ``split-counts`` (their rows), ``split-clients``
     (clients in the sums), and with refinement ``refine`` (its info); ``None`` when the
-    check is off or cannot run (logged).
+    check is off; ``{"split-check": "not run: <why>"}`` when it cannot run (logged).
     """
     rounds = int(getattr(strategy, "refine_rounds", 0))
     if not (strategy.split_check or rounds):
