@@ -89,11 +89,19 @@ def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
 
 def test_a_good_model_gives_no_warning_and_fkm_refined_moves_at_most_a_little():
     data = _data()
+    plain = FedKMeans(10, min_nodes=5, seed=0)
+    plain.start(grid=InProcessGrid(_app(data, FKMClient), 5))
     strategy = FedKMeans(10, min_nodes=5, seed=0, refine_rounds=5)
     strategy.start(grid=InProcessGrid(_app(data, FKMClient), 5))
     diag = strategy.diagnostics
-    assert diag["split-clusters"] == [] and diag["refine"]["repairs"] == 0
-    assert not any("two groups" in w for w in strategy.warnings)
+    assert plain.diagnostics["split-clusters"] == diag["split-clusters"] == []
+    assert diag["refine"]["repairs"] == 0
+    assert not any("two groups" in w for w in strategy.warnings + plain.warnings)
+    # FKM's converged model is near a Lloyd fixed point: the Lloyd rounds move each centre
+    # by far less than the data's spread, and never raise the SSE
+    scale = np.sqrt(np.vstack([x for x, _ in data]).var(axis=0).sum())
+    assert np.abs(strategy.centroids - plain.centroids).max() < 0.01 * scale
+    assert strategy.final_metrics["sse"] <= plain.final_metrics["sse"]
 
 
 def test_the_privacy_threshold_withholds_whole_replies_and_the_ledger_lists_every_reply():
