@@ -7,7 +7,7 @@ Built on Flower's SecAgg+ (Bell et al. 2020) as Flower 1.41 ships it, unchanged:
   through :func:`secure_sum`, which hands it one exchange of our protocol;
 * the client runs :func:`flwr.client.mod.secaggplus_mod` inside
   :func:`secure_aggregation_mod`, a ClientApp mod that translates our messages for it.
-  The library's ClientApp (:func:`flwr_clustering.clients.base.client_app`) has it; a
+  The library's ClientApp (:func:`flwr_clustering.clients.adapter.client_app`) has it; a
   user's own ClientApp adds ``mods=[secure_aggregation_mod]``.
 
 No cryptographic primitive is written here: key agreement, encryption, Shamir sharing,
@@ -69,6 +69,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 from flwr.compat.common import recorddict_compat as compat
 
 from .log import logger
+from .protocol import client_id_of
 
 __all__ = [
     "FRACTION_BITS",
@@ -349,8 +350,6 @@ def secure_sum(grid, nodes: Sequence[int], arrays: Sequence[np.ndarray],
 
 
 def _client_id(context: Context) -> int:
-    from .clients.base import client_id_of
-
     return client_id_of(context)
 
 

@@ -222,7 +222,7 @@ def test_without_the_final_evaluation_nothing_is_guessed(caplog):
 
 def test_a_strategy_keeps_diagnostics_of_the_final_evaluation_only():
     """Per-round evaluations with statistics, a final one without: no stale counts."""
-    from flwr_clustering.clients.base import client_app
+    from flwr_clustering.clients import client_app
     from flwr_clustering.clients.fkm import FedKMeansClient
     from flwr_clustering.strategies.fkm import FedKMeans
     from flwr_clustering.testing import InProcessGrid

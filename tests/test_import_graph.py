@@ -1,7 +1,8 @@
 """Imports point one way (issue 35, item 2): no import cycle among the benchmarks and
-reproductions of ``simulations/``, counting imports inside functions too (an import there
-hides a cycle, it does not remove it). Issue 35's later items extend this to
-``flwr_clustering/``."""
+reproductions of ``simulations/`` nor in the library ``flwr_clustering/``, counting imports
+inside functions too (an import there hides a cycle, it does not remove it); and the layers
+import downward: the client adapter knows neither the legacy adapter nor secure
+aggregation, and the module that holds the algorithms' declarations imports no strategy."""
 
 from __future__ import annotations
 
@@ -73,3 +74,36 @@ def test_the_graph_sees_a_cycle_through_an_import_inside_a_function(tmp_path):
 
 def test_simulations_has_no_import_cycle():
     assert cycles("simulations") == []
+
+
+def test_the_library_has_no_import_cycle():
+    assert cycles("flwr_clustering") == []
+
+
+def _imports_of(module: str) -> set[str]:
+    known = _modules("flwr_clustering", ROOT)
+    return _imported(module, known[module], known)
+
+
+def test_the_client_adapter_knows_neither_the_legacy_adapter_nor_secure_aggregation():
+    below = _imports_of("flwr_clustering.clients.base")
+    assert not below & {"flwr_clustering.legacy", "flwr_clustering.secure",
+                        "flwr_clustering.clients.adapter"}
+    assert not any(m.startswith("flwr_clustering.strategies") for m in below)
+    # the plugins sit above what they wrap: the ClientApp builder composes the two
+    assert {"flwr_clustering.clients.base", "flwr_clustering.secure"} <= _imports_of(
+        "flwr_clustering.clients.adapter")
+    assert "flwr_clustering.clients.base" not in _imports_of("flwr_clustering.secure")
+
+
+#: The strategies' shared modules (an algorithm's own strategy module imports its client,
+#: for its registration).
+SHARED_STRATEGY_MODULES = ("base", "features", "split_check")
+
+
+def test_the_declarations_import_no_strategy_and_the_shared_strategy_no_client():
+    assert not any(m.startswith("flwr_clustering.strategies")
+                   for m in _imports_of("flwr_clustering.algorithm_specs"))
+    for name in SHARED_STRATEGY_MODULES:
+        imported = _imports_of(f"flwr_clustering.strategies.{name}")
+        assert not any(m.startswith("flwr_clustering.clients") for m in imported), name

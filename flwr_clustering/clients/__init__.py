@@ -1,8 +1,8 @@
 """Flower clients (layer 3): one NumPyClient per algorithm and the ClientApp adapter."""
 
+from .adapter import client_app
 from .base import (
     ClusteringClient,
-    client_app,
     handle_evaluate,
     handle_query,
     handle_train,

@@ -41,7 +41,6 @@ from flwr.app import (
     RecordDict,
 )
 from flwr.client import NumPyClient
-from flwr.clientapp import ClientApp
 
 from ..algorithms.cluster_split import (
     AxisBins,
@@ -60,6 +59,25 @@ from ..data.schema import (
     describe_columns,
 )
 from ..metrics import local_evaluation_stats
+from ..protocol import (  # the message protocol's names, re-exported here
+    CATEGORIES_PHASE,
+    CLIENT_ERROR_CODE,
+    COLUMNS_RECORD,
+    DATA_SOURCE_PHASE,
+    DP_MAX_EPSILON_KEY,
+    FEATURE_MOMENTS_PHASE,
+    FEATURES_KEY,
+    LABELS_PATH_KEY,
+    MOMENT_KEYS,
+    RAW_ROWS_KEY,
+    SECURE_EVALUATE_PHASE,
+    SPLIT_CHECK_KEYS,
+    SPLIT_HISTOGRAM_PHASE,
+    SPLIT_SCATTER_PHASE,
+    client_id_of,
+    split_metrics,
+)
+from .legacy import legacy_client
 
 __all__ = [
     "CATEGORIES_PHASE",
@@ -72,7 +90,6 @@ __all__ = [
     "DP_MAX_EPSILON_KEY",
     "RAW_ROWS_KEY",
     "ClusteringClient",
-    "client_app",
     "client_id_of",
     "DECLARED_ROWS_KEY",
     "check_declared_rows",
@@ -90,57 +107,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Error code of a reply built by :func:`client_app` from a client exception.
-CLIENT_ERROR_CODE = 1
-
-#: Node-config key of the file where a node writes the labels of its rows at the end of a run.
-LABELS_PATH_KEY = "labels-path"
-
-#: Node-config key: whether the data owner lets a protocol step send this node's raw rows
-#: (or deliver other sites' rows to it). The App's default: false on a node that reads its
-#: own file (``data-path``), true on a simulated node that holds a built-in partition.
-RAW_ROWS_KEY = "allow-raw-rows"
-
-#: Node-config key: the largest differential-privacy epsilon this node accepts (a DP run
-#: asking for more, or no DP at all where an algorithm offers it, is refused). Unset: any.
-DP_MAX_EPSILON_KEY = "dp-max-epsilon"
-
 #: Name of the ``context.state`` record that keeps a node's labels.
 _STATE_KEY = "flwr-clustering.labels"
 
-#: The library's ``QUERY`` phase (round 0) where every client tells where its data came
-#: from; :func:`handle_query` answers it for any client, without the algorithm's code.
-DATA_SOURCE_PHASE = "data-source"
-#: The federated evaluation under secure aggregation (a ``TRAIN`` message: SecAgg+'s).
-SECURE_EVALUATE_PHASE = "secure-evaluate"
-#: The library's phase (round 0) where every client sends its per-feature sums for the
-#: federation's scaling (:func:`feature_moments_arrays`), answered without the algorithm.
-FEATURE_MOMENTS_PHASE = "feature-moments"
-#: The library's phase (round 0) where every client tells the values of its declared
-#: categorical columns with their counts (a value rarer than the privacy threshold at the
-#: site as ``other`` only), in its ``columns`` reply record.
-CATEGORIES_PHASE = "categories"
-#: The library's phases after the last round (:mod:`flwr_clustering.strategies.split_check`):
-#: per-cluster scatter, histograms along each cluster's main axis, and a Lloyd round of
-#: the refinement; answered without the algorithm (:func:`split_check_arrays`).
-SPLIT_SCATTER_PHASE = "split-scatter"
-SPLIT_HISTOGRAM_PHASE = "split-histograms"
-REFINE_PHASE = "refine"
-#: Each phase's reply statistics (a plain exchange), in the order of its arrays.
-SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
-    SPLIT_SCATTER_PHASE: ("split-counts", "split-sums", "split-scatter"),
-    SPLIT_HISTOGRAM_PHASE: ("split-histograms",),
-    REFINE_PHASE: ("refine-sums", "refine-counts", "refine-sse"),
-}
-#: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
-MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
-                                "moment-max")
-#: Message-config key of the federation's features and scaling
-#: (:class:`~flwr_clustering.data.schema.FeatureTransform` as JSON): every client holds
-#: its rows in those features and units (:meth:`ClusteringClient.use_features`).
-FEATURES_KEY = "feature-transform"
-#: Reply record of the ``data-source`` phase: the client's column names and kinds.
-COLUMNS_RECORD = "columns"
 
 
 def data_hash(X: np.ndarray) -> int:
@@ -337,24 +306,6 @@ def split_check_arrays(client: Any, phase: str, params: list[np.ndarray],
         return [client_histograms(X, C, AxisBins(means, axes, edges), threshold)]
     sums, counts, sse = refine_stats(X, C, threshold)
     return [sums, counts, np.array([sse])]
-
-
-def client_id_of(context: Context) -> int:
-    """Return the stable id of a client: its ``partition-id``, else its node id.
-
-    Parameters
-    ----------
-    context : flwr.app.Context
-        The ClientApp context.
-
-    Returns
-    -------
-    int
-        The id used to seed the client and to order replies on the server.
-    """
-    if "partition-id" in context.node_config:
-        return int(context.node_config["partition-id"])
-    return int(context.node_id)
 
 
 class ClusteringClient(NumPyClient):
@@ -581,8 +532,6 @@ class ClusteringClient(NumPyClient):
         Array-valued metrics travel as ``np.save`` bytes, with ``"client-id"``; pair it
         with :class:`flwr_clustering.legacy.LegacyStrategy` on the server.
         """
-        from ..legacy import legacy_client  # the adapter imports the strategies
-
         return legacy_client(self)
 
     def query(self, parameters, config):
@@ -654,22 +603,6 @@ def secure_evaluation_arrays(client: Any, C: np.ndarray, config: dict[str, Any]
     return out
 
 
-def _split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    scalars, arrays = {}, {}
-    for key, value in metrics.items():
-        if isinstance(value, np.ndarray):
-            arrays[key] = value
-        elif isinstance(value, bool | np.bool_):
-            scalars[key] = int(value)
-        elif isinstance(value, int | np.integer):
-            scalars[key] = int(value)
-        elif isinstance(value, float | np.floating):
-            scalars[key] = float(value)
-        else:
-            raise TypeError(f"metric {key!r} has unsupported type {type(value).__name__}")
-    return scalars, arrays
-
-
 def pack_reply(
     msg: Message, arrays: list[np.ndarray] | None, num_examples: int, metrics: dict, client_id: int
 ) -> Message:
@@ -693,7 +626,7 @@ def pack_reply(
     flwr.app.Message
         The reply.
     """
-    scalars, stats = _split_metrics(metrics)
+    scalars, stats = split_metrics(metrics)
     scalars.update({"num-examples": int(num_examples), "client-id": int(client_id)})
     content = RecordDict({"metrics": MetricRecord(scalars)})
     if arrays is not None:
@@ -901,40 +834,3 @@ handle_evaluate.__doc__ = _HANDLER_DOC.format(
     reply="``evaluate``'s statistics (none when the config says ``evaluate=False``); "
           "with ``final=True`` the client first labels its rows and keeps the labels on "
           "the node (:func:`stored_labels`, node config ``labels-path``)")
-
-
-def client_app(client_fn: Callable[[Context], NumPyClient]) -> ClientApp:
-    """Make a Message-API ClientApp from a function that builds one of our NumPyClients.
-
-    Parameters
-    ----------
-    client_fn : callable
-        ``client_fn(context) -> NumPyClient``. Called for every message; keep data
-        loading cached (see :mod:`flwr_clustering.data.registry`).
-
-    Returns
-    -------
-    flwr.clientapp.ClientApp
-        Handles ``train`` messages with :func:`handle_train`, ``query`` messages (the
-        phases of a protocol that are not training: sizes, moments, feature counts, ...)
-        with :func:`handle_query` and ``evaluate`` messages with :func:`handle_evaluate`;
-        its mod :func:`~flwr_clustering.secure.secure_aggregation_mod` answers the
-        SecAgg+ stages of a run with ``secure-aggregation`` (other messages pass through).
-    """
-    from ..secure import secure_aggregation_mod
-
-    app = ClientApp(mods=[secure_aggregation_mod])
-
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
-        return handle_train(msg, context, client_fn)
-
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
-        return handle_query(msg, context, client_fn)
-
-    @app.evaluate()
-    def evaluate(msg: Message, context: Context) -> Message:
-        return handle_evaluate(msg, context, client_fn)
-
-    return app

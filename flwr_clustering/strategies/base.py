@@ -47,17 +47,18 @@ from ..algorithms.local_centroids import (
     RowMoments,
     check_means_within_rows,
 )
-from ..clients.base import (
-    CATEGORIES_PHASE,
-    COLUMNS_RECORD,
-    DATA_SOURCE_PHASE,
-    FEATURE_MOMENTS_PHASE,
-)
 from ..data.schema import FeatureTransform
 from ..log import format_metrics, logger, show_progress
 from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats, check_evaluation_stats
 from ..options import Options, option
-from ..secure import SECAGG_THRESHOLD
+from ..protocol import (
+    CATEGORIES_PHASE,
+    COLUMNS_RECORD,
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+    SECURE_EVALUATE_PHASE,
+)
+from ..secure import SECAGG_THRESHOLD, secure_sum
 from .features import FeatureOptions, prepare_features, with_features
 from .split_check import refine_problem, run_split_check
 
@@ -611,8 +612,6 @@ class ClusteringStrategy(Strategy):
         -------
         flwr_clustering.secure.SecureSum
         """
-        from ..secure import secure_sum
-
         nodes = self.sample_nodes(grid)
         cfg = with_features(self, {**dict(config or {}), "phase": phase, "seed": self.seed})
         timeout = getattr(self, "_run_timeout", self.round_timeout) if timeout is None \
@@ -1319,8 +1318,6 @@ class ClusteringStrategy(Strategy):
         client's. The metrics are :func:`~flwr_clustering.metrics.aggregate_evaluation_stats`
         of the totals, without ``ari-client-weighted`` (it needs each client's ARI).
         """
-        from ..clients.base import SECURE_EVALUATE_PHASE
-
         cfg = {k: v for k, v in dict(config or {}).items() if k not in ("phase", "seed")}
         totals = self.secure_exchange(grid, server_round, SECURE_EVALUATE_PHASE,
                                       [self.centroids], cfg, timeout=timeout)

@@ -25,6 +25,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
+from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.deepfeca import (
     DeepFeCAOptions,
     NetworkSpec,
@@ -43,7 +44,6 @@ from ..algorithms.deepfeca import (
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.local_centroids import LocalCentroids
 from ..clients.deepfeca import DeepFeCAClient
-from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, logger
 
 __all__ = ["DeepFeCA"]

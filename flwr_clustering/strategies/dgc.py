@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType
 
+from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.dgc import (
     DGCOptions,
     algebraic_connectivity,
@@ -29,7 +30,6 @@ from ..algorithms.dgc import (
 )
 from ..clients.dgc import DGCClient
 from ..metrics import per_model_metrics, sum_contingencies
-from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["DGC"]

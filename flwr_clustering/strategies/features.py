@@ -32,13 +32,6 @@ from typing import Any
 import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
-from ..clients.base import (
-    CATEGORIES_PHASE,
-    DATA_SOURCE_PHASE,
-    FEATURE_MOMENTS_PHASE,
-    FEATURES_KEY,
-    MOMENT_KEYS,
-)
 from ..data.schema import (
     SCALINGS,
     ColumnInfo,
@@ -53,6 +46,13 @@ from ..data.schema import (
     spread_warning,
 )
 from ..log import logger
+from ..protocol import (
+    CATEGORIES_PHASE,
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+    FEATURES_KEY,
+    MOMENT_KEYS,
+)
 
 __all__ = ["FeatureOptions", "columns_of", "data_source_config", "prepare_features",
            "with_features"]

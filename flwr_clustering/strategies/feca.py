@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithm_specs import AlgorithmSpec, Phase, register
 from ..algorithms.feca import FeCAOptions, FeCAUpload, check_feca_upload, feca_server, run_feca
 from ..algorithms.lloyd import check_data
 from ..algorithms.mavg import MAvgOptions, mavg_server, run_mavg
 from ..clients.feca import FeCAClient, MAvgClient
-from ..registry import AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FeCA", "MAvg"]

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.ffcm import (
     FFCMOptions,
     check_ffcm_uploads,
@@ -20,7 +21,6 @@ from ..algorithms.ffcm import (
 )
 from ..algorithms.lloyd import matched_shift
 from ..clients.ffcm import FFCMClient
-from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FFCM"]

@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
+from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.fkm import FKMOptions, as_run_dtype, fkm_server_aggregate, run_fkm
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
-from ..clients.base import DATA_SOURCE_PHASE
 from ..clients.fkm import FedKMeansClient
-from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
+from ..protocol import DATA_SOURCE_PHASE
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FedKMeans"]

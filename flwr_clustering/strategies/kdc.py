@@ -17,6 +17,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType
 from flwr.serverapp import Grid
 
+from ..algorithm_specs import AlgorithmSpec, Phase, register
 from ..algorithms.kdc import (
     KDCOptions,
     allocate_sample,
@@ -29,7 +30,6 @@ from ..algorithms.kdc import (
 )
 from ..clients.kdc import KDCClient
 from ..metrics import aggregate_evaluation_stats
-from ..registry import AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["KDC"]

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithm_specs import AlgorithmSpec, Phase, register
 from ..algorithms.kfed import KFedOptions, kfed_server, run_kfed
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.kfed import KFedClient
-from ..registry import AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["KFed"]

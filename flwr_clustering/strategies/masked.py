@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.masked import MaskedStats
 from ..algorithms.masked_federated import (
     MaskedFederatedOptions,
@@ -29,7 +30,6 @@ from ..algorithms.masked_oneshot import (
     run_masked_oneshot,
 )
 from ..clients.masked import MaskedFederatedClient, MaskedOneShotClient
-from ..registry import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["MaskedFederated", "MaskedOneShot"]

@@ -43,8 +43,8 @@ from ..algorithms.cluster_split import (
     scatter_sse,
     valleys,
 )
-from ..clients.base import REFINE_PHASE, SPLIT_HISTOGRAM_PHASE, SPLIT_SCATTER_PHASE
 from ..log import logger
+from ..protocol import REFINE_PHASE, SPLIT_HISTOGRAM_PHASE, SPLIT_SCATTER_PHASE
 
 __all__ = ["refine_problem", "run_split_check", "split_check_problem"]
 

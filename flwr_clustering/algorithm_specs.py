@@ -1,0 +1,339 @@
+"""Algorithm declarations: :class:`AlgorithmSpec`, :class:`Phase` and :func:`register`.
+
+Each strategy module declares its algorithm here, with one :func:`register` call at its
+end. This module holds the declarations and imports no strategy: discovering the built-in
+algorithms (importing every strategy module) belongs to :mod:`flwr_clustering.registry`,
+which whoever needs the full list (the App's run config, the estimator, the docs) uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .options import Options
+
+__all__ = ["COMMON_PROTOCOL", "EVALUATION_METRICS", "EVALUATION_STATS", "AlgorithmSpec", "Phase",
+           "register"]
+
+#: The Flower message types a :class:`Phase` may use.
+MESSAGE_TYPES = ("train", "query", "evaluate")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One message of an algorithm's protocol and the client's reply (for the docs).
+
+    Attributes
+    ----------
+    name : str
+        The phase: the value of ``config["phase"]`` (the evaluation messages of the base
+        strategy carry no phase; their entries are named ``evaluate`` and ``final``).
+    message_type : {"train", "query", "evaluate"}
+        The Flower message type (``QUERY`` for phases that are not training).
+    rounds : str
+        When it is sent, e.g. ``"round 0"``, ``"every round"``.
+    sends : tuple of str
+        The arrays of the message's ``"arrays"`` record, in order, with their shapes.
+    config : tuple of str
+        Message-config keys beyond the options' keys and the common ``seed``, ``phase``
+        and ``evaluate``, described.
+    reply_arrays : tuple of str
+        The arrays of the reply's ``"arrays"`` record, in order, with their shapes.
+    reply_metrics : tuple of str
+        Scalars of the reply's ``"metrics"`` record beyond ``num-examples`` and
+        ``client-id``.
+    reply_stats : tuple of str
+        Arrays of the reply's ``"stats"`` record.
+    notes : str
+        Anything else a client author needs (conditions, privacy, refusals).
+    """
+
+    name: str
+    message_type: str
+    rounds: str
+    sends: tuple[str, ...] = ()
+    config: tuple[str, ...] = ()
+    reply_arrays: tuple[str, ...] = ()
+    reply_metrics: tuple[str, ...] = ()
+    reply_stats: tuple[str, ...] = ()
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        """Check the message type and that the list fields are tuples of strings."""
+        if self.message_type not in MESSAGE_TYPES:
+            raise ValueError(f"phase {self.name!r}: message_type must be one of "
+                             f"{list(MESSAGE_TYPES)}, got {self.message_type!r}")
+        for name in ("sends", "config", "reply_arrays", "reply_metrics", "reply_stats"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"phase {self.name!r}: {name} must be a tuple of strings")
+            object.__setattr__(self, name, tuple(value))
+
+
+#: What :func:`flwr_clustering.metrics.local_evaluation_stats` puts in the reply's metrics.
+EVALUATION_METRICS = (
+    "`sse` float: sum of squared distances to the nearest centroid",
+    "`silhouette-sum` float: sum of the simplified silhouette values",
+    "`ari-local` float: ARI of the local labels (only with ground-truth labels)",
+    "`sst-local` float: sum of squares of the local rows about their own mean (for the "
+    "pooled total sum of squares of the diagnostics)",
+)
+#: ... and in its ``stats`` record.
+EVALUATION_STATS = (
+    "`cluster-counts` (k,) int64: rows nearest to each centroid",
+    "`contingency` (k, n_classes) int64: clusters x true classes (only with labels)",
+    "`sum-x` (d,) float64: sum of the local rows (with `sst-local`, the pooled total sum "
+    "of squares, exactly)",
+    "`cluster-residuals` (k, d) float64: per cluster, the sum of (row - centroid) over its "
+    "rows (the Lloyd-step check); NaN rows for clusters under the privacy threshold (and "
+    "the smallest other one when those hold fewer than privacy-threshold rows together)",
+)
+
+#: The messages every algorithm shares (unless its own protocol lists a variant).
+COMMON_PROTOCOL: tuple[Phase, ...] = (
+    Phase(
+        "data-source", "query", "round 0, once, before round 1 (the App's ServerApp); "
+        "DGC also before the first round of a resumed run",
+        sends=("none",),
+        reply_arrays=("none (the reply has no `arrays` record)",),
+        reply_metrics=(
+            "`data-local` int: 1 rows read from a local file (`data-path`), 0 a partition "
+            "of a built-in dataset, -1 not said (a client without `data_source`)",
+            "`partition-id`, `num-partitions` int: the built-in partition (only then)",
+            "`num-features` int: features per row",
+            "`data-hash` int: first 8 bytes of sha256 over the float64 rows, "
+            "non-negative (below 2**63)",
+            "`allow-raw-rows` int: 1 if the node lets raw-row steps send its rows (node "
+            "config `allow-raw-rows`; a node reading `data-path` says 0 by default); the App "
+            "stops before round 1 when a raw-row setting meets a 0",
+        ),
+        notes="Answered by the library (`clients.base`) for every client, without the "
+              "algorithm's code; `num-examples` is the row count. The server refuses a run "
+              "config that names a built-in dataset while nodes read local files (and "
+              "`dataset='local'` while nodes do not), and computes the pooled and "
+              "centralized side results only when every client's rows are the server's "
+              "partition. A fingerprint, not the rows: it only lets the server check data "
+              "it already holds. A resumed DGC run reads only the `client-id` of the "
+              "replies: which node holds which client of its graph now "
+              "(`ClusteringStrategy.identify_clients`), since the nodes may have come back "
+              "under new node ids. The reply also carries a `columns` config record: "
+              "`names`, `kinds` (numeric, integer, text), `unique` (1 where an integer or "
+              "text column differs on every row), `rows` and, when the config asks "
+              "(`magnitudes`: a secure scaling), `magnitude` (per column the power of two "
+              "above its largest |value|): the server agrees on the federation's features "
+              "from them (`data.schema.agree_schema`)."),
+    Phase(
+        "categories", "query", "round 0, with `categorical-columns`, after `data-source`",
+        sends=("none",),
+        config=("`categorical-columns` str: the declared columns, a JSON list",
+                "`privacy-threshold` int"),
+        reply_arrays=("none",),
+        notes="Answered by the library. The reply's `columns` config record holds "
+              "`categories`: a JSON object {column: {value: count}} of the site's values; a "
+              "value held by fewer than `privacy-threshold` rows of the site is counted "
+              "only under `other`. The server keeps the values with at least "
+              "`privacy-threshold` rows in the federation, plus `other` "
+              "(`data.schema.agree_categories`). Refused under secure aggregation."),
+    Phase(
+        "feature-moments", "query", "round 0, before round 1, when the run agrees on its "
+        "features (a `scaling`, the App's default `standard`, or named columns)",
+        sends=("none",),
+        config=("`feature-transform` str: the agreed features (JSON), which every later "
+                "message carries too, scaled once agreed",
+                "`scaling` str: standard, minmax or none",
+                "`privacy-threshold` int: fewer rows withhold the reply",
+                "`moment-exponents` str, secure only: JSON list of per-feature powers of two "
+                "the values are divided by", "`moments-secure` bool, secure only"),
+        reply_arrays=("secure only: `count`, `sum`, `sumsq` (d,) float64 (summed by SecAgg+)",),
+        reply_stats=("`moment-count`, `moment-sum`, `moment-sumsq` (d,) float64: observed "
+                     "values per feature, their sum and sum of squares",
+                     "`moment-min`, `moment-max` (d,) float64: only with `scaling='minmax'`"),
+        notes="Answered by the library (`clients.base.feature_moments_arrays`) on the rows "
+              "in the agreed features. The server derives the scaling "
+              "(`data.schema.scaling_from_moments`); with `none` it only warns when the "
+              "spreads differ by more than 10x."),
+    Phase(
+        "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
+        sends=("`centroids` (k, d) float64: the final global model",),
+        config=("no `phase` and no `seed`: only what the caller passed as `evaluate_config`",
+                "`n-classes` int, optional: width of the contingency table (clients "
+                "zero-pad otherwise)"),
+        reply_arrays=("none (the reply has no `arrays` record)",),
+        reply_metrics=("`loss` float: `sse / n`", *EVALUATION_METRICS),
+        reply_stats=EVALUATION_STATS,
+        notes="Counts and sums only, never a row: the server sums them into the exact "
+              "global SSE, ARI, NMI and purity (`aggregate_evaluation_stats`)."),
+    Phase(
+        "final", "evaluate", "once, at the end of the run",
+        sends=("the final model: the same arrays as the algorithm's evaluation message",),
+        config=("`final` bool: true", "`evaluate` bool: whether to reply with statistics"),
+        reply_arrays=("none",),
+        reply_metrics=("with `evaluate` true: as the evaluation message; else only "
+                       "`num-examples` and `client-id`",),
+        reply_stats=("with `evaluate` true: as the evaluation message",),
+        notes="Delivers the final model to every client; the client labels its rows with "
+              "it and keeps the per-row labels locally (they are not sent)."),
+    Phase(
+        "split-scatter", "query", "after the last round, before the final evaluation "
+        "(`split-check`, on by default; with `refine-rounds` also after each refinement "
+        "stage); TRAIN through SecAgg+ under secure aggregation",
+        sends=("`centroids` (k, d) float64: the model",),
+        config=("`privacy-threshold` int: a client with a cluster of fewer rows sends "
+                "zeros only (0 under secure aggregation)",),
+        reply_arrays=("secure only: the statistics below, in order (summed by SecAgg+)",),
+        reply_metrics=("`withheld` int: 1 when the reply is zeros under the privacy "
+                       "threshold",),
+        reply_stats=("`split-counts` (k,) float64: rows nearest to each centre",
+                     "`split-sums` (k, d) float64: their sum",
+                     "`split-scatter` (k, d, d) float64: the sum of their outer products"),
+        notes="Answered by the library (`clients.base.split_check_arrays`) on the client's "
+              "complete rows. From the totals the server gets each cluster's mean, "
+              "covariance, main axis and SSE (`algorithms.cluster_split.main_axes`, "
+              "`scatter_sse`). Refused by a node with `dp-max-epsilon`; not sent in a DP "
+              "run."),
+    Phase(
+        "split-histograms", "query", "right after `split-scatter`",
+        sends=("`centroids` (k, d) float64", "`means` (k, d) float64: each cluster's mean",
+               "`axes` (k, d) float64: each cluster's main axis (unit; zero: none)",
+               "`edges` (k, 25) float64: 24 bins along the axis"),
+        config=("`privacy-threshold` int: as `split-scatter`",),
+        reply_arrays=("secure only: `split-histograms`",),
+        reply_metrics=("`withheld` int: as `split-scatter`",),
+        reply_stats=("`split-histograms` (k, 24) float64: per cluster the rows in each bin "
+                     "of the projection on its axis",),
+        notes="Answered by the library. A cluster whose summed histogram has two modes "
+              "with a valley between them is reported (`algorithms.cluster_split.valleys`): "
+              "`diagnostics.split-clusters` and a warning naming `refine-rounds`."),
+    Phase(
+        "refine", "query", "with `refine-rounds` > 0: after the last round, before the "
+        "split check's exchanges, at most `refine-rounds` times per refinement stage",
+        sends=("`centroids` (k, d) float64: the model to refine",),
+        config=("`privacy-threshold` int: a client with a cluster of fewer rows sends "
+                "zeros only (0 under secure aggregation)",),
+        reply_arrays=("secure only: the statistics below, in order",),
+        reply_metrics=("`withheld` int: as `split-scatter`",),
+        reply_stats=("`refine-sums` (k, d) float64: per cluster the sum of its rows",
+                     "`refine-counts` (k,) float64: its rows",
+                     "`refine-sse` (1,) float64: the SSE of the centroids sent"),
+        notes="Answered by the library: one federated Lloyd step "
+              "(`algorithms.fkm.lloyd_from_totals`); the stage ends at a fixed point."),
+    Phase(
+        "secure-evaluate", "train", "with secure-aggregation (and `evaluate`): after the "
+        "last round, in place of the evaluation's statistics (then `final` without them)",
+        sends=("`centroids` (k, d) float64: the model",),
+        config=("`n-classes` int, optional: the contingency table's width",),
+        reply_arrays=("`head` (5,) float64: rows, SSE, silhouette sum, has labels (0/1), "
+                      "sum of squares of the rows",
+                      "`cluster-counts` (k,) float64", "`sum-x` (d,) float64",
+                      "`cluster-residuals` (k, d) float64: nothing withheld (only totals "
+                      "reach the server)",
+                      "`contingency` (k, n-classes) float64: only with `n-classes` (zeros "
+                      "from a client without labels)"),
+        notes="Answered by the library (`clients.base.secure_evaluation_arrays`) through "
+              "SecAgg+ (four TRAIN messages, as FKM's `secure-update`): the server "
+              "receives the federation's totals only and computes the metrics of "
+              "`evaluate` from them, except `ari-client-weighted` (per client)."),
+)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Everything the App and the runners need to know about one algorithm.
+
+    Attributes
+    ----------
+    name : str
+        The run-config value of ``algorithm``.
+    strategy : type
+        The :class:`~flwr_clustering.strategies.base.ClusteringStrategy` subclass.
+    client : type
+        The :class:`~flwr_clustering.clients.base.ClusteringClient` subclass.
+    options : type
+        The :class:`~flwr_clustering.options.Options` dataclass (run-config keys,
+        defaults, validation, message config).
+    loop : callable, optional
+        The pure reference loop (no Flower), ``loop(clients, k, ...)``.
+    summary : str
+        One line for listings.
+    pooled_report : callable or str, optional
+        ``pooled_report(strategy, X, y) -> dict``: extra results of a simulation whose
+        pooled data the server knows (e.g. DeepFeCA's linear probe); the App calls it. A
+        ``"module:function"`` string is imported when the App needs it (side runs live in
+        the App's layer, above the strategies).
+    listed : bool
+        ``False`` for helpers that are not algorithms (left out of listings).
+    extra : dict
+        Anything else an algorithm wants to declare.
+    protocol : tuple of Phase
+        The algorithm's messages in the order they are sent (the docs' phases table);
+        the shared evaluation and final messages are in :data:`COMMON_PROTOCOL`.
+    """
+
+    name: str
+    strategy: type
+    client: type
+    options: type[Options]
+    loop: Callable[..., Any] | None = None
+    summary: str = ""
+    pooled_report: Callable[..., dict[str, Any]] | str | None = None
+    listed: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    protocol: tuple[Phase, ...] = ()
+
+    def pooled_report_fn(self) -> Callable[..., dict[str, Any]] | None:
+        """The ``pooled_report`` hook as a callable (imported if given as a string)."""
+        hook = self.pooled_report
+        if isinstance(hook, str):
+            module, _, attr = hook.partition(":")
+            hook = getattr(importlib.import_module(module), attr)
+        return hook
+
+    def build_strategy(self, run_config: dict[str, Any], **base: Any):
+        """The strategy configured from a (merged) run config.
+
+        Parameters
+        ----------
+        run_config : dict
+            Kebab-keyed configuration; the algorithm's keys are read, others ignored.
+        **base
+            :class:`~flwr_clustering.strategies.base.ClusteringStrategy` arguments
+            (``min_nodes``, ``seed``, ``round_timeout``, ...).
+        """
+        return self.strategy(options=self.options.from_config(run_config, run_config_only=True),
+                             **base)
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+#: Algorithms loaded by module path (not listed, not part of the App's default keys).
+_LOADED: dict[str, AlgorithmSpec] = {}
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Add an algorithm to the registry (a name may be registered once).
+
+    Raises
+    ------
+    ValueError
+        If the name is taken by another declaration, or if one of its run-config keys has
+        a different default in an already registered algorithm (the App's run config is
+        flat: one default per key).
+    """
+    old = _REGISTRY.get(spec.name)
+    if old is not None and old.strategy is not spec.strategy:
+        raise ValueError(f"algorithm {spec.name!r} is already registered "
+                         f"({old.strategy.__module__}.{old.strategy.__name__})")
+    defaults = spec.options.run_config_defaults()
+    for other in _REGISTRY.values():
+        if other.name == spec.name:
+            continue
+        for key, value in other.options.run_config_defaults().items():
+            if key in defaults and defaults[key] != value:
+                raise ValueError(
+                    f"run-config key {key!r} has default {defaults[key]!r} in {spec.name!r} "
+                    f"but {value!r} in {other.name!r}; a shared key needs one default "
+                    "(use auto=... for a per-algorithm value)")
+    _REGISTRY[spec.name] = spec
+    return spec

@@ -1,0 +1,125 @@
+"""The message protocol's names, shared by both sides (below clients, strategies and plugins).
+
+The phases every client answers without the algorithm's code, the record and node-config
+keys, the client id a reply carries (:func:`client_id_of`) and the split of a reply's
+metrics into scalars and arrays (:func:`split_metrics`). The client adapter
+(:mod:`flwr_clustering.clients.base`), the strategies, secure aggregation
+(:mod:`flwr_clustering.secure`) and the legacy adapter import them from here, so none of
+them imports another for a name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import Context
+
+__all__ = [
+    "CATEGORIES_PHASE",
+    "CLIENT_ERROR_CODE",
+    "COLUMNS_RECORD",
+    "DATA_SOURCE_PHASE",
+    "DP_MAX_EPSILON_KEY",
+    "FEATURES_KEY",
+    "FEATURE_MOMENTS_PHASE",
+    "LABELS_PATH_KEY",
+    "MOMENT_KEYS",
+    "RAW_ROWS_KEY",
+    "REFINE_PHASE",
+    "SECURE_EVALUATE_PHASE",
+    "SPLIT_CHECK_KEYS",
+    "SPLIT_HISTOGRAM_PHASE",
+    "SPLIT_SCATTER_PHASE",
+    "client_id_of",
+    "split_metrics",
+]
+
+#: Error code of a reply built from a client exception
+#: (:func:`~flwr_clustering.clients.base.handle_train` and its siblings).
+CLIENT_ERROR_CODE = 1
+
+#: Node-config key of the file where a node writes the labels of its rows at the end of a run.
+LABELS_PATH_KEY = "labels-path"
+
+#: Node-config key: whether the data owner lets a protocol step send this node's raw rows
+#: (or deliver other sites' rows to it). The App's default: false on a node that reads its
+#: own file (``data-path``), true on a simulated node that holds a built-in partition.
+RAW_ROWS_KEY = "allow-raw-rows"
+
+#: Node-config key: the largest differential-privacy epsilon this node accepts (a DP run
+#: asking for more, or no DP at all where an algorithm offers it, is refused). Unset: any.
+DP_MAX_EPSILON_KEY = "dp-max-epsilon"
+
+#: The library's ``QUERY`` phase (round 0) where every client tells where its data came
+#: from; :func:`~flwr_clustering.clients.base.handle_query` answers it for any client,
+#: without the algorithm's code.
+DATA_SOURCE_PHASE = "data-source"
+#: The federated evaluation under secure aggregation (a ``TRAIN`` message: SecAgg+'s).
+SECURE_EVALUATE_PHASE = "secure-evaluate"
+#: The library's phase (round 0) where every client sends its per-feature sums for the
+#: federation's scaling (:func:`~flwr_clustering.clients.base.feature_moments_arrays`),
+#: answered without the algorithm.
+FEATURE_MOMENTS_PHASE = "feature-moments"
+#: The library's phase (round 0) where every client tells the values of its declared
+#: categorical columns with their counts (a value rarer than the privacy threshold at the
+#: site as ``other`` only), in its ``columns`` reply record.
+CATEGORIES_PHASE = "categories"
+#: The library's phases after the last round (:mod:`flwr_clustering.strategies.split_check`):
+#: per-cluster scatter, histograms along each cluster's main axis, and a Lloyd round of
+#: the refinement; answered without the algorithm
+#: (:func:`~flwr_clustering.clients.base.split_check_arrays`).
+SPLIT_SCATTER_PHASE = "split-scatter"
+SPLIT_HISTOGRAM_PHASE = "split-histograms"
+REFINE_PHASE = "refine"
+#: Each phase's reply statistics (a plain exchange), in the order of its arrays.
+SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
+    SPLIT_SCATTER_PHASE: ("split-counts", "split-sums", "split-scatter"),
+    SPLIT_HISTOGRAM_PHASE: ("split-histograms",),
+    REFINE_PHASE: ("refine-sums", "refine-counts", "refine-sse"),
+}
+#: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
+MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
+                                "moment-max")
+#: Message-config key of the federation's features and scaling
+#: (:class:`~flwr_clustering.data.schema.FeatureTransform` as JSON): every client holds
+#: its rows in those features and units
+#: (:meth:`~flwr_clustering.clients.base.ClusteringClient.use_features`).
+FEATURES_KEY = "feature-transform"
+#: Reply record of the ``data-source`` phase: the client's column names and kinds.
+COLUMNS_RECORD = "columns"
+
+
+def client_id_of(context: Context) -> int:
+    """Return the stable id of a client: its ``partition-id``, else its node id.
+
+    Parameters
+    ----------
+    context : flwr.app.Context
+        The ClientApp context.
+
+    Returns
+    -------
+    int
+        The id used to seed the client and to order replies on the server.
+    """
+    if "partition-id" in context.node_config:
+        return int(context.node_config["partition-id"])
+    return int(context.node_id)
+
+
+def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Split a reply's metrics into scalars (bools as ints) and arrays; refuse anything else."""
+    scalars, arrays = {}, {}
+    for key, value in metrics.items():
+        if isinstance(value, np.ndarray):
+            arrays[key] = value
+        elif isinstance(value, bool | np.bool_):
+            scalars[key] = int(value)
+        elif isinstance(value, int | np.integer):
+            scalars[key] = int(value)
+        elif isinstance(value, float | np.floating):
+            scalars[key] = float(value)
+        else:
+            raise TypeError(f"metric {key!r} has unsupported type {type(value).__name__}")
+    return scalars, arrays
