@@ -40,7 +40,7 @@ What every algorithm's server sends and what its clients answer: the message rec
 config keys, the reply arrays with their shapes, the scalar metrics and the `stats` record.
 It is what you need to write your own `ClientApp` handlers around the library's clients, or
 a client of your own. The page is generated from the registry
-(`flwr_clustering/registry.py` and the `register(...)` call at the end of every
+(`flwr_clustering/algorithm_specs.py` and the `register(...)` call at the end of every
 `flwr_clustering/strategies/<name>.py`), so it follows the code.
 
 - [The wire form](#the-wire-form): message and reply records, errors, client ids

@@ -189,7 +189,7 @@ def test_the_app_hides_only_flowers_actor_termination_warning():
 
 
 def test_a_server_evaluation_equal_to_the_federated_one_is_not_repeated(caplog):
-    from flwr_clustering.strategies.base import _log_server_evaluation
+    from flwr_clustering.strategies.rounds import _log_server_evaluation
 
     fed = {"sse": 45.905446586, "ari": 0.95225, "ari-client-weighted": 0.9504}
     with caplog.at_level(logging.INFO, logger="flwr_clustering"):
