@@ -235,6 +235,10 @@ def test_secure_fkm_scales_through_secure_sums(federation):
     assert "feature-moments" in phases, phases
     moments = next(t for t in ledger["secure-totals"] if t["phase"] == "feature-moments")
     assert moments["clients"] == NUM_CLIENTS and moments["round"] == 0, moments
+    # the split check ran on the SuperNodes after the last round, both its exchanges as
+    # secure sums (the SecAgg+ state carried across fresh flwr-clientapp processes)
+    assert result["diagnostics"]["split-check"] == "run", result["diagnostics"]
+    assert {"split-scatter", "split-histograms"} <= set(phases), phases
     with np.load(out / "centroids.npz") as npz:
         scaled = npz["scaled_centroids"]
 

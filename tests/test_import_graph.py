@@ -108,3 +108,14 @@ def test_the_declarations_import_no_strategy_and_the_shared_strategy_no_client()
     for name in SHARED_STRATEGY_MODULES:
         imported = _imports_of(f"flwr_clustering.strategies.{name}")
         assert not any(m.startswith("flwr_clustering.clients") for m in imported), name
+
+
+def test_the_flower_only_selection_keeps_the_flower_layer_and_leaves_the_pure_cores():
+    from conftest import runs_flower
+
+    tests = ROOT / "tests"
+    assert runs_flower(tests / "test_flower_layer.py")
+    assert runs_flower(tests / "test_strategy_parts.py")
+    assert runs_flower(tests / "test_estimator.py")
+    assert not runs_flower(tests / "test_metrics.py")
+    assert not runs_flower(tests / "test_algorithms_fkm.py")

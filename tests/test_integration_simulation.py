@@ -118,6 +118,10 @@ class LocalSuperLink:
         # in-process and in tests/test_deployment_data.py)
         if "scaling=" not in extra:
             extra = f"scaling='none' {extra}"
+        # the split check (two more exchanges after the last round, which change no
+        # model) runs where a test asks for it: the FKM run (it is tested in-process)
+        if "split-check=" not in extra:
+            extra = f"split-check=false {extra}"
         overrides = f"algorithm='{algorithm}' out-dir='{out_dir}' {extra}".strip()
         cli = run_cli(
             [executable("flwr"), "run", ".", "--stream",
@@ -178,7 +182,7 @@ def local_superlink(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fkm_run(local_superlink):
-    return local_superlink.run("fkm")
+    return local_superlink.run("fkm", "split-check=true")
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +216,8 @@ def test_fkm_simulation_matches_reference_and_centralized(fkm_run, local_superli
     assert res["centralized"]["ari"] > 0.9, res["centralized"]
     assert res["federated-on-pooled"]["ari"] == pytest.approx(fed["ari"], abs=1e-9)
     assert 1 <= res["rounds"] <= 20
+    # the split check ran through Ray's actors too (its two exchanges after the last round)
+    assert res["diagnostics"]["split-check"] == "run", res["diagnostics"]
 
     with np.load(run.out_dir / "centroids.npz") as npz:
         centroids = npz["centroids"]

@@ -234,6 +234,15 @@ class LocalDeployment:
         except subprocess.TimeoutExpired:
             pass
 
+    def shut_down(self, proc: ManagedProcess, grace: float = 15.0) -> list:
+        """Stop one process as its owner would (SIGTERM); return what survived ``grace`` s.
+
+        A SuperNode stopped so deactivates its node at the SuperLink on its way out, so
+        the SuperLink lists it offline at once (a killed one stays "online" until its
+        heartbeat lapses, 2 x 30 s). What still runs after ``grace`` seconds is killed.
+        """
+        return stop_managed([proc], timeout=grace + 5.0, grace=grace)
+
     @staticmethod
     def pause(proc: ManagedProcess, resume: bool = False) -> None:
         """Freeze (SIGSTOP) or thaw (SIGCONT) one process, as a hung machine would."""

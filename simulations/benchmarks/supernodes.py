@@ -259,10 +259,11 @@ def job_run_config(algorithm: str, nodes: int, rounds: int, out_dir: Path, k: in
     ``round_timeout`` seconds instead of being averaged away.
     """
     name = ECHO_ALGORITHM if algorithm == "echo" else algorithm
-    # scaling='none': FKM against the reference loop on the files' rows, echo alike
+    # scaling='none': FKM against the reference loop on the files' rows, echo alike; no
+    # split check (two exchanges after the last round: not a round's cost)
     return (f"algorithm='{name}' dataset='local' k={int(k)} min-nodes={int(nodes)} "
             f"max-rounds={int(rounds)} tol=-1.0 round-timeout={float(round_timeout)} "
-            f"scaling='none' out-dir='{Path(out_dir).resolve()}'")
+            f"scaling='none' split-check=false out-dir='{Path(out_dir).resolve()}'")
 
 
 def run_job(
