@@ -383,7 +383,8 @@ def test_secure_aggregation_in_simulation_matches_federated_lloyd(fkm_run, local
     from flwr_clustering.algorithms.fkm import dense_totals, fkm_client_update, lloyd_from_totals
 
     run = local_superlink.run("fkm", "server-update='lloyd' secure-aggregation=true "
-                                     "max-rounds=4 tol=-1.0 scaling='standard'")
+                                     "max-rounds=4 tol=-1.0 scaling='standard' "
+                                     "split-check=true")
     history = json.loads((run.out_dir / "history.json").read_text())
     assert [h["clients"] for h in history] == [NUM_SUPERNODES] * 4
     assert all(h["secure-aggregation"] for h in history)
