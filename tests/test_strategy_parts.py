@@ -17,7 +17,7 @@ from flwr_clustering.protocol import DATA_SOURCE_PHASE
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.strategies.base import ClusteringStrategy
 from flwr_clustering.strategies.exchange import Exchange
-from flwr_clustering.strategies.ledger import PrivacyLedger, _min_count, ledger_entry
+from flwr_clustering.strategies.ledger import PrivacyLedger, ledger_entry, min_count
 from flwr_clustering.strategies.state import RunState
 from flwr_clustering.strategies.validation import ReplyValidation
 from flwr_clustering.testing import InProcessGrid
@@ -123,9 +123,9 @@ def test_the_ledger_alone_counts_what_each_reply_carried_and_totals_per_client()
                  {"num-examples": 7, "raw-rows": 0})
     entry = ledger_entry(2, "train", 5, msg, {"num-examples": 7, "raw-rows": 0})
     assert (entry["floats"], entry["integers"], entry["scalars"]) == (10, 2, 2)
-    assert _min_count(np.array([3.0, 0.0, 4.0]), {}) == 3  # an empty cluster stands for none
-    assert _min_count(None, {"sse": 1.0, "num-examples": 7}) == 7
-    assert _min_count(None, {}) is None
+    assert min_count(np.array([3.0, 0.0, 4.0]), {}) == 3  # an empty cluster stands for none
+    assert min_count(None, {"sse": 1.0, "num-examples": 7}) == 7
+    assert min_count(None, {}) is None
     entry["min-count"] = 3
     other = {**entry, "client": 6, "floats": 1, "min-count": None}
     report = _LedgerHost([entry, other]).privacy_ledger()

@@ -32,13 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import (
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    MessageType,
-    RecordDict,
-)
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from ..log import logger
@@ -49,12 +43,10 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
 )
 from .features import with_features
-from .ledger import _min_count, ledger_entry
+from .ledger import ledger_entry, min_count
 
 #: How our clients' error replies start (:func:`flwr_clustering.clients.base._handle`).
 _CLIENT_PREFIX = re.compile(r"client (\d+)\b")
-
-
 #: The same error wrapped by Flower's legacy client runtime: "... RuntimeError('client 3: ...".
 _CLIENT_WRAPPED = re.compile(r"\(['\"]client (\d+): ")
 
@@ -415,7 +407,7 @@ class Exchange:
                     server_round, kind, self.who(node), ex,
                 )
                 continue
-            entry["min-count"] = _min_count(
+            entry["min-count"] = min_count(
                 None if payload is None else self.payload_counts(payload), stats)
             try:
                 self.check_reply(kind, cid, metrics, payload, stats)

@@ -1,7 +1,7 @@
 """The privacy ledger: what every client sent (a part of the strategy base).
 
 :func:`ledger_entry` records one reply as the server received it (array entries by kind,
-scalars, declared raw rows) and :func:`_min_count` the fewest rows behind any sum or mean
+scalars, declared raw rows) and :func:`min_count` the fewest rows behind any sum or mean
 it carried; :meth:`PrivacyLedger.privacy_ledger` totals them per client and per run
 (``privacy.json``). The exchange (:mod:`~flwr_clustering.strategies.exchange`) writes an
 entry for every reply, valid or not; secure aggregation
@@ -39,7 +39,7 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
     }
 
 
-def _min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
+def min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
     """The fewest rows behind a sum or mean of a reply (``None``: none the server sees).
 
     An upload's counts (:meth:`ClusteringStrategy.payload_counts`) give the rows behind
