@@ -73,7 +73,7 @@ class Phase:
             object.__setattr__(self, name, tuple(value))
 
 
-#: What :func:`flwr_clustering.metrics.local_evaluation_stats` puts in the reply's metrics.
+#: What :func:`flwr_clustering.evaluation.local_evaluation_stats` puts in the reply's metrics.
 EVALUATION_METRICS = (
     "`sse` float: sum of squared distances to the nearest centroid",
     "`silhouette-sum` float: sum of the simplified silhouette values",

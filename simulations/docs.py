@@ -192,7 +192,7 @@ _COMMON = """\
 The App's ServerApp first asks every node where its data came from (`data-source`, answered
 by the library for every client). Unless an algorithm's table lists its own `evaluate`
 entry, its evaluation message is the common one below
-(`flwr_clustering.metrics.local_evaluation_stats` computes the statistics).
+(`flwr_clustering.evaluation.local_evaluation_stats` computes the statistics).
 
 """
 

@@ -44,7 +44,7 @@ from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 from flwr_clustering import registry
-from flwr_clustering.metrics import aggregate_evaluation_stats, local_evaluation_stats
+from flwr_clustering.evaluation import aggregate_evaluation_stats, local_evaluation_stats
 from flwr_clustering.reporting import to_jsonable
 
 __all__ = [

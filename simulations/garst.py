@@ -18,7 +18,7 @@ Registered in :data:`~simulations.framework.EXPERIMENTS` on import:
 
 Scoring (spec §4.4): FKM and k-FED get the sample-weighted mean of the per-client ARIs of
 each client's nearest-global-centroid labels (``"ari-client-weighted"`` of
-:func:`~flwr_clustering.metrics.aggregate_evaluation_stats`); central k-means gets
+:func:`~flwr_clustering.evaluation.aggregate_evaluation_stats`); central k-means gets
 ``KMeans(16, n_init=10, random_state=seed)``'s ARI on the pooled data (``"ari"``). Run ``r``
 uses seed ``seed0 + r`` for every method.
 

@@ -24,7 +24,7 @@ from flwr_clustering.diagnostics import (
     warnings_from,
 )
 from flwr_clustering.estimator import FederatedClustering
-from flwr_clustering.metrics import local_evaluation_stats
+from flwr_clustering.evaluation import local_evaluation_stats
 
 
 def _iid(X, n_clients, seed=0):
@@ -265,7 +265,7 @@ def test_result_json_carries_diagnostics_and_warnings(tmp_path):
 
 
 def test_a_client_below_the_privacy_threshold_sends_no_row_sum():
-    from flwr_clustering.metrics import local_evaluation_stats
+    from flwr_clustering.evaluation import local_evaluation_stats
 
     C = np.zeros((2, 3))
     one = local_evaluation_stats(np.array([[1.0, 2.0, 3.0]]), C)  # sum-x would be the row

@@ -18,7 +18,7 @@ from flwr_clustering.algorithms.local_centroids import LocalCentroids, check_loc
 from flwr_clustering.app.config import build_client, merged_config, run_dtype
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.data.synthetic import garst_beta_split
-from flwr_clustering.metrics import local_evaluation_stats
+from flwr_clustering.evaluation import local_evaluation_stats
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.testing import InProcessGrid
 

@@ -7,15 +7,17 @@ import pytest
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score, silhouette_score
 from sklearn.metrics.cluster import contingency_matrix
 
-from flwr_clustering.metrics import (
+from flwr_clustering.evaluation import (
     aggregate_evaluation_stats,
+    label_evaluation_stats,
+    local_evaluation_stats,
+)
+from flwr_clustering.metrics import (
     ari_from_contingency,
     assign_to_nearest,
     centralized_metrics,
     contingency,
     hungarian_accuracy,
-    label_evaluation_stats,
-    local_evaluation_stats,
     matched_centroid_error,
     matched_centroid_mse,
     model_contingencies,
@@ -315,7 +317,7 @@ def test_per_model_metrics_score_every_centre_set_like_sklearn():
 
 def test_silhouette_with_unmeasurable_centroids_is_defined_and_finite():
     # A masked client's distances: inf for a centroid with no value on its observed features.
-    from flwr_clustering.metrics import evaluation_stats_from_distances
+    from flwr_clustering.evaluation import evaluation_stats_from_distances
 
     inf = np.inf
     d2 = np.array([[1.0, 4.0, inf],   # both nearest measurable: (2 - 1) / 2

@@ -20,7 +20,7 @@ import pytest
 from flwr_clustering import registry
 from flwr_clustering.clients import client_app
 from flwr_clustering.data.synthetic import garst_beta_split
-from flwr_clustering.metrics import check_evaluation_stats, local_evaluation_stats
+from flwr_clustering.evaluation import check_evaluation_stats, local_evaluation_stats
 from flwr_clustering.testing import InProcessGrid
 
 #: Client 1 claims counts 10^9 times its rows; client 3 sends an oversized array.

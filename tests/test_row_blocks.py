@@ -18,7 +18,7 @@ from flwr_clustering.algorithms.fkm import fkm_client_update
 from flwr_clustering.algorithms.masked import masked_nearest, masked_squared_distances
 from flwr_clustering.algorithms.masked_federated import masked_client_update
 from flwr_clustering.clients.masked import MaskedFederatedClient
-from flwr_clustering.metrics import local_evaluation_stats
+from flwr_clustering.evaluation import local_evaluation_stats
 
 EXACT = ("num-examples", "sse", "silhouette-sum", "cluster-counts", "contingency", "ari-local")
 

@@ -25,14 +25,9 @@ from .. import registry
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.masked import pooled_masked_squared_distances
 from ..data.registry import check_partitioning, load_pooled
+from ..evaluation import aggregate_evaluation_stats, label_evaluation_stats
 from ..log import configure_console, format_metrics, logger
-from ..metrics import (
-    aggregate_evaluation_stats,
-    centralized_metrics,
-    label_evaluation_stats,
-    model_contingencies,
-    per_model_metrics,
-)
+from ..metrics import centralized_metrics, model_contingencies, per_model_metrics
 from .checkpoint import (
     OutDirLock,
     RoundWriter,

@@ -58,7 +58,7 @@ from ..data.schema import (
     column_moments,
     describe_columns,
 )
-from ..metrics import local_evaluation_stats
+from ..evaluation import local_evaluation_stats
 from ..protocol import (  # the message protocol's names, re-exported here
     CATEGORIES_PHASE,
     CLIENT_ERROR_CODE,
@@ -497,7 +497,7 @@ class ClusteringClient(NumPyClient):
         Returns
         -------
         dict
-            See :func:`flwr_clustering.metrics.local_evaluation_stats`.
+            See :func:`flwr_clustering.evaluation.local_evaluation_stats`.
         """
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         # the sum of the rows is a row for a client of one: withheld below the threshold

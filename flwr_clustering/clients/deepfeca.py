@@ -28,7 +28,7 @@ from ..algorithms.deepfeca import (
     train_step,
 )
 from ..algorithms.lloyd import nearest_labels
-from ..metrics import local_evaluation_stats
+from ..evaluation import local_evaluation_stats
 from .base import ClusteringClient
 
 __all__ = ["DeepFeCAClient"]

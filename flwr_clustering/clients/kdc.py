@@ -13,7 +13,7 @@ import numpy as np
 
 from ..algorithms.kdc import IsolationKernel, KDCOptions, kdc_site_assign, kdc_site_sample
 from ..algorithms.lloyd import client_rng
-from ..metrics import label_evaluation_stats
+from ..evaluation import label_evaluation_stats
 from .base import ClusteringClient
 
 __all__ = ["KDCClient"]
@@ -30,7 +30,7 @@ class KDCClient(ClusteringClient):
       scaled to [0, 1];
     - ``"assign"``: receives ``[maps, centres]`` (+ ``radii`` for iNNE, + ``min, max``);
       returns ``[counts]`` and the statistics of
-      :func:`~flwr_clustering.metrics.label_evaluation_stats` (with ``labels`` only when
+      :func:`~flwr_clustering.evaluation.label_evaluation_stats` (with ``labels`` only when
       ``return-labels`` is set).
     """
 

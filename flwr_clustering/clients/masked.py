@@ -19,7 +19,7 @@ from ..algorithms.masked import (
 )
 from ..algorithms.masked_federated import MaskedFederatedOptions, masked_client_update
 from ..algorithms.masked_oneshot import MaskedOneShotOptions, fit_gaussians
-from ..metrics import evaluation_stats_from_blocks, residual_stats
+from ..evaluation import evaluation_stats_from_blocks, residual_stats
 from .base import ClusteringClient
 
 __all__ = ["MaskedClient", "MaskedFederatedClient", "MaskedOneShotClient"]

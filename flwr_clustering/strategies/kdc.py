@@ -29,7 +29,7 @@ from ..algorithms.kdc import (
     selection_warning,
 )
 from ..clients.kdc import KDCClient
-from ..metrics import aggregate_evaluation_stats
+from ..evaluation import aggregate_evaluation_stats
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["KDC"]

@@ -26,8 +26,8 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
+from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
-from ..metrics import EVALUATION_STATS, aggregate_evaluation_stats
 from .features import prepare_features
 
 

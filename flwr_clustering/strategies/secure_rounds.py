@@ -22,8 +22,8 @@ from flwr.app import (
 )
 from flwr.serverapp import Grid
 
+from ..evaluation import aggregate_evaluation_stats
 from ..log import format_metrics, logger
-from ..metrics import aggregate_evaluation_stats
 from ..protocol import (
     SECURE_EVALUATE_PHASE,
 )
@@ -151,7 +151,7 @@ class SecureRounds:
         the server learns the federation's rows, SSE, silhouette sum, cluster counts, sum
         and sum of squares of the rows, per-cluster residual sums and (with ``n-classes``
         in ``config`` and labels on every client) the contingency table, never one
-        client's. The metrics are :func:`~flwr_clustering.metrics.aggregate_evaluation_stats`
+        client's. The metrics are :func:`~flwr_clustering.evaluation.aggregate_evaluation_stats`
         of the totals, without ``ari-client-weighted`` (it needs each client's ARI).
         """
         cfg = {k: v for k, v in dict(config or {}).items() if k not in ("phase", "seed")}

@@ -22,7 +22,7 @@ from ..algorithms.local_centroids import (
     LocalCentroids,
     check_means_within_rows,
 )
-from ..metrics import check_evaluation_stats
+from ..evaluation import check_evaluation_stats
 
 
 class ReplyValidation:
@@ -62,7 +62,7 @@ class ReplyValidation:
         * each local mean (:meth:`payload_means`) lies where the rows behind it can put it,
           given the per-feature sums the client declared before round 1 (only when the
           run agreed its features: ``feature-moments``; not under secure aggregation);
-        * the evaluation statistics keep :func:`~flwr_clustering.metrics.check_evaluation_stats`
+        * the evaluation statistics keep :func:`~flwr_clustering.evaluation.check_evaluation_stats`
           (counts within the rows, one row per cluster of the model, finite sums).
 
         The shapes, dtypes and sizes of each protocol's arrays are checked by the
