@@ -16,6 +16,8 @@ import numpy as np
 from flwr.app import Context
 
 __all__ = [
+    "CANDIDATES_KEY",
+    "CANDIDATE_ERRORS_RECORD",
     "CATEGORIES_PHASE",
     "CLIENT_ERROR_CODE",
     "COLUMNS_RECORD",
@@ -23,6 +25,8 @@ __all__ = [
     "DP_MAX_EPSILON_KEY",
     "FEATURES_KEY",
     "FEATURE_MOMENTS_PHASE",
+    "K_MOMENTS_PHASE",
+    "K_SPREADS_PHASE",
     "LABELS_PATH_KEY",
     "MOMENT_KEYS",
     "RAW_ROWS_KEY",
@@ -81,6 +85,19 @@ SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
                                 "moment-max")
+#: Message-config key of a search's train message (:mod:`flwr_clustering.strategies.choose_k`):
+#: JSON, one entry per candidate model, ``{"config": {...}, "arrays": n}``; the message's
+#: arrays are the candidates' in order. The client answers each candidate as a message of
+#: its own (:func:`~flwr_clustering.clients.candidates.fit_candidates`).
+CANDIDATES_KEY = "candidates"
+#: Reply record of a search's train message: ``{candidate index: reason}`` of the
+#: candidates the client could not answer (the others are answered).
+CANDIDATE_ERRORS_RECORD = "candidate-errors"
+#: The library's phases after a search's last round: per cluster of every candidate, the
+#: moments (count, sum, SSE, silhouette sum) and the spreads about the clusters' means
+#: (:mod:`flwr_clustering.algorithms.choose_k`); answered without the algorithm.
+K_MOMENTS_PHASE = "k-moments"
+K_SPREADS_PHASE = "k-spreads"
 #: Message-config key of the federation's features and scaling
 #: (:class:`~flwr_clustering.data.schema.FeatureTransform` as JSON): every client holds
 #: its rows in those features and units

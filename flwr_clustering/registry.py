@@ -47,7 +47,8 @@ from .algorithm_specs import (
 )
 
 __all__ = ["COMMON_PROTOCOL", "EVALUATION_METRICS", "EVALUATION_STATS", "AlgorithmSpec",
-           "Phase", "get", "names", "register", "run_config_defaults", "specs_key"]
+           "Phase", "get", "names", "register", "run_config_defaults", "searchers",
+           "specs_key"]
 
 _BUILTINS_LOADED = False
 
@@ -116,3 +117,12 @@ def run_config_defaults() -> dict[str, Any]:
     for name in sorted(_REGISTRY):
         out.update(_REGISTRY[name].options.run_config_defaults())
     return out
+
+
+def searchers() -> list[str]:
+    """The registered algorithms a search over candidates can wrap (``k='auto'``).
+
+    Those whose strategy sets ``searches_k``
+    (:mod:`flwr_clustering.strategies.choose_k`).
+    """
+    return [n for n in names() if getattr(get(n).strategy, "searches_k", False)]

@@ -258,3 +258,44 @@ def plot_curves(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_k_scores(path: str | os.PathLike, scores: list[dict[str, Any]], chosen: int,
+                  rule: str, title: str = "") -> None:
+    """Save a PNG with every criterion of a search against ``k``, the chosen ``k`` marked.
+
+    Parameters
+    ----------
+    path : path-like
+        Output file.
+    scores : list of dict
+        One record per candidate ``k`` (``k``, ``silhouette``, ``calinski-harabasz``,
+        ``davies-bouldin``, ``sse``).
+    chosen : int
+        The chosen ``k`` (a vertical line in every panel).
+    rule : str
+        The rule that chose it (in the title).
+    title : str
+        Figure title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("silhouette", "simplified silhouette (higher is better)"),
+              ("calinski-harabasz", "Calinski-Harabasz (higher is better)"),
+              ("davies-bouldin", "Davies-Bouldin (lower is better)"),
+              ("sse", "SSE (the knee)"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (key, name) in zip(axes[0], panels, strict=True):
+        pts = [(s["k"], s[key]) for s in scores if np.isfinite(float(s.get(key, np.nan)))]
+        if pts:
+            ax.plot([k for k, _ in pts], [v for _, v in pts], "o-")
+        ax.axvline(chosen, color="tab:red", linestyle="--", linewidth=1)
+        ax.set_xlabel("k")
+        ax.set_title(name, fontsize=9)
+    fig.suptitle(f"{title} (k={chosen} by {rule})".strip())
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

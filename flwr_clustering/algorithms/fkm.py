@@ -509,6 +509,10 @@ class FKMOptions(Options):
                            "local means (the paper's scikit-learn semantics)")
     n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
                          help="restarts of the server k-means")
+    starts: int = option(0, key="n-init", auto=1, minimum=1, maximum=100,
+                         help="federated starts (scikit-learn's n_init): this many FKM runs "
+                         "of different seeds in the messages of one run; the lowest "
+                         "federated SSE is kept (0: the algorithm's default, 1)")
     max_rounds: int = option(20, minimum=1, help="round cap")
     tol: float = option(1e-6, help="stop when the Hungarian-matched centroid shift is <= tol "
                         "(negative: never)")

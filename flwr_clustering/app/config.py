@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from ..algorithms.choose_k import RULES
 from ..data.schema import SCALINGS
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
+from ..strategies.choose_k import search_problem, search_strategy
 
 __all__ = [
     "AppOptions",
@@ -81,6 +83,12 @@ class AppOptions(Options):
                                       "comma-separated: one-hot encoded with the levels "
                                       "agreed across the sites (rarer than "
                                       "privacy-threshold: 'other')")
+    k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
+    k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
+    k_rule: str = option("silhouette", choices=RULES, help="k='auto': how k is chosen from "
+                         "the candidates' scores (the best simplified silhouette, "
+                         "Calinski-Harabasz or Davies-Bouldin, or the SSE's knee); see "
+                         "docs/choosing.md")
     split_check: bool = option(True, help="after the last round, check from per-cluster "
                                "sums whether a cluster looks like two groups (a poor local "
                                "optimum, or k too small) and warn")
@@ -179,7 +187,13 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
         if key not in cfg:
             raise ValueError(f"unknown run-config key {key!r}; valid keys: {sorted(cfg)}")
         cfg[key] = value
-    spec.options.from_config(cfg, run_config_only=True)  # a bad option value is an error here
+    ks = search_ks(cfg, spec)
+    # a bad option value is an error here (k='auto': every option at the largest k)
+    spec.options.from_config(cfg if ks is None else {**cfg, "k": ks[-1]},
+                             run_config_only=True)
+    if ks is not None and cfg.get("resume-from"):
+        raise ValueError("resume-from: a search over candidates (k='auto' or n-init > 1) "
+                         "keeps no checkpoint; start a new run")
     if str(cfg.get("dtype", "float64")) != "float64" and not _has_dtype(spec):
         able = [n for n in registry.names() if _has_dtype(registry.get(n))] or ["none"]
         raise ValueError(f"dtype={cfg['dtype']!r}: algorithm {spec.name!r} computes in "
@@ -188,6 +202,33 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
+
+
+def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
+    """The candidate ``k`` of a search, or ``None`` for a run of one model.
+
+    ``k='auto'``: ``k-min..k-max``; a given ``k`` with ``n-init`` above 1 (FKM's
+    federated starts): ``[k]``. Refuses an algorithm that cannot search, naming those that
+    can, and differential privacy.
+    """
+    spec = registry.get(str(cfg["algorithm"])) if spec is None else spec
+    auto = isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
+    starts = int(cfg.get("n-init", 0) or 0) if "starts" in {
+        f.name for f in spec.options.fields_by_key().values()} else 1
+    if not auto and starts <= 1:
+        return None
+    problem = search_problem(spec.strategy, dp=float(cfg.get("dp-epsilon", 0) or 0) > 0)
+    if problem is not None:
+        what = "k='auto'" if auto else f"n-init={starts}"
+        raise ValueError(f"{what}: {problem}; k='auto' and n-init starts take "
+                         f"{', '.join(registry.searchers())}")
+    if not auto:
+        return [int(cfg["k"])]
+    k_min, k_max = int(cfg.get("k-min", 2)), int(cfg.get("k-max", 10))
+    if not 1 <= k_min <= k_max or k_max > 1000:
+        raise ValueError(f"k='auto' needs 1 <= k-min <= k-max <= 1000, got k-min={k_min}, "
+                         f"k-max={k_max}")
+    return list(range(k_min, k_max + 1))
 
 
 def _has_dtype(spec: registry.AlgorithmSpec) -> bool:
@@ -236,8 +277,9 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
         The registered strategy with the algorithm's options read from ``cfg``.
     """
     app = AppOptions.from_config(cfg)
-    return registry.get(app.algorithm).build_strategy(
-        cfg, min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
+    spec = registry.get(app.algorithm)
+    base = dict(
+        min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
         **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
            "secure_aggregation": app.secure_aggregation,
            "secagg_threshold": app.secagg_threshold,
@@ -246,6 +288,12 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "categorical_columns": app.categorical_columns,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
+    ks = search_ks(cfg, spec)
+    if ks is None:
+        return spec.build_strategy(cfg, **base)
+    options = [spec.options.from_config({**cfg, "k": k}, run_config_only=True) for k in ks]
+    return search_strategy(spec.strategy, options, starts=int(getattr(options[0], "starts", 1)),
+                           rule=app.k_rule, **base)
 
 
 def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, client_id: int):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..log import logger
-from ..reporting import atomic_write_text, plot_curves, save_run, to_jsonable
+from ..reporting import atomic_write_text, plot_curves, plot_k_scores, save_run, to_jsonable
 from .checkpoint import centroid_arrays
 
 __all__ = ["save_results"]
@@ -72,11 +72,36 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
     for filename, arrays in strategy.artifacts().items():
         paths[Path(filename).stem] = str(Path(out_dir) / filename)
         np.savez(paths[Path(filename).stem], **arrays)
+    paths.update(save_k_scores(strategy, out_dir))
     if strategy.curves:
         paths["training"] = str(Path(out_dir) / "training.png")
         plot_curves(paths["training"], strategy.history, strategy.curves,
                     title=f"{strategy.name} training")
     logger.info("results written to %s", out_dir)
+    return paths
+
+
+def save_k_scores(strategy, out_dir: str | Path) -> dict[str, str]:
+    """A search's scores: ``k_scores.csv`` (one row per ``k``) and ``k_scores.png``.
+
+    Nothing for a run of one model. The columns: ``k``, ``chosen`` (1 on the chosen
+    row), the criteria, ``clusters`` (non-empty), ``rows``, ``withheld-rows``, the kept
+    start and its seed, ``rounds`` and ``converged``.
+    """
+    import pandas as pd
+
+    scores = list(getattr(strategy, "k_scores", None) or [])
+    search = getattr(strategy, "search", None)
+    if not scores or not search:
+        return {}
+    out = Path(out_dir)
+    table = pd.DataFrame(scores)
+    table.insert(1, "chosen", (table["k"] == search["k"]).astype(int))
+    paths = {"k_scores": str(out / "k_scores.csv"), "k_scores_plot": str(out / "k_scores.png")}
+    atomic_write_text(paths["k_scores"], table.to_csv(index=False))
+    plot_k_scores(paths["k_scores_plot"], scores, int(search["k"]), str(search["rule"]),
+                  title=f"{strategy.name}: choosing k")
+    logger.info("k scores of %d candidates: %s", len(scores), paths["k_scores"])
     return paths
 
 

@@ -167,7 +167,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
             X = scaled["X"]
             labels = strategy.pooled_labels(X)
             if labels is not None:  # a model that labels rows itself (KDC)
-                stats = label_evaluation_stats(labels, int(cfg["k"]), y)
+                stats = label_evaluation_stats(labels, int(strategy.k), y)
                 return MetricRecord(aggregate_evaluation_stats([stats]))
             if "centroids" not in arrays:  # round 0 of a model the clients initialise
                 return None
@@ -201,7 +201,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
 
         # centralized k-means on the pooled rows in the same features and units (with the
         # default scaling='standard': the standardised pooled rows)
-        km = KMeans(int(cfg["k"]), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
+        # (k='auto': the chosen k)
+        km = KMeans(int(strategy.k), n_init=10, random_state=int(cfg["seed"])).fit(X_complete)
         extra["centralized"] = centralized_metrics(X_complete, km.cluster_centers_, y)
         labels = strategy.pooled_labels(X)
         if labels is None:
@@ -211,7 +212,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
                       else nearest_labels(X, centroids))
         else:
             extra["federated-on-pooled"] = aggregate_evaluation_stats(
-                [label_evaluation_stats(labels, int(cfg["k"]), y)])
+                [label_evaluation_stats(labels, int(strategy.k), y)])
         report = spec.pooled_report_fn()
         if report is not None and y is not None:  # e.g. DeepFeCA's linear probe
             extra.update(report(strategy, X, y))

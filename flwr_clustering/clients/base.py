@@ -60,6 +60,8 @@ from ..data.schema import (
 )
 from ..evaluation import local_evaluation_stats
 from ..protocol import (  # the message protocol's names, re-exported here
+    CANDIDATE_ERRORS_RECORD,
+    CANDIDATES_KEY,
     CATEGORIES_PHASE,
     CLIENT_ERROR_CODE,
     COLUMNS_RECORD,
@@ -67,6 +69,8 @@ from ..protocol import (  # the message protocol's names, re-exported here
     DP_MAX_EPSILON_KEY,
     FEATURE_MOMENTS_PHASE,
     FEATURES_KEY,
+    K_MOMENTS_PHASE,
+    K_SPREADS_PHASE,
     LABELS_PATH_KEY,
     MOMENT_KEYS,
     RAW_ROWS_KEY,
@@ -77,6 +81,7 @@ from ..protocol import (  # the message protocol's names, re-exported here
     client_id_of,
     split_metrics,
 )
+from .candidates import fit_candidates, score_arrays
 from .legacy import legacy_client
 
 __all__ = [
@@ -758,6 +763,19 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
                                 "withheld": int(held)}, cid)
             logger.info("client %d %s: %s", cid, phase, sent_summary(reply))
             return reply
+        if config.get("phase") in (K_MOMENTS_PHASE, K_SPREADS_PHASE):  # a search's scores
+            phase = str(config["phase"])
+            if getattr(client, "dp_max_epsilon", None) is not None:
+                raise PermissionError(
+                    f"client {cid}: this node takes part only in differentially private "
+                    f"runs (node config dp-max-epsilon), and the {phase} phase sends sums "
+                    "without noise")
+            # a train message is summed by the secure aggregation mod: nothing withheld
+            arrays = score_arrays(client, phase, params, {**config, "privacy-threshold": 0}
+                                  if kind == "train" else config)
+            reply = pack_reply(msg, arrays, len(client.X), {}, cid)
+            logger.info("client %d %s: %s", cid, phase, sent_summary(reply))
+            return reply
         if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:
             arrays = secure_evaluation_arrays(client, params[0], config)
             return pack_reply(msg, arrays, len(client.X), {}, cid)
@@ -780,11 +798,21 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             return reply
         # a plain NumPyClient has no ``query``: it answers every phase in ``fit``
         step = getattr(client, "query", client.fit) if kind == "query" else client.fit
-        arrays, n, metrics = step(params, config)
+        errors = None
+        if config.get(CANDIDATES_KEY):  # a search: every candidate model in one message
+            arrays, n, metrics, errors = fit_candidates(
+                client, step, params, config, strict=bool(config.get("candidates-strict")))
+        else:
+            arrays, n, metrics = step(params, config)
         final = getattr(client, "final_labels", None)
         if final is not None:  # a protocol whose last train round labels the rows (KDC)
             _keep_labels(context, final, cid)
         reply = pack_reply(msg, arrays, n, metrics, cid)
+        if errors:
+            reply.content[CANDIDATE_ERRORS_RECORD] = ConfigRecord(errors)
+            logger.warning("client %d %s: %d of the search's candidates failed: %s", cid,
+                           _phase_name(msg, config), len(errors),
+                           "; ".join(f"{i}: {why}" for i, why in errors.items()))
         logger.info("client %d %s: %s", cid, _phase_name(msg, config), sent_summary(reply))
         return reply
     except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply

@@ -200,6 +200,11 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
     #: Per-round history series the App plots in ``training.png`` (none by default).
     curves: tuple[str, ...] = ()
 
+    #: Whether a search over candidate models (``k='auto'``, several starts) can wrap
+    #: this algorithm (:mod:`~flwr_clustering.strategies.choose_k`): one train exchange
+    #: per round whose model is centres labelling by the nearest.
+    searches_k: bool = False
+
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
     #: iterative algorithms whose whole between-round state the state dict holds.
     resumable: bool = False

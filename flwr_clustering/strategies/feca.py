@@ -53,6 +53,7 @@ class FeCA(ClusteringStrategy):
     """
 
     name = "feca"
+    searches_k = True  # k='auto' (strategies/choose_k.py)
     Options = FeCAOptions
     advice = {**ClusteringStrategy.advice, "fewer-centroids": ("k_local", "k"),
               "empty": ("k_local", "k"), "lloyd-gain": ("k_local",)}

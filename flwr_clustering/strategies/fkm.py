@@ -73,6 +73,7 @@ class FedKMeans(ClusteringStrategy):
 
     name = "fkm"
     Options = FKMOptions
+    searches_k = True  # k='auto' and n-init starts (strategies/choose_k.py)
     resumable = True  # the base state (centroids, generators) is all it carries
 
     def raw_rows_option(self) -> str | None:
@@ -123,19 +124,25 @@ class FedKMeans(ClusteringStrategy):
         from ..algorithms.dp_lloyd import dp_initial_centroids
         from ..algorithms.fkm import moment_init
 
-        valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
-                              timeout=timeout)
-        dims = sorted({int(r.metrics.get("num-features", -1)) for r in valid})
-        if len(dims) != 1 or dims[0] < 1:
-            raise ValueError(f"DP FKM: the clients report feature counts {dims}, not one")
-        self.dp_clients = len(valid)
-        self.n_features = dims[0]
+        shared = getattr(self, "shared_start", None)  # a search's first candidate's
+        if shared is None:
+            valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
+                                  timeout=timeout)
+            dims = sorted({int(r.metrics.get("num-features", -1)) for r in valid})
+            if len(dims) != 1 or dims[0] < 1:
+                raise ValueError(f"DP FKM: the clients report feature counts {dims}, not one")
+            shared = {"clients": len(valid), "features": dims[0]}
+        self.dp_clients = int(shared["clients"])
+        self.n_features = int(shared["features"])
+        self.shared_start = shared
         if not self.dp:
             if self.centroids is None:
-                totals = self.secure_exchange(grid, 0, "secure-moments",
-                                              config=self.options.to_config(),
-                                              timeout=timeout)
-                n, sum_x, sum_sq = totals.sums
+                if "moments" not in shared:
+                    totals = self.secure_exchange(grid, 0, "secure-moments",
+                                                  config=self.options.to_config(),
+                                                  timeout=timeout)
+                    shared["moments"] = totals.sums
+                n, sum_x, sum_sq = shared["moments"]
                 self.centroids = moment_init(float(np.rint(n[0])), sum_x, sum_sq, self.k,
                                              self.rng)
                 logger.info("secure aggregation: %d starting centroids drawn in the "
@@ -150,6 +157,11 @@ class FedKMeans(ClusteringStrategy):
                     self.options.dp_epsilon, self.options.dp_delta, self.max_rounds,
                     self.options.data_bound, self.noise_multiplier, self.sigma,
                     self.options.dp_placement, self.dp_clients)
+
+    def reset(self) -> None:
+        """The base's reset; forget a search's shared start (:meth:`initialize`)."""
+        super().reset()
+        self.shared_start = None
 
     def state_dict(self) -> dict[str, Any]:
         """The base state, plus the DP run's client count."""

@@ -35,6 +35,7 @@ class KFed(ClusteringStrategy):
     """
 
     name = "kfed"
+    searches_k = True  # k='auto' (strategies/choose_k.py)
 
     Options = KFedOptions
     advice = {**ClusteringStrategy.advice, "empty": ("k_local", "k"),

@@ -223,6 +223,13 @@ class RoundDriver:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
         return self.aggregate_evaluate(server_round, replies)
 
+    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """After the last round, before the split check and the final evaluation.
+
+        The default does nothing; a search over candidate models scores them and makes
+        the chosen one the run's model here (:mod:`~flwr_clustering.strategies.choose_k`).
+        """
+
     def start(
         self,
         grid: Grid,
@@ -369,6 +376,7 @@ class RoundDriver:
                             rnd, num_rounds)
                 stop = True
             if stop:
+                self.finish_training(grid, rnd, timeout)
                 self._split_check(grid, rnd, timeout)
                 if self.refine_rounds:  # the refined model is the round's
                     arrays = result.arrays = self.model_record()
