@@ -221,6 +221,49 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         notes="Answered by the library: one federated Lloyd step "
               "(`algorithms.fkm.lloyd_from_totals`); the stage ends at a fixed point."),
     Phase(
+        "search", "train", "every round of a search over candidate models (`k='auto'`, or "
+        "FKM's `n-init` > 1): fkm, kfed, feca",
+        sends=("every active candidate's arrays of its own train message, in order",),
+        config=("`candidates` str: JSON, one entry per active candidate: `config` (its own "
+                "train config: `phase`, its options with its `k`, its `seed`) and "
+                "`arrays` (how many of the message's arrays are its)",
+                "`candidates-strict` bool: under secure aggregation (a client that cannot "
+                "answer one candidate fails the whole exchange)"),
+        reply_arrays=("`sizes` (c,) int64: the number of arrays answering each candidate "
+                      "(-1: it failed)",
+                      "then each candidate's reply arrays, as its algorithm's phase"),
+        reply_metrics=("`raw-rows` int: summed over the candidates",
+                       "`candidate-<i>-<key>`: candidate i's other metrics"),
+        notes="Answered by the library (`clients.candidates.fit_candidates`): each "
+              "candidate goes to the client's own `fit` as a message of its own. A "
+              "candidate's failure (its reason in the reply's `candidate-errors` config "
+              "record) leaves the client out of that candidate only. Under secure "
+              "aggregation the reply is summed by SecAgg+ as the algorithm's secure phase."),
+    Phase(
+        "k-moments", "query", "after a search's last round, before the split check; TRAIN "
+        "through SecAgg+ under secure aggregation",
+        sends=("every scored candidate's `centroids` (k_c, d) float64, in order",),
+        config=("`candidate-count` int: the candidates",
+                "`privacy-threshold` int: a cluster of fewer rows at the client is withheld "
+                "(0 under secure aggregation)"),
+        reply_arrays=("per candidate: `counts` (k_c,), `sums` (k_c, d), `sse` (k_c,): "
+                      "squared distances to the centre, `silhouette` (k_c,): simplified "
+                      "silhouette values, `withheld` (1,): rows of withheld clusters; "
+                      "all float64, every row to its nearest centre",),
+        notes="Answered by the library (`clients.candidates.score_arrays`, "
+              "`algorithms.choose_k.client_moments`); the server sums the replies (or "
+              "receives their secure sum) and gets each cluster's mean."),
+    Phase(
+        "k-spreads", "query", "right after `k-moments`",
+        sends=("every scored candidate's `centroids`, then every candidate's clusters' "
+               "`means` (k_c, d) float64",),
+        config=("`candidate-count` int", "`privacy-threshold` int: as `k-moments`"),
+        reply_arrays=("per candidate `spreads` (k_c,) float64: the sum of the Euclidean "
+                      "distances of each cluster's rows to its mean",),
+        notes="Answered by the library (`algorithms.choose_k.client_spreads`). With "
+              "`k-moments` the totals give every candidate's SSE, simplified silhouette, "
+              "Calinski-Harabasz and Davies-Bouldin (`algorithms.choose_k.candidate_scores`)."),
+    Phase(
         "secure-evaluate", "train", "with secure-aggregation (and `evaluate`): after the "
         "last round, in place of the evaluation's statistics (then `final` without them)",
         sends=("`centroids` (k, d) float64: the model",),

@@ -163,8 +163,17 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``"feca"``, ``"mavg"``, ``"ffcm"``, ``"masked-federated"``, ``"masked-oneshot"``,
         ``"dgc"``, ``"kdc"``, ``"deepfeca"``) or ``"module:ATTRIBUTE"`` of an
         :class:`~flwr_clustering.registry.AlgorithmSpec`.
-    n_clusters : int, default 16
-        The number of global clusters (run-config key ``k``).
+    n_clusters : int or "auto", default 16
+        The number of global clusters (run-config key ``k``). ``"auto"`` (fkm, kfed,
+        feca): fit every ``k`` of ``k_min..k_max`` in the messages of one run, score them
+        from per-cluster sums and keep the one ``k_rule`` picks (``n_clusters_``,
+        ``k_scores_``; docs/choosing.md).
+    k_min, k_max : int, default 2 and 10
+        ``n_clusters="auto"``: the candidates (run-config keys ``k-min``, ``k-max``).
+    k_rule : str, default "silhouette"
+        ``n_clusters="auto"``: ``"silhouette"`` (the best simplified silhouette),
+        ``"calinski-harabasz"``, ``"davies-bouldin"`` or ``"sse-knee"`` (run-config key
+        ``k-rule``).
     random_state : int or None, default 0
         The seed of the federation (run-config key ``seed``): it seeds the server's
         generator and, with each client's id, every client's. ``None`` draws a fresh seed
@@ -241,6 +250,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         only: KDC labels with its kernel); DeepFeCA: ``C*`` in the network's feature space
         (``proj_dim`` columns); masked algorithms: NaN where no client observed a feature
         of a cluster.
+    n_clusters_ : int
+        The number of clusters of the model: ``n_clusters``, or the chosen one.
+    k_scores_ : pandas.DataFrame or None
+        ``n_clusters="auto"``: one row per candidate ``k`` (its best start): ``chosen``,
+        ``sse``, ``silhouette`` (simplified), ``calinski-harabasz``, ``davies-bouldin``,
+        ``clusters`` (non-empty), ``rows``, ``withheld-rows``, ``rounds``; the App's
+        ``k_scores.csv``. ``None`` for a fixed ``n_clusters``.
     labels_ : list of numpy.ndarray
         ``labels_[i]`` is the cluster of every row of ``partitions[i]``, computed by client
         ``i`` itself with the final model (DGC: with its own centres); ``None`` for a
@@ -344,6 +360,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         categorical_columns: Sequence[str] | None = None,
         split_check: bool = True,
         refine_rounds: int = 0,
+        k_min: int = 2,
+        k_max: int = 10,
+        k_rule: str = "silhouette",
         **algorithm_options: Any,
     ) -> None:
         self.algorithm = algorithm
@@ -359,6 +378,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.categorical_columns = categorical_columns
         self.split_check = split_check
         self.refine_rounds = refine_rounds
+        self.k_min = k_min
+        self.k_max = k_max
+        self.k_rule = k_rule
         _check_option_names(algorithm, algorithm_options)
         self.algorithm_options = dict(algorithm_options)
 
@@ -451,7 +473,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "index-column": self._index_column_key(),
                       "categorical-columns": self._feature_columns_key("categorical_columns"),
                       "split-check": _plain(self.split_check),
-                      "refine-rounds": _plain(self.refine_rounds)}
+                      "refine-rounds": _plain(self.refine_rounds),
+                      "k-min": _plain(self.k_min), "k-max": _plain(self.k_max),
+                      "k-rule": _plain(self.k_rule)}
         for name, value in self.algorithm_options.items():
             if value is not None:
                 run_config[spec.options.key_of(fields[name])] = _plain(value)
@@ -696,6 +720,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         models = strategy.user_models()
         self.user_centers_ = None if models is None else np.array(original(models),
                                                                   dtype=np.float64)
+        self.n_clusters_ = int(strategy.k)
+        scores = getattr(strategy, "k_scores", None)
+        if scores:
+            import pandas as pd
+
+            table = pd.DataFrame(scores)
+            table.insert(1, "chosen", (table["k"] == self.n_clusters_).astype(int))
+            self.k_scores_ = table
+        else:
+            self.k_scores_ = None
         self.history_ = strategy.history
         self.metrics_ = dict(strategy.final_metrics)
         self.diagnostics_ = dict(strategy.diagnostics)

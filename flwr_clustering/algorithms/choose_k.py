@@ -201,7 +201,8 @@ def cluster_means(moments: CandidateMoments) -> np.ndarray:
 
 
 def candidate_scores(C: np.ndarray, moments: CandidateMoments,
-                     spreads: np.ndarray | None = None) -> dict[str, float]:
+                     spreads: np.ndarray | None = None, k: int | None = None
+                     ) -> dict[str, float]:
     """The criteria of one candidate from the federation's totals.
 
     Parameters
@@ -212,6 +213,9 @@ def candidate_scores(C: np.ndarray, moments: CandidateMoments,
         The totals of :func:`client_moments` over the clients.
     spreads : numpy.ndarray of shape (k,), optional
         The totals of :func:`client_spreads` (Davies-Bouldin: NaN without them).
+    k : int, optional
+        The ``k`` the candidate was fitted for (default: its centres; a one-shot model
+        may return fewer, then ``clusters < k`` and :func:`choose` passes it over).
 
     Returns
     -------
@@ -225,7 +229,7 @@ def candidate_scores(C: np.ndarray, moments: CandidateMoments,
     full = counts > 0
     n = float(counts.sum())
     kk = int(full.sum())
-    out = {"k": int(len(C)), "clusters": kk, "rows": int(n),
+    out = {"k": int(len(C) if k is None else k), "clusters": kk, "rows": int(n),
            "withheld-rows": int(round(moments.withheld)),
            "sse": math.fsum(moments.sse), "silhouette": float("nan"),
            "calinski-harabasz": float("nan"), "davies-bouldin": float("nan")}
@@ -355,7 +359,8 @@ def start_seed(seed: int, start: int) -> int:
 
 
 def score_candidates(clients: Sequence[np.ndarray], models: Sequence[np.ndarray],
-                     threshold: int = 0) -> list[dict[str, float]]:
+                     threshold: int = 0, ks: Sequence[int] | None = None
+                     ) -> list[dict[str, float]]:
     """Every candidate's criteria from clients' rows, as the federation computes them.
 
     The pure form of the two exchanges: the clients' :func:`client_moments`, summed in
@@ -366,7 +371,8 @@ def score_candidates(clients: Sequence[np.ndarray], models: Sequence[np.ndarray]
     totals = [CandidateMoments.total([p[c] for p in per_client]) for c in range(len(models))]
     means = [cluster_means(t) for t in totals]
     spreads = [client_spreads(X, models, means, threshold) for X in clients]
-    return [candidate_scores(C, totals[c], sum(s[c] for s in spreads))
+    return [candidate_scores(C, totals[c], sum(s[c] for s in spreads),
+                             None if ks is None else int(ks[c]))
             for c, C in enumerate(models)]
 
 
@@ -408,7 +414,8 @@ def run_choose_k(clients: Sequence[np.ndarray], fit, ks: Sequence[int], *, start
     """
     models = [np.asarray(fit(int(k), start_seed(seed, s)), dtype=np.float64)
               for k in ks for s in range(starts)]
-    scores = score_candidates(clients, models, threshold)
+    scores = score_candidates(clients, models, threshold,
+                              [int(k) for k in ks for _ in range(starts)])
     kept = best_starts(scores)
     chosen, runner, picks = choose([scores[i] for i in kept], rule)
     return {"models": models, "scores": scores, "kept": kept, "chosen": kept[chosen],

@@ -507,9 +507,9 @@ class FKMOptions(Options):
                                 "the exact count-weighted mean)")
     recount: bool = option(False, run_config=False, help="count points nearest to the new "
                            "local means (the paper's scikit-learn semantics)")
-    n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
-                         help="restarts of the server k-means")
-    starts: int = option(0, key="n-init", auto=1, minimum=1, maximum=100,
+    server_n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
+                                help="restarts of the server k-means")
+    n_init: int = option(0, auto=1, minimum=1, maximum=100,
                          help="federated starts (scikit-learn's n_init): this many FKM runs "
                          "of different seeds in the messages of one run; the lowest "
                          "federated SSE is kept (0: the algorithm's default, 1)")

@@ -213,8 +213,8 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
     """
     spec = registry.get(str(cfg["algorithm"])) if spec is None else spec
     auto = isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
-    starts = int(cfg.get("n-init", 0) or 0) if "starts" in {
-        f.name for f in spec.options.fields_by_key().values()} else 1
+    starts = int(cfg.get("n-init", 0) or 0) if getattr(spec.strategy, "searches_starts",
+                                                         False) else 1
     if not auto and starts <= 1:
         return None
     problem = search_problem(spec.strategy, dp=float(cfg.get("dp-epsilon", 0) or 0) > 0)
@@ -292,8 +292,8 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
     if ks is None:
         return spec.build_strategy(cfg, **base)
     options = [spec.options.from_config({**cfg, "k": k}, run_config_only=True) for k in ks]
-    return search_strategy(spec.strategy, options, starts=int(getattr(options[0], "starts", 1)),
-                           rule=app.k_rule, **base)
+    starts = int(options[0].n_init) if getattr(spec.strategy, "searches_starts", False) else 1
+    return search_strategy(spec.strategy, options, starts=starts, rule=app.k_rule, **base)
 
 
 def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, client_id: int):

@@ -205,6 +205,10 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
     #: per round whose model is centres labelling by the nearest.
     searches_k: bool = False
 
+    #: Whether the algorithm's ``n_init`` option (run-config ``n-init``) is the number of
+    #: federated starts of such a search (FKM; scikit-learn's ``n_init``).
+    searches_starts: bool = False
+
     #: Whether :meth:`start` can continue a run from :meth:`state_dict` (``resume=``):
     #: iterative algorithms whose whole between-round state the state dict holds.
     resumable: bool = False

@@ -443,8 +443,8 @@ class CandidateSearch(ClusteringStrategy):
                                        models + means, timeout, count=len(models))
         scores = []
         for pos, i in enumerate(scored):
-            s = candidate_scores(models[pos], totals[pos], spreads[pos][0])
             c = self.candidates[i]
+            s = candidate_scores(models[pos], totals[pos], spreads[pos][0], c.k)
             s.update({"start": i % self.n_starts, "seed": c.seed,
                       "rounds": len(c.history),
                       "converged": (bool(c.converged(int(c.history[-1]["round"])))

@@ -54,8 +54,13 @@ class FedKMeans(ClusteringStrategy):
     recount : bool, default False
         Count points nearest to the new local means (the paper's scikit-learn
         semantics) instead of the partition that produced them.
-    n_init : int, default 10
+    server_n_init : int, default 10
         Restarts of the server k-means.
+    n_init : int, default 1
+        Federated starts (scikit-learn's ``n_init``): with more than 1, the App and the
+        estimator run a search (:mod:`~flwr_clustering.strategies.choose_k`) of this
+        many FKM runs of different seeds in the messages of one run and keep the lowest
+        federated SSE; the strategy itself fits one model.
     max_rounds : int, default 20
         Aggregations at most.
     tol : float, default 1e-6
@@ -74,6 +79,7 @@ class FedKMeans(ClusteringStrategy):
     name = "fkm"
     Options = FKMOptions
     searches_k = True  # k='auto' and n-init starts (strategies/choose_k.py)
+    searches_starts = True  # its n-init option is the search's federated starts
     resumable = True  # the base state (centroids, generators) is all it carries
 
     def raw_rows_option(self) -> str | None:
@@ -287,7 +293,7 @@ class FedKMeans(ClusteringStrategy):
         update = self.server_update if previous is not None else "kmeans"
         new = fkm_server_aggregate(
             [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
-            update=update, previous=previous, n_init=self.n_init,
+            update=update, previous=previous, n_init=self.server_n_init,
             trim=self.options.robust_trim,
         )
         if len(new) < self.k:  # diagnose() warns if the final model has fewer than k

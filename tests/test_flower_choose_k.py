@@ -1,0 +1,210 @@
+"""k='auto' and FKM's starts through Flower (strategies/choose_k.py): every candidate is
+its single-k run bit for bit, the scores are the pure loop's, the App writes them."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_blobs
+from sklearn.preprocessing import StandardScaler
+
+from flwr_clustering.algorithms.choose_k import run_choose_k, score_candidates, start_seed
+from flwr_clustering.algorithms.feca import FeCAOptions
+from flwr_clustering.algorithms.fkm import FKMOptions, run_fkm
+from flwr_clustering.algorithms.kfed import KFedOptions
+from flwr_clustering.app.client_app import app as the_client_app
+from flwr_clustering.app.config import merged_config
+from flwr_clustering.app.server_app import run_server
+from flwr_clustering.clients import FeCAClient, FedKMeansClient, KFedClient, client_app
+from flwr_clustering.strategies import FeCA, FedKMeans, KFed
+from flwr_clustering.strategies.choose_k import search_strategy
+from flwr_clustering.testing import InProcessGrid
+
+N = 4
+
+
+def _data(seed=2):
+    X, y = make_blobs(800, centers=4, n_features=3, random_state=seed)
+    X = StandardScaler().fit_transform(X)
+    parts = np.array_split(np.random.default_rng(0).permutation(len(X)), N)
+    return [(X[p], y[p]) for p in parts]
+
+
+def _app(data, cls):
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return cls(*data[i], client_id=i)
+
+    return client_app(client_fn)
+
+
+@pytest.mark.parametrize(("strategy_cls", "client_cls", "options"), [
+    (FedKMeans, FedKMeansClient, FKMOptions),
+    (KFed, KFedClient, KFedOptions),
+    (FeCA, FeCAClient, FeCAOptions),
+])
+def test_every_candidate_is_its_single_k_run_bit_for_bit(strategy_cls, client_cls, options):
+    data = _data()
+    app = _app(data, client_cls)
+    ks = [2, 3, 4, 5]
+    starts = 2 if strategy_cls is FedKMeans else 1
+    search = search_strategy(strategy_cls, [options(k=k) for k in ks], starts=starts,
+                             min_nodes=N, seed=5, split_check=False)
+    search.start(grid=InProcessGrid(app, N, shuffle_seed=3))
+    assert len(search.candidates) == len(ks) * starts
+    for c in search.candidates:
+        single = strategy_cls(options=options(k=c.k), min_nodes=N, seed=c.seed,
+                              split_check=False)
+        single.start(grid=InProcessGrid(app, N))
+        np.testing.assert_array_equal(c.centroids, single.centroids)
+        assert len(c.history) == len(single.history)
+    # the start seeds: the run's seed first
+    assert [c.seed for c in search.candidates[:starts]] == [start_seed(5, s)
+                                                           for s in range(starts)]
+    # the scores are the pure loop's on the clients' rows, exactly
+    clients = [x for x, _ in data]
+    pure = score_candidates(clients, [c.centroids for c in search.candidates], 2,
+                            [c.k for c in search.candidates])
+    kept = {(s["k"], s["seed"]): s for s in search.candidate_scores}
+    for c, ref in zip(search.candidates, pure, strict=True):
+        ours = kept[(c.k, c.seed)]
+        for key in ("sse", "silhouette", "calinski-harabasz", "davies-bouldin", "rows"):
+            assert ours[key] == ref[key] or (np.isnan(ours[key]) and np.isnan(ref[key]))
+    # the run's model is the chosen candidate's
+    assert search.k == search.search["k"] and len(search.centroids) == search.k
+    assert search.search["k"] == 4  # four well-separated blobs
+    assert search.final_metrics["ari"] > 0.95
+
+
+def test_fkm_search_equals_the_pure_search_loop():
+    data = _data(seed=7)
+    clients = [x for x, _ in data]
+    search = search_strategy(FedKMeans, [FKMOptions(k=k, max_rounds=6) for k in range(2, 7)],
+                             starts=3, min_nodes=N, seed=1, split_check=False)
+    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+
+    def fit(k, seed):
+        return run_fkm(clients, k, seed=seed, max_rounds=6).centroids
+
+    ref = run_choose_k(clients, fit, range(2, 7), starts=3, seed=1, threshold=2)
+    np.testing.assert_array_equal(search.centroids, ref["models"][ref["chosen"]])
+    assert [s["sse"] for s in search.k_scores] == [ref["scores"][i]["sse"]
+                                                  for i in ref["kept"]]
+
+
+def test_a_client_that_cannot_answer_one_candidate_is_left_out_of_that_one_only():
+    data = _data()
+    data[0] = (data[0][0][:5], data[0][1][:5])  # k-FED refuses k-local >= its 5 rows
+    search = search_strategy(KFed, [KFedOptions(k=k) for k in (2, 3, 5, 6)], min_nodes=3,
+                             seed=0, split_check=False)
+    search.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    by_k = {c.k: c for c in search.candidates}
+    assert by_k[3].history[-1]["clients"] == N
+    assert by_k[5].history[-1]["clients"] == N - 1
+    assert by_k[6].history[-1]["absent"][0]["client"] == 0
+    single = KFed(5, min_nodes=3, seed=0, split_check=False)
+    single.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    np.testing.assert_array_equal(by_k[5].centroids, single.centroids)
+
+
+def test_secure_search_scores_from_totals_and_matches_the_plain_one():
+    data = _data()
+    app = _app(data, FedKMeansClient)
+    opts = [FKMOptions(k=k, server_update="lloyd", max_rounds=5, tol=-1.0) for k in (3, 4, 5)]
+    secure = search_strategy(FedKMeans, opts, min_nodes=N, seed=2, split_check=False,
+                             secure_aggregation=True)
+    secure.start(grid=InProcessGrid(app, N))
+    phases = {e["phase"] for e in secure.ledger}
+    assert {"k-moments (secure)", "k-spreads (secure)"} <= phases
+    assert all(e["floats"] == 0 for e in secure.ledger if "(secure)" in e["phase"])
+    # the same search in the clear, from the same starting centroids' totals: close
+    pooled = np.vstack([x for x, _ in data])
+    refs = {}
+    for c in secure.candidates:
+        ref = score_candidates([pooled], [c.centroids])[0]
+        s = next(s for s in secure.candidate_scores if s["k"] == c.k)
+        assert s["rows"] == len(pooled) and s["withheld-rows"] == 0
+        for key in ("sse", "silhouette", "calinski-harabasz", "davies-bouldin"):
+            assert s[key] == pytest.approx(ref[key], rel=1e-7)
+        refs[c.k] = ref["silhouette"]
+    assert secure.k == max(refs, key=refs.get)
+
+
+def test_the_ledger_counts_the_scores_and_the_candidates():
+    data = _data()
+    search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)], min_nodes=N,
+                             split_check=False)
+    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    ledger = search.privacy_ledger()
+    phases = {e["phase"] for e in search.ledger}
+    assert {"k-moments", "k-spreads"} <= phases
+    assert ledger["entries"] if "entries" in ledger else True
+    moments = [e for e in search.ledger if e["phase"] == "k-moments"]
+    # per client: 2 candidates x (counts k, sums k*d, sse k, silhouette k, withheld 1)
+    assert moments[0]["floats"] == sum(k + k * 3 + k + k + 1 for k in (2, 3))
+    assert all(e["raw-rows"] == 0 for e in search.ledger)
+
+
+def test_the_app_runs_k_auto_and_writes_the_scores(tmp_path):
+    rc = {"algorithm": "fkm", "k": "auto", "k-max": 6, "dataset": "blobs", "centers": 3,
+          "n-samples": 600, "cluster-std": 0.5, "out-dir": str(tmp_path / "run")}
+    out = run_server(InProcessGrid(the_client_app, 3, run_config=rc), rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["k-choice"]["k"] == 3 and out["strategy"].k == 3
+    assert [s["k"] for s in result["k_scores"]] == [2, 3, 4, 5, 6]
+    table = pd.read_csv(tmp_path / "run" / "k_scores.csv")
+    assert table.loc[table["chosen"] == 1, "k"].tolist() == [3]
+    assert (tmp_path / "run" / "k_scores.png").stat().st_size > 0
+    assert len(out["centroids"]) == 3
+    assert result["centralized"]["ari"] > 0.99
+    model = json.loads((tmp_path / "run" / "model.json").read_text())
+    assert model["k"] == 3
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ({"algorithm": "dgc"}, "fits one k per run.*take feca, fkm, kfed"),
+    ({"algorithm": "fkm", "server-update": "lloyd", "dp-epsilon": 1.0, "data-bound": 5.0},
+     "differential privacy"),
+    ({"algorithm": "fkm", "k-min": 5, "k-max": 3}, "k-min <= k-max"),
+    ({"algorithm": "fkm", "resume-from": "/tmp/x"}, "keeps no checkpoint"),
+])
+def test_k_auto_is_refused_before_round_1_where_it_cannot_run(extra, match):
+    with pytest.raises(ValueError, match=match):
+        merged_config({"k": "auto", **extra})
+
+
+def test_n_init_starts_a_fixed_k_search_and_keeps_the_lowest_sse():
+    data = _data(seed=11)
+    search = search_strategy(FedKMeans, [FKMOptions(k=6, max_rounds=4)], starts=4,
+                             min_nodes=N, split_check=False)
+    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    sse = [s["sse"] for s in search.candidate_scores]
+    assert len(sse) == 4 and search.k == 6
+    assert search.k_scores[0]["sse"] == min(sse)
+    chosen = search.candidates[search.chosen]
+    np.testing.assert_array_equal(search.centroids, chosen.centroids)
+    cfg = merged_config({"k": 6, "n-init": 3})
+    from flwr_clustering.app.config import build_strategy
+
+    assert build_strategy(cfg).n_starts == 3
+    assert merged_config({"k": 6})["n-init"] == 0  # one start: no search
+    assert not hasattr(build_strategy(merged_config({"k": 6})), "n_starts")
+
+
+def test_the_estimator_takes_n_clusters_auto():
+    from flwr_clustering import FederatedClustering
+
+    X, y = make_blobs(600, centers=3, n_features=2, cluster_std=0.4, random_state=6)
+    frame = pd.DataFrame(X * [1.0, 1000.0], columns=["a", "b"])  # raw units
+    parts = [frame.iloc[i::3] for i in range(3)]
+    est = FederatedClustering("kfed", n_clusters="auto", k_max=6).fit(parts)
+    assert est.n_clusters_ == 3 and est.cluster_centers_.shape == (3, 2)
+    assert list(est.k_scores_["k"]) == [2, 3, 4, 5, 6]
+    assert est.k_scores_.loc[est.k_scores_["chosen"] == 1, "k"].tolist() == [3]
+    labels = est.predict(frame)
+    assert len(np.unique(labels)) == 3
+    fixed = FederatedClustering("kfed", n_clusters=3).fit(parts)
+    assert fixed.n_clusters_ == 3 and fixed.k_scores_ is None
+    with pytest.raises(ValueError, match="take feca, fkm, kfed"):
+        FederatedClustering("ffcm", n_clusters="auto").fit(parts)
