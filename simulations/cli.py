@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         "k-means (simulations.dp_utility); arguments pass through", add_help=False,
     )
     sub.add_parser(
+        "choose-k", help="k='auto' against the centralized choice of k "
+        "(simulations.choose_k); arguments pass through", add_help=False,
+    )
+    sub.add_parser(
         "robust", help="one lying site against FKM: the mean bound and robust-trim "
         "(simulations.robust); arguments pass through", add_help=False,
     )
@@ -240,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.secagg").main(argv[1:]) or 0)
     if argv and argv[0] == "dp-utility":
         return int(importlib.import_module("simulations.dp_utility").main(argv[1:]) or 0)
+    if argv and argv[0] == "choose-k":
+        return int(importlib.import_module("simulations.choose_k").main(argv[1:]) or 0)
     if argv and argv[0] == "robust":
         return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
     parser = build_parser()
