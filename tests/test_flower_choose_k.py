@@ -103,6 +103,13 @@ def test_a_client_that_cannot_answer_one_candidate_is_left_out_of_that_one_only(
     assert by_k[3].history[-1]["clients"] == N
     assert by_k[5].history[-1]["clients"] == N - 1
     assert by_k[6].history[-1]["absent"][0]["client"] == 0
+    # the chosen model's absent client is the run's (every candidate here lacks it)
+    without = search_strategy(KFed, [KFedOptions(k=k) for k in (5, 6)], min_nodes=3,
+                              seed=0, split_check=False)
+    without.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    absent = without.diagnostics["absent"]
+    assert list(absent) == ["client 0 (node 100)"] and "k'=5" in absent["client 0 (node 100)"]
+    assert any("client 0" in w for w in without.warnings)
     single = KFed(5, min_nodes=3, seed=0, split_check=False)
     single.start(grid=InProcessGrid(_app(data, KFedClient), N))
     np.testing.assert_array_equal(by_k[5].centroids, single.centroids)

@@ -313,17 +313,24 @@ class CandidateSearch(ClusteringStrategy):
                     str(k): str(v) for k, v in m.content[CANDIDATE_ERRORS_RECORD].items()}
         valid = self.collect(server_round, replies,
                              lambda a: self._split_reply(server_round, a))
+        for node, why in list(self.last_absent.items()):  # every candidate failed: why
+            if node in errors and "no candidate's answer" in why:
+                text = "; ".join(dict.fromkeys(errors[node].values()))
+                self.last_absent[node] = f"failed every candidate: {text}"
+                self.run_absent[self.who(node)] = (f"round {server_round} train: failed "
+                                                   f"every candidate: {text}")
         for c in self.candidates:
             c.n_features = self.n_features
         active, done, shifts = list(self.active), [], []
         for j, i in enumerate(active):
             c = self.candidates[i]
-            mine, failed = [], {}
+            mine, failed, nodes = [], {}, {}
             for r in valid:
                 p = r.payload.items[j]
                 if isinstance(p, _Failed):
                     failed[r.client_id] = p.reason or errors.get(r.node_id, {}).get(
                         str(j), "failed")
+                    nodes[r.client_id] = r.node_id
                     continue
                 mine.append(Reply(r.client_id, r.node_id, p, r.metrics, {}, None))
             for cid, why in failed.items():
@@ -346,7 +353,7 @@ class CandidateSearch(ClusteringStrategy):
                       "dropped": len(failed), "num-centroids": int(len(new)),
                       "shift": c.last_shift, **c.round_info(server_round, mine)}
             if failed:
-                record["absent"] = [{"client": cid, "reason": why}
+                record["absent"] = [{"client": cid, "node": nodes[cid], "reason": why}
                                     for cid, why in failed.items()]
             c.history.append(record)
             shifts.append(c.last_shift)
@@ -480,6 +487,12 @@ class CandidateSearch(ClusteringStrategy):
             logger.warning("%s", message)
             self.run_warnings.append(message)
         c = self.candidates[self.chosen]
+        # the clients the chosen model was built without are the run's (diagnose names
+        # them; the estimator warns): a dropped site is never silent
+        for record in c.history:
+            for a in record.get("absent", []):
+                self.run_absent[self.who(a["node"])] = (
+                    f"round {record['round']} (candidate k={c.k}): {a['reason']}")
         self.options = c.options
         self.k = c.k
         for name in ("k_local",):
