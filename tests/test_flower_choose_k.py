@@ -215,3 +215,13 @@ def test_the_estimator_takes_n_clusters_auto():
     assert fixed.n_clusters_ == 3 and fixed.k_scores_ is None
     with pytest.raises(ValueError, match="take feca, fkm, kfed"):
         FederatedClustering("ffcm", n_clusters="auto").fit(parts)
+
+
+def test_a_search_refuses_initial_centroids():
+    from flwr.app import Array, ArrayRecord
+
+    search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)], min_nodes=N)
+    C0 = ArrayRecord({"centroids": Array(np.zeros((3, 3)))})
+    with pytest.raises(ValueError, match="pass no initial_arrays"):
+        search.start(grid=InProcessGrid(_app(_data(), FedKMeansClient), N),
+                     initial_arrays=C0)

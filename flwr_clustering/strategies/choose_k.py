@@ -194,6 +194,14 @@ class CandidateSearch(ClusteringStrategy):
         self.search: dict[str, Any] | None = None
         self.chosen: int | None = None
 
+    def initial_centroids(self, initial_arrays: ArrayRecord | None) -> np.ndarray | None:
+        """Refuse starting centroids: each candidate starts as its algorithm does."""
+        if initial_arrays is not None and len(initial_arrays) > 0:
+            raise ValueError("a search over candidates starts every candidate as its "
+                             "algorithm does: pass no initial_arrays (or give k and run "
+                             "one model from them)")
+        return None
+
     def _share_features(self) -> None:
         for c in self.candidates:
             c.feature_transform, c._feature_json = self.feature_transform, self._feature_json
