@@ -27,6 +27,7 @@ from .algorithms.lloyd import (
     nearest_labels,
     squared_distances,
 )
+from .algorithms.lloyd import silhouette_values as _silhouette_values
 
 __all__ = [
     "ari_from_contingency",
@@ -289,25 +290,6 @@ def sse(X: np.ndarray, C: np.ndarray) -> float:
         ``sum_i min_j ||x_i - c_j||^2`` (0.0 for empty data).
     """
     return math.fsum(assign_to_nearest(X, C)[1])
-
-
-def _silhouette_values(d2: np.ndarray) -> np.ndarray:
-    """Simplified silhouette of every row of ``d2`` (see :func:`simplified_silhouette_sum`).
-
-    An infinite squared distance is a centroid that cannot be measured on the row (a masked
-    client's centroid with no value on its observed features): a row with one measurable
-    centroid gets 1, the limit of ``(b - a) / b`` as ``b`` grows; a row with none gets 0,
-    as with a single centroid. So every value is finite and lies in ``[0, 1]`` (``a <= b``).
-    """
-    values = np.zeros(len(d2))
-    if d2.shape[1] < 2 or len(d2) == 0:
-        return values
-    two = np.sqrt(np.partition(d2, 1, axis=1)[:, :2])
-    a, b = two[:, 0], two[:, 1]  # a <= b, so max(a, b) = b
-    both = np.isfinite(b) & (b > 0)
-    values[both] = (b[both] - a[both]) / b[both]
-    values[np.isfinite(a) & np.isinf(b)] = 1.0
-    return values
 
 
 def simplified_silhouette_sum(X: np.ndarray, C: np.ndarray) -> float:

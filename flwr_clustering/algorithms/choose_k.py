@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lloyd import squared_distances
+from .lloyd import silhouette_values, squared_distances
 
 __all__ = [
     "CRITERIA",
@@ -70,13 +70,6 @@ CRITERIA: dict[str, bool] = {
 #: The rules :func:`choose` picks ``k`` by: the best value of one criterion, or the SSE's
 #: knee (:func:`sse_knee`).
 RULES = ("silhouette", "calinski-harabasz", "davies-bouldin", "sse-knee")
-
-
-def _silhouette_of(d2: np.ndarray) -> np.ndarray:
-    # the metrics module's per-row simplified silhouette (one definition in the library)
-    from ..metrics import _silhouette_values
-
-    return _silhouette_values(d2)
 
 
 @dataclass
@@ -157,7 +150,7 @@ def client_moments(X: np.ndarray, models: Sequence[np.ndarray], threshold: int =
         sums = np.zeros((k, d))
         np.add.at(sums, labels, X)
         sse = np.bincount(labels, weights=d2[np.arange(len(X)), labels], minlength=k)
-        sil = np.bincount(labels, weights=_silhouette_of(d2), minlength=k)
+        sil = np.bincount(labels, weights=silhouette_values(d2), minlength=k)
         small = (counts > 0) & (counts < threshold)
         withheld = float(counts[small].sum())
         counts[small], sums[small], sse[small], sil[small] = 0.0, 0.0, 0.0, 0.0

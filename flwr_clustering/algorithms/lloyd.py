@@ -31,6 +31,7 @@ __all__ = [
     "nearest",
     "row_blocks",
     "seed_from",
+    "silhouette_values",
     "squared_distances",
     "weighted_kmeans",
 ]
@@ -742,3 +743,28 @@ def local_kmeans(
         copy_x=copy_x,
     ).fit(X)
     return np.ascontiguousarray(km.cluster_centers_), km.labels_.astype(np.int64)
+
+
+def silhouette_values(d2: np.ndarray) -> np.ndarray:
+    """Simplified silhouette of every row of ``d2`` (Hruschka et al. 2004).
+
+    ``d2`` holds each row's squared distances to the centres; ``a`` and ``b`` are the
+    distances to the nearest and second nearest, and the value is ``(b - a) / b``. The one
+    definition in the library: the metrics (:func:`flwr_clustering.metrics.
+    simplified_silhouette_sum`), the clients' evaluation statistics and the choice of
+    ``k`` (:mod:`~flwr_clustering.algorithms.choose_k`) use it.
+
+    An infinite squared distance is a centroid that cannot be measured on the row (a masked
+    client's centroid with no value on its observed features): a row with one measurable
+    centroid gets 1, the limit of ``(b - a) / b`` as ``b`` grows; a row with none gets 0,
+    as with a single centroid. So every value is finite and lies in ``[0, 1]`` (``a <= b``).
+    """
+    values = np.zeros(len(d2))
+    if d2.shape[1] < 2 or len(d2) == 0:
+        return values
+    two = np.sqrt(np.partition(d2, 1, axis=1)[:, :2])
+    a, b = two[:, 0], two[:, 1]  # a <= b, so max(a, b) = b
+    both = np.isfinite(b) & (b > 0)
+    values[both] = (b[both] - a[both]) / b[both]
+    values[np.isfinite(a) & np.isinf(b)] = 1.0
+    return values
