@@ -421,6 +421,35 @@ def test_secure_aggregation_in_simulation_matches_federated_lloyd(fkm_run, local
     assert run.result["federated"]["num-examples"] == len(X)
 
 
+def test_k_auto_in_simulation_is_the_pure_search(fkm_run, local_superlink, client_data):
+    """k='auto' through Ray: every candidate in one run, the choice the pure loop's."""
+    from flwr_clustering.algorithms.choose_k import run_choose_k
+    from flwr_clustering.algorithms.fkm import run_fkm
+
+    run = local_superlink.run("fkm", "k='auto' k-min=12 k-max=18 n-init=2 max-rounds=6")
+    history = json.loads((run.out_dir / "history.json").read_text())
+    assert len(history) <= 6 and all(h["clients"] == NUM_SUPERNODES for h in history)
+
+    def fit(k, seed):
+        return run_fkm(client_data, k, seed=seed, max_rounds=6).centroids
+
+    ref = run_choose_k(client_data, fit, range(12, 19), starts=2, seed=0, threshold=2)
+    choice = run.result["k-choice"]
+    assert choice["k"] == ref["scores"][ref["chosen"]]["k"]
+    assert [s["k"] for s in run.result["k_scores"]] == list(range(12, 19))
+    with np.load(run.out_dir / "candidates.npz") as npz:
+        for i in ref["kept"]:
+            k = ref["scores"][i]["k"]
+            np.testing.assert_allclose(npz[f"k_{k}"], ref["models"][i], rtol=0, atol=1e-9)
+    with np.load(run.out_dir / "centroids.npz") as npz:
+        np.testing.assert_allclose(npz["centroids"], ref["models"][ref["chosen"]], rtol=0,
+                                   atol=1e-9)
+    assert (run.out_dir / "k_scores.csv").is_file() and (run.out_dir / "k_scores.png").is_file()
+    phases = {m["phase"] for m in json.loads((run.out_dir / "privacy.json").read_text())[
+        "messages"]}
+    assert {"k-moments", "k-spreads"} <= phases
+
+
 def test_kdc_in_simulation_matches_reference(fkm_run, local_superlink):
     """KDC on two moons over the 5 Ray nodes: the sites' statistics equal run_kdc's."""
     from sklearn.metrics import normalized_mutual_info_score
