@@ -225,3 +225,40 @@ def test_a_search_refuses_initial_centroids():
     with pytest.raises(ValueError, match="pass no initial_arrays"):
         search.start(grid=InProcessGrid(_app(_data(), FedKMeansClient), N),
                      initial_arrays=C0)
+
+
+def test_k_auto_on_three_sites_raw_csv_files_under_secure_aggregation(tmp_path):
+    """A consortium's files: raw units, columns in another order, an id column."""
+    from sklearn.datasets import load_wine
+
+    from flwr_clustering import load_model
+
+    data = load_wine(as_frame=True)
+    frame = data.data
+    configs = []
+    for i in range(3):
+        f = frame.iloc[i::3].copy()
+        if i == 1:
+            f = f[f.columns[::-1]]
+        f.insert(0, "patient_id", 2_000_000_000 + np.arange(len(f)) * 7919 + i)
+        path = tmp_path / f"site{i}.csv"
+        f.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    rc = {"algorithm": "fkm", "k": "auto", "n-init": 2, "dataset": "local", "min-nodes": 3,
+          "index-column": "patient_id", "server-update": "lloyd",
+          "secure-aggregation": True, "out-dir": str(tmp_path / "run")}
+    run_server(InProcessGrid(the_client_app, 3, run_config=rc, node_configs=configs), rc)
+    out = tmp_path / "run"
+    result = json.loads((out / "result.json").read_text())
+    assert result["k-choice"]["k"] == 3 and result["warnings"] == []
+    assert all(s["withheld-rows"] == 0 and s["rows"] == len(frame)
+               for s in result["k_scores"])
+    model = load_model(out / "model.json")
+    assert model.k == 3 and list(model.feature_names) == list(frame.columns)
+    secure = {t["phase"] for t in json.loads((out / "privacy.json").read_text())[
+        "secure-totals"]}
+    assert {"search", "k-moments", "k-spreads"} <= secure
+    # the chosen clustering is wine's: the model labels the pooled rows as the classes
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(data.target, model.predict(frame)) > 0.85
