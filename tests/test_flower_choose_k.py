@@ -262,3 +262,20 @@ def test_k_auto_on_three_sites_raw_csv_files_under_secure_aggregation(tmp_path):
     from sklearn.metrics import adjusted_rand_score
 
     assert adjusted_rand_score(data.target, model.predict(frame)) > 0.85
+
+
+def test_search_k_is_k_auto_in_your_own_server_app():
+    from flwr_clustering.strategies.choose_k import search_k
+
+    data = _data()
+    app = _app(data, FedKMeansClient)
+    ours = search_k(FedKMeans, range(2, 6), starts=2, max_rounds=5, min_nodes=N, seed=4,
+                    split_check=False)
+    ours.start(grid=InProcessGrid(app, N))
+    ref = search_strategy(FedKMeans, [FKMOptions(k=k, max_rounds=5) for k in range(2, 6)],
+                          starts=2, min_nodes=N, seed=4, split_check=False)
+    ref.start(grid=InProcessGrid(app, N))
+    np.testing.assert_array_equal(ours.centroids, ref.centroids)
+    assert ours.search == ref.search
+    with pytest.raises(ValueError, match="search_k"):
+        FedKMeans("auto")

@@ -259,6 +259,12 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
             names = [f.name for f in dataclasses.fields(self.Options)]
             raise TypeError(f"{type(self).__name__} got unexpected argument(s) "
                             f"{sorted(unknown)}; its options are {names}")
+        if isinstance(k, str) or isinstance(option_kwargs.get("k"), str):
+            raise ValueError(
+                f"k={k or option_kwargs.get('k')!r}: a {type(self).__name__} fits one k; "
+                "choosing k is a search over candidates: "
+                "flwr_clustering.strategies.choose_k.search_k"
+                f"({type(self).__name__}, range(2, 11), ...) (fkm, kfed, feca)")
         if k is not None:
             option_kwargs["k"] = k
         if options is None:

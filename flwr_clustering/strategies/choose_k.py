@@ -43,7 +43,7 @@ from ..options import Options
 from ..protocol import CANDIDATE_ERRORS_RECORD, CANDIDATES_KEY, K_MOMENTS_PHASE, K_SPREADS_PHASE
 from .base import ClusteringStrategy, Reply
 
-__all__ = ["CandidateSearch", "search_strategy", "search_problem"]
+__all__ = ["CandidateSearch", "search_k", "search_problem", "search_strategy"]
 
 #: The phase name of a search's train messages (each candidate's own is inside).
 SEARCH_PHASE = "search"
@@ -109,6 +109,33 @@ def search_strategy(strategy_class: type, candidate_options: list[Options], *,
         "__doc__": f"{strategy_class.__name__} over candidate k and starts in one run.",
     })
     return cls(candidate_options=candidate_options, starts=starts, rule=rule, **kwargs)
+
+
+def search_k(strategy_class: type, ks=range(2, 11), *, starts: int = 1,
+             rule: str = "silhouette", **kwargs: Any) -> CandidateSearch:
+    """``k='auto'`` in your own ServerApp: a search of ``strategy_class`` over ``ks``.
+
+    ``search_k(FedKMeans, range(2, 11), starts=3, max_rounds=20, min_nodes=3)`` is the
+    App's ``k='auto' n-init=3``; ``strategy.start(grid=...)`` runs it and leaves the chosen
+    model in ``centroids``, the scores in ``k_scores`` and the choice in ``search``.
+
+    Parameters
+    ----------
+    strategy_class : type
+        ``FedKMeans``, ``KFed`` or ``FeCA``.
+    ks : iterable of int, default 2..10
+        The candidate ``k``.
+    starts, rule
+        See :func:`search_strategy`.
+    **kwargs
+        The algorithm's options by field name (every candidate's, ``k`` apart) and
+        :class:`~flwr_clustering.strategies.base.ClusteringStrategy` arguments.
+    """
+    option_kwargs, base = strategy_class.Options.split_kwargs(dict(kwargs))
+    option_kwargs.pop("k", None)
+    options = [strategy_class.Options(**{**option_kwargs, "k": int(k)})
+               for k in sorted({int(k) for k in ks})]
+    return search_strategy(strategy_class, options, starts=starts, rule=rule, **base)
 
 
 class CandidateSearch(ClusteringStrategy):
