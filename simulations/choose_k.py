@@ -21,7 +21,9 @@ the best ``sklearn.metrics.silhouette_score`` (the full silhouette, which no fed
 can compute), Calinski-Harabasz and Davies-Bouldin. Each federated run is compared with it
 per rule (the ``k`` each of ``k-rule``'s choices picks) and with the true ``k``.
 
-Columns of the agreement table, per algorithm (FKM with ``n-init`` 1 and 3) and rule:
+Columns of the agreement table, per algorithm (FKM with ``n-init`` 1 and 3; k-FED and
+FeCA as they are and with ``refine-rounds=10``: up to 10 federated Lloyd rounds of every
+candidate before the choice) and rule:
 the share of runs whose chosen ``k`` equals the centralized silhouette choice, the
 centralized choice of the same criterion, and the true ``k``. The cost table: rounds,
 uploaded bytes per client (the privacy ledger's floats and integers, 8 bytes each; the
@@ -62,7 +64,8 @@ SETS: dict[str, tuple[dict[str, Any], int, int]] = {
 }
 #: The variants run on every case: (label, algorithm, options).
 VARIANTS = (("fkm", "fkm", {}), ("fkm n-init=3", "fkm", {"n_init": 3}),
-            ("kfed", "kfed", {}), ("feca", "feca", {}))
+            ("kfed", "kfed", {}), ("kfed refine-rounds=10", "kfed", {"refine_rounds": 10}),
+            ("feca", "feca", {}), ("feca refine-rounds=10", "feca", {"refine_rounds": 10}))
 RULES = ("silhouette", "calinski-harabasz", "davies-bouldin", "sse-knee")
 QUICK = {"data": ("iris", "blobs4"), "seeds": 1, "splits": ("iid",)}
 
@@ -281,7 +284,8 @@ def main(argv=None) -> int:
         rows += run_case(name, split, seed, tuple(args.algorithms), cost=not args.no_cost)
         print(f"[{i + 1}/{len(cases)}] {name} {split} seed {seed}: "
               + ", ".join(f"{r['variant']} k={r.get('k', 'failed')}"
-                          for r in rows[-len(VARIANTS):] if r["data"] == name)
+                          for r in rows[-len(VARIANTS):] if r["data"] == name
+                          and r["split"] == split and r["seed"] == seed)
               + f" (central silhouette {rows[-1]['central-silhouette']}, true "
               f"{rows[-1]['true-k']}); {time.monotonic() - t0:.0f} s", flush=True)
     meta = {"cases": len(cases), "data": args.data, "splits": args.splits,

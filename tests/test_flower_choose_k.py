@@ -279,3 +279,23 @@ def test_search_k_is_k_auto_in_your_own_server_app():
     assert ours.search == ref.search
     with pytest.raises(ValueError, match="search_k"):
         FedKMeans("auto")
+
+
+def test_refine_rounds_refine_every_candidate_as_the_pure_loop():
+    from flwr_clustering.algorithms.kfed import run_kfed
+
+    data = _data(seed=9)
+    clients = [x for x, _ in data]
+    search = search_strategy(KFed, [KFedOptions(k=k) for k in range(2, 7)], min_nodes=N,
+                             seed=3, split_check=False, refine_rounds=5)
+    search.start(grid=InProcessGrid(_app(data, KFedClient), N))
+
+    def fit(k, seed):
+        return run_kfed(clients, k, seed=seed)
+
+    ref = run_choose_k(clients, fit, range(2, 7), seed=3, threshold=2, refine_rounds=5)
+    assert search.search["lloyd-rounds"] >= 1
+    for c, model in zip(search.candidates, ref["models"], strict=True):
+        np.testing.assert_array_equal(c.centroids, model)
+    assert [s["sse"] for s in search.k_scores] == [ref["scores"][i]["sse"]
+                                                  for i in ref["kept"]]

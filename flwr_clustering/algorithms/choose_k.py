@@ -53,6 +53,7 @@ __all__ = [
     "best_starts",
     "candidate_scores",
     "cluster_means",
+    "lloyd_refine",
     "choose",
     "client_moments",
     "client_spreads",
@@ -351,6 +352,28 @@ def start_seed(seed: int, start: int) -> int:
                .generate_state(1)[0] >> 1)
 
 
+def lloyd_refine(clients: Sequence[np.ndarray], models: Sequence[np.ndarray],
+                 rounds: int, threshold: int = 0) -> tuple[list[np.ndarray], int]:
+    """Up to ``rounds`` federated Lloyd rounds of every candidate, from step-1 sums.
+
+    Each round every centre moves to the mean of its cluster (the clients'
+    :func:`client_moments`, summed in client order; a cluster without rows keeps its
+    centre); it stops early when no candidate moves. Returns the models and the rounds run.
+    """
+    models = [np.asarray(C, dtype=np.float64) for C in models]
+    done = 0
+    for _ in range(int(rounds)):
+        per_client = [client_moments(X, models, threshold) for X in clients]
+        totals = [CandidateMoments.total([p[c] for p in per_client])
+                  for c in range(len(models))]
+        new = [np.where(t.counts[:, None] > 0, np.nan_to_num(cluster_means(t)), C)
+               for C, t in zip(models, totals, strict=True)]
+        if all(np.array_equal(a, b) for a, b in zip(new, models, strict=True)):
+            break
+        models, done = new, done + 1
+    return models, done
+
+
 def score_candidates(clients: Sequence[np.ndarray], models: Sequence[np.ndarray],
                      threshold: int = 0, ks: Sequence[int] | None = None
                      ) -> list[dict[str, float]]:
@@ -380,7 +403,8 @@ def best_starts(scores: Sequence[dict[str, float]]) -> list[int]:
 
 
 def run_choose_k(clients: Sequence[np.ndarray], fit, ks: Sequence[int], *, starts: int = 1,
-                 seed: int = 0, rule: str = "silhouette", threshold: int = 0) -> dict:
+                 seed: int = 0, rule: str = "silhouette", threshold: int = 0,
+                 refine_rounds: int = 0) -> dict:
     """The whole search on in-memory clients: the reference loop of the Flower search.
 
     Parameters
@@ -397,6 +421,8 @@ def run_choose_k(clients: Sequence[np.ndarray], fit, ks: Sequence[int], *, start
         The run's seed.
     rule, threshold
         See :func:`choose` and :func:`client_moments`.
+    refine_rounds : int, default 0
+        :func:`lloyd_refine` every candidate before it is scored.
 
     Returns
     -------
@@ -407,6 +433,8 @@ def run_choose_k(clients: Sequence[np.ndarray], fit, ks: Sequence[int], *, start
     """
     models = [np.asarray(fit(int(k), start_seed(seed, s)), dtype=np.float64)
               for k in ks for s in range(starts)]
+    if refine_rounds:
+        models, _ = lloyd_refine(clients, models, refine_rounds, threshold)
     scores = score_candidates(clients, models, threshold,
                               [int(k) for k in ks for _ in range(starts)])
     kept = best_starts(scores)

@@ -11,6 +11,8 @@ the algorithm's single-``k`` run of the same seed (start 0) or of its start's se
 for bit (tested); it stops when it converges, the run when all have.
 
 After the last round two library phases score every candidate from per-cluster sums
+(with ``refine_rounds``, first up to that many federated Lloyd rounds of every candidate,
+the ``k-moments`` sums giving each cluster's mean)
 (:mod:`flwr_clustering.algorithms.choose_k`; through secure aggregation when it is on):
 the best start of each ``k`` (lowest SSE) is kept, ``k`` is chosen by ``rule`` (the
 runner-up logged), and the chosen model becomes the run's model: the split check, the
@@ -476,10 +478,26 @@ class CandidateSearch(ClusteringStrategy):
         scored = [i for i, c in enumerate(self.candidates)
                   if not c.failed and c.centroids is not None]
         models = [np.asarray(self.candidates[i].centroids, dtype=np.float64) for i in scored]
+        converged = {i: (bool(c.converged(int(c.history[-1]["round"])))
+                         if c.history and self.protocol_rounds() is None else None)
+                     for i, c in enumerate(self.candidates)}
         moments = self._score_exchange(grid, server_round, K_MOMENTS_PHASE, models, timeout)
-        totals = []
-        for m in moments:
-            totals.append(CandidateMoments.from_arrays(m))
+        totals = [CandidateMoments.from_arrays(m) for m in moments]
+        lloyd = 0
+        for _ in range(self.refine_rounds):  # every candidate refined before the choice
+            new = [np.where(t.counts[:, None] > 0, np.nan_to_num(cluster_means(t)), C)
+                   for C, t in zip(models, totals, strict=True)]
+            if all(np.array_equal(a, b) for a, b in zip(new, models, strict=True)):
+                break
+            models, lloyd = new, lloyd + 1
+            moments = self._score_exchange(grid, server_round, K_MOMENTS_PHASE, models,
+                                           timeout)
+            totals = [CandidateMoments.from_arrays(m) for m in moments]
+        if lloyd:
+            logger.info("refine-rounds=%d: %d federated Lloyd rounds of every candidate "
+                        "before the choice", self.refine_rounds, lloyd)
+            for pos, i in enumerate(scored):
+                self.candidates[i].adopt_model(models[pos])
         means = [np.nan_to_num(cluster_means(t)) for t in totals]
         spreads = self._score_exchange(grid, server_round, K_SPREADS_PHASE,
                                        models + means, timeout, count=len(models))
@@ -488,10 +506,7 @@ class CandidateSearch(ClusteringStrategy):
             c = self.candidates[i]
             s = candidate_scores(models[pos], totals[pos], spreads[pos][0], c.k)
             s.update({"start": i % self.n_starts, "seed": c.seed,
-                      "rounds": len(c.history),
-                      "converged": (bool(c.converged(int(c.history[-1]["round"])))
-                                    if c.history and self.protocol_rounds() is None
-                                    else None)})
+                      "rounds": len(c.history), "converged": converged[i]})
             scores.append(s)
         self.candidate_scores = scores
         kept = best_starts(scores)
@@ -506,6 +521,7 @@ class CandidateSearch(ClusteringStrategy):
             "candidates": len(self.candidates), "starts": self.n_starts,
             "k-min": self.candidate_ks[0], "k-max": self.candidate_ks[-1],
             "withheld-rows": max(s["withheld-rows"] for s in scores) if scores else 0,
+            "lloyd-rounds": lloyd,
         }
         criterion = "sse" if self.rule == "sse-knee" else self.rule
         runner_text = ("" if runner is None else
