@@ -165,6 +165,10 @@ def test_the_app_runs_k_auto_and_writes_the_scores(tmp_path):
     assert (tmp_path / "run" / "k_scores.png").stat().st_size > 0
     assert len(out["centroids"]) == 3
     assert result["centralized"]["ari"] > 0.99
+    # the last round's server evaluation (pooled rows) is the chosen model's
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert history[-1]["server-metrics"]["ari"] == pytest.approx(
+        result["federated-on-pooled"]["ari"])
     model = json.loads((tmp_path / "run" / "model.json").read_text())
     assert model["k"] == 3
 

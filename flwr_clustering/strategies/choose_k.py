@@ -473,8 +473,11 @@ class CandidateSearch(ClusteringStrategy):
         return f" start {i % self.n_starts}" if self.n_starts > 1 else ""
 
     # ---------------------------------------------------------------- the choice
-    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> None:
-        """Score every candidate from per-cluster sums, keep the best start, choose ``k``."""
+    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> bool:
+        """Score every candidate from per-cluster sums, keep the best start, choose ``k``.
+
+        Returns ``True``: the chosen candidate's model is now the run's.
+        """
         scored = [i for i, c in enumerate(self.candidates)
                   if not c.failed and c.centroids is not None]
         models = [np.asarray(self.candidates[i].centroids, dtype=np.float64) for i in scored]
@@ -552,6 +555,7 @@ class CandidateSearch(ClusteringStrategy):
         self.centroids = np.asarray(c.centroids, dtype=np.float64)
         self.centroid_history = list(c.centroid_history)
         self.last_shift = c.last_shift
+        return True
 
     def _score_exchange(self, grid: Grid, server_round: int, phase: str,
                         arrays: list[np.ndarray], timeout: float, *,

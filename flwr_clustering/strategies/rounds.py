@@ -223,12 +223,14 @@ class RoundDriver:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
         return self.aggregate_evaluate(server_round, replies)
 
-    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> None:
+    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> bool:
         """After the last round, before the split check and the final evaluation.
 
-        The default does nothing; a search over candidate models scores them and makes
-        the chosen one the run's model here (:mod:`~flwr_clustering.strategies.choose_k`).
+        Returns whether the run's model changed. The default does nothing (``False``); a
+        search over candidate models scores them and makes the chosen one the run's model
+        here (:mod:`~flwr_clustering.strategies.choose_k`).
         """
+        return False
 
     def start(
         self,
@@ -376,9 +378,9 @@ class RoundDriver:
                             rnd, num_rounds)
                 stop = True
             if stop:
-                self.finish_training(grid, rnd, timeout)
+                changed = self.finish_training(grid, rnd, timeout)
                 self._split_check(grid, rnd, timeout)
-                if self.refine_rounds:  # the refined model is the round's
+                if changed or self.refine_rounds:  # the chosen or refined model is the round's
                     arrays = result.arrays = self.model_record()
             if stop or self.evaluate_every_round:
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
