@@ -682,6 +682,14 @@ def _keep_labels(context: Context, labels: np.ndarray, cid: int) -> None:
         logger.info("client %d: wrote the labels of its %d rows to %s", cid, len(labels), path)
 
 
+def _refuse_without_noise(client: Any, cid: int, phase: str) -> None:
+    """A node that takes part only in DP runs answers no phase of exact sums."""
+    if getattr(client, "dp_max_epsilon", None) is not None:
+        raise PermissionError(
+            f"client {cid}: this node takes part only in differentially private runs (node "
+            f"config dp-max-epsilon), and the {phase} phase sends sums without noise")
+
+
 def _phase_name(msg: Message, config: dict[str, Any]) -> str:
     return (f"round {msg.metadata.group_id} {msg.metadata.message_type}"
             + (f" ({config['phase']})" if config.get("phase") else ""))
@@ -747,11 +755,7 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             return reply
         if config.get("phase") in SPLIT_CHECK_KEYS:  # the library's phases, any client
             phase = str(config["phase"])
-            if getattr(client, "dp_max_epsilon", None) is not None:
-                raise PermissionError(
-                    f"client {cid}: this node takes part only in differentially private "
-                    f"runs (node config dp-max-epsilon), and the {phase} phase sends sums "
-                    "without noise")
+            _refuse_without_noise(client, cid, phase)
             arrays = split_check_arrays(client, phase, params,
                                         {**config, "privacy-threshold": 0}
                                         if kind == "train" else config)
@@ -765,11 +769,7 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             return reply
         if config.get("phase") in (K_MOMENTS_PHASE, K_SPREADS_PHASE):  # a search's scores
             phase = str(config["phase"])
-            if getattr(client, "dp_max_epsilon", None) is not None:
-                raise PermissionError(
-                    f"client {cid}: this node takes part only in differentially private "
-                    f"runs (node config dp-max-epsilon), and the {phase} phase sends sums "
-                    "without noise")
+            _refuse_without_noise(client, cid, phase)
             # a train message is summed by the secure aggregation mod: nothing withheld
             arrays = score_arrays(client, phase, params, {**config, "privacy-threshold": 0}
                                   if kind == "train" else config)

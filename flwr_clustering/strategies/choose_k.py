@@ -394,9 +394,7 @@ class CandidateSearch(ClusteringStrategy):
                                     for cid, why in failed.items()]
             c.history.append(record)
             shifts.append(c.last_shift)
-            last = server_round >= int(getattr(self, "num_rounds", self.max_rounds))
-            if last or (self.early_stop and c.converged(server_round)):
-                c.stopped = True
+            if self._candidate_done(c, server_round):
                 done.append(i)
         self.active = [i for i in self.active if i not in done]
         if all(c.failed for c in self.candidates):
@@ -444,9 +442,7 @@ class CandidateSearch(ClusteringStrategy):
             c.history.append({"round": server_round, "clients": len(totals.nodes),
                               "shift": c.last_shift, "secure-aggregation": True})
             shifts.append(c.last_shift)
-            last = server_round >= int(getattr(self, "num_rounds", self.max_rounds))
-            if last or (self.early_stop and c.converged(server_round)):
-                c.stopped = True
+            if self._candidate_done(c, server_round):
                 done.append(i)
         self.active = [i for i in self.active if i not in done]
         self.last_shift = max(shifts) if shifts else 0.0
@@ -461,6 +457,12 @@ class CandidateSearch(ClusteringStrategy):
         return self.model_record(), MetricRecord(
             {k: float(v) for k, v in record.items()
              if isinstance(v, int | float) and not isinstance(v, bool)})
+
+    def _candidate_done(self, c: ClusteringStrategy, server_round: int) -> bool:
+        """Whether candidate ``c`` stops after this round (the run's last, or converged)."""
+        last = server_round >= int(getattr(self, "num_rounds", self.max_rounds))
+        c.stopped = last or (self.early_stop and c.converged(server_round))
+        return c.stopped
 
     def converged(self, server_round: int) -> bool:
         """Every candidate done (after the choice: whether the chosen one converged)."""
