@@ -211,6 +211,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "variant": label, "runs": len(mine),
             "rounds auto / k=10": f"{np.mean([r['rounds'] for r in mine]):.1f} / "
                                   f"{np.mean([r['single-rounds'] for r in mine]):.1f}",
+            "replies per client auto / k=10":
+                f"{np.mean([r['messages'] / SETS[r['data']][2] for r in mine]):.1f} / "
+                f"{np.mean([r['single-messages'] / SETS[r['data']][2] for r in mine]):.1f}",
             "upload bytes per client auto / k=10":
                 f"{np.mean([r['bytes-per-client'] for r in mine]):.0f} / "
                 f"{np.mean([r['single-bytes-per-client'] for r in mine]):.0f}",
