@@ -279,7 +279,16 @@ def main(argv=None) -> int:
     if args.quick:
         args.data, args.seeds, args.splits = (list(QUICK["data"]), QUICK["seeds"],
                                               list(QUICK["splits"]))
-    logging.getLogger("flwr_clustering").setLevel(logging.ERROR)
+    library = logging.getLogger("flwr_clustering")
+    level = library.level
+    library.setLevel(logging.ERROR)  # (restored below: the tests run main in process)
+    try:
+        return _run(args)
+    finally:
+        library.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     rows = []
     cases = [(d, s, seed) for d in args.data for s in args.splits for seed in range(args.seeds)]

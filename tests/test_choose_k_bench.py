@@ -1,12 +1,15 @@
 """``python -m simulations choose-k --quick``: the benchmark runs and writes its tables."""
 
 import json
+import logging
 
 from simulations.choose_k import RULES, main, summarize
 
 
 def test_the_quick_benchmark_writes_its_tables(tmp_path):
+    level = logging.getLogger("flwr_clustering").level
     assert main(["--quick", "--algorithms", "fkm", "--out", str(tmp_path)]) == 0
+    assert logging.getLogger("flwr_clustering").level == level  # restored
     result = json.loads((tmp_path / "choose_k.json").read_text())
     rows = result["rows"]
     assert {r["data"] for r in rows} == {"iris", "blobs4"}
