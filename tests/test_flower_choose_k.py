@@ -303,3 +303,31 @@ def test_refine_rounds_refine_every_candidate_as_the_pure_loop():
         np.testing.assert_array_equal(c.centroids, model)
     assert [s["sse"] for s in search.k_scores] == [ref["scores"][i]["sse"]
                                                   for i in ref["kept"]]
+
+
+def test_a_failed_search_keeps_every_finished_rounds_candidates_on_disk(tmp_path):
+    from flwr.app import MessageType
+
+    from flwr_clustering.app.checkpoint import load_checkpoint
+
+    class Crashing(InProcessGrid):
+        trains = 0
+
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            if messages and messages[0].metadata.message_type == MessageType.TRAIN:
+                self.trains += 1
+                if self.trains == 3:
+                    raise RuntimeError("SuperLink gone")
+            return super().send_and_receive(messages, timeout=timeout)
+
+    rc = {"algorithm": "fkm", "k": "auto", "k-max": 4, "dataset": "blobs", "centers": 3,
+          "n-samples": 300, "out-dir": str(tmp_path / "run"), "tol": -1.0}
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        run_server(Crashing(the_client_app, 3, run_config=rc), rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["status"] == "failed" and result["last-round"] == 2
+    state = load_checkpoint(tmp_path / "run")["state"]
+    assert [c["k"] for c in state["candidates"]] == [2, 3, 4]
+    for c in state["candidates"]:
+        assert c["centroids"].shape == (c["k"], 2) and len(c["history"]) == 2

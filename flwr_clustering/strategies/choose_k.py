@@ -586,6 +586,17 @@ class CandidateSearch(ClusteringStrategy):
             sums = [sum(r.payload[t] for r in replies) for t in range(per * count)]
         return [sums[p * per:(p + 1) * per] for p in range(count)]
 
+    def state_dict(self) -> dict[str, Any]:
+        """The base state, plus every candidate's model, history and failure.
+
+        The App writes it after every round (``checkpoint.npz``): a search is not
+        resumable, but a failed one keeps every finished round's candidates on disk.
+        """
+        return {**super().state_dict(), "candidates": [
+            {"k": int(c.k), "seed": int(c.seed), "centroids": c.centroids,
+             "history": c.history, "stopped": bool(c.stopped), "failed": c.failed}
+            for c in self.candidates]}
+
     # ---------------------------------------------------------------- results
     def describe(self) -> dict[str, Any]:
         """The configuration, with the search's candidates and rule."""
