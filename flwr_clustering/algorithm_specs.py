@@ -252,7 +252,10 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                       "all float64, every row to its nearest centre",),
         notes="Answered by the library (`clients.candidates.score_arrays`, "
               "`algorithms.choose_k.client_moments`); the server sums the replies (or "
-              "receives their secure sum) and gets each cluster's mean."),
+              "receives their secure sum) and gets each cluster's mean. A plain reply "
+              "with a cluster of fewer than privacy-threshold rows, counts above its rows, "
+              "a wrong shape or a non-finite value is dropped with the reason "
+              "(`strategies.choose_k.CandidateSearch._parse_scores`)."),
     Phase(
         "k-spreads", "query", "right after `k-moments`",
         sends=("every scored candidate's `centroids`, then every candidate's clusters' "

@@ -28,6 +28,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .algorithms.choose_k import DEFAULT_RULE
 from .log import quiet
 
 __all__ = ["FederatedClustering", "default_min_nodes"]
@@ -362,7 +363,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         refine_rounds: int = 0,
         k_min: int = 2,
         k_max: int = 10,
-        k_rule: str = "silhouette",
+        k_rule: str = DEFAULT_RULE,
         **algorithm_options: Any,
     ) -> None:
         self.algorithm = algorithm

@@ -144,13 +144,14 @@ def test_the_ledger_counts_the_scores_and_the_candidates():
                              split_check=False)
     search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
     ledger = search.privacy_ledger()
-    phases = {e["phase"] for e in search.ledger}
+    phases = {e["phase"] for e in ledger["messages"]}
     assert {"k-moments", "k-spreads"} <= phases
-    assert ledger["entries"] if "entries" in ledger else True
     moments = [e for e in search.ledger if e["phase"] == "k-moments"]
     # per client: 2 candidates x (counts k, sums k*d, sse k, silhouette k, withheld 1)
     assert moments[0]["floats"] == sum(k + k * 3 + k + k + 1 for k in (2, 3))
     assert all(e["raw-rows"] == 0 for e in search.ledger)
+    # the smallest cluster behind a k-moments reply is its min-count (>= the threshold)
+    assert all(e["min-count"] >= 2 for e in moments)
 
 
 def test_the_app_runs_k_auto_and_writes_the_scores(tmp_path):
@@ -331,3 +332,38 @@ def test_a_failed_search_keeps_every_finished_rounds_candidates_on_disk(tmp_path
     assert [c["k"] for c in state["candidates"]] == [2, 3, 4]
     for c in state["candidates"]:
         assert c["centroids"].shape == (c["k"], 2) and len(c["history"]) == 2
+
+
+@pytest.mark.parametrize("lie", ["small-cluster", "shape", "nan"])
+def test_a_client_lying_in_the_scores_is_dropped_with_a_reason(lie, caplog):
+    data = _data()
+    from flwr_clustering.clients import candidates as cand
+
+    honest = cand.score_arrays
+
+    def lying(client, phase, params, config):
+        out = honest(client, phase, params, config)
+        if client.client_id == 0 and phase == "k-moments":
+            out = [np.array(a, dtype=np.float64, copy=True) for a in out]
+            if lie == "small-cluster":
+                out[0][0] = 1.0  # a cluster of one row: its sum would be that row
+            elif lie == "shape":
+                out[1] = out[1][:, :1]
+            else:
+                out[2][0] = np.nan
+        return out
+
+    import flwr_clustering.clients.base as base
+
+    base.score_arrays, saved = lying, base.score_arrays
+    try:
+        search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)],
+                                 min_nodes=N - 1, split_check=False)
+        with caplog.at_level("WARNING"):
+            search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    finally:
+        base.score_arrays = saved
+    assert "dropping reply of client 0" in caplog.text and "k-moments" in caplog.text
+    # the scores hold the three honest clients' rows only, and the run says so
+    assert all(s["rows"] < 800 for s in search.candidate_scores)
+    assert any("client 0" in key for key in search.diagnostics["absent"])

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
-from ..algorithms.choose_k import RULES
+from ..algorithms.choose_k import DEFAULT_RULE, RULES
 from ..data.schema import SCALINGS
 from ..options import Options, option
 from ..secure import SECAGG_THRESHOLD
@@ -85,7 +85,7 @@ class AppOptions(Options):
                                       "privacy-threshold: 'other')")
     k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
     k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
-    k_rule: str = option("silhouette", choices=RULES, help="k='auto': how k is chosen from "
+    k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
                          "the candidates' scores (the best simplified silhouette, "
                          "Calinski-Harabasz or Davies-Bouldin, or the SSE's knee); see "
                          "docs/choosing.md")
@@ -224,7 +224,7 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
                          f"{', '.join(registry.searchers())}")
     if not auto:
         return [int(cfg["k"])]
-    k_min, k_max = int(cfg.get("k-min", 2)), int(cfg.get("k-max", 10))
+    k_min, k_max = int(cfg["k-min"]), int(cfg["k-max"])
     if not 1 <= k_min <= k_max or k_max > 1000:
         raise ValueError(f"k='auto' needs 1 <= k-min <= k-max <= 1000, got k-min={k_min}, "
                          f"k-max={k_max}")

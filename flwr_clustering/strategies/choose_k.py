@@ -32,6 +32,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 
 from ..algorithms.choose_k import (
+    DEFAULT_RULE,
     RULES,
     CandidateMoments,
     best_starts,
@@ -59,6 +60,14 @@ class _Failed:
 
 
 @dataclass
+class _Scores:
+    """One client's reply to a scoring phase: its arrays, and per candidate its counts."""
+
+    arrays: list[np.ndarray]
+    counts: list[np.ndarray]
+
+
+@dataclass
 class _Payloads:
     """One reply of a search round: each active candidate's payload (or ``_Failed``)."""
 
@@ -81,7 +90,7 @@ def search_problem(strategy_class: type, *, dp: bool = False) -> str | None:
 
 
 def search_strategy(strategy_class: type, candidate_options: list[Options], *,
-                    starts: int = 1, rule: str = "silhouette", **kwargs: Any
+                    starts: int = 1, rule: str = DEFAULT_RULE, **kwargs: Any
                     ) -> CandidateSearch:
     """A :class:`CandidateSearch` of ``strategy_class`` over ``candidate_options``.
 
@@ -114,7 +123,7 @@ def search_strategy(strategy_class: type, candidate_options: list[Options], *,
 
 
 def search_k(strategy_class: type, ks=range(2, 11), *, starts: int = 1,
-             rule: str = "silhouette", **kwargs: Any) -> CandidateSearch:
+             rule: str = DEFAULT_RULE, **kwargs: Any) -> CandidateSearch:
     """``k='auto'`` in your own ServerApp: a search of ``strategy_class`` over ``ks``.
 
     ``search_k(FedKMeans, range(2, 11), starts=3, max_rounds=20, min_nodes=3)`` is the
@@ -165,7 +174,7 @@ class CandidateSearch(ClusteringStrategy):
     inner: type = ClusteringStrategy
 
     def __init__(self, *, candidate_options: list[Options], starts: int = 1,
-                 rule: str = "silhouette", **kwargs: Any) -> None:
+                 rule: str = DEFAULT_RULE, **kwargs: Any) -> None:
         if not candidate_options:
             raise ValueError("a search needs at least one candidate")
         ks = [int(o.k) for o in candidate_options]
@@ -230,6 +239,15 @@ class CandidateSearch(ClusteringStrategy):
                              "algorithm does: pass no initial_arrays (or give k and run "
                              "one model from them)")
         return None
+
+    def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply], *,
+                          complete: bool) -> None:
+        """The base's rule at the largest candidate, naming ``k-max``."""
+        try:
+            super()._check_rows_for_k(server_round, kind, valid, complete=complete)
+        except ValueError as ex:
+            raise ValueError(f"{ex} (a search: lower its largest candidate, run config "
+                             "'k-max')") from ex
 
     def _share_features(self) -> None:
         for c in self.candidates:
@@ -303,6 +321,14 @@ class CandidateSearch(ClusteringStrategy):
     def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
                     stats: dict[str, Any]) -> None:
         """The base rules; then each candidate's, on its own part (failing only it)."""
+        if isinstance(payload, _Scores):  # each candidate's counts within the rows
+            super().check_reply(kind, client_id, metrics, None, stats)
+            rows = int(metrics.get("num-examples", 0))
+            for n in payload.counts:
+                if float(n.sum()) > rows:
+                    raise ValueError(f"its counts sum to {n.sum():.0f}, more than the {rows} "
+                                     "rows it reported (num-examples)")
+            return None
         if not isinstance(payload, _Payloads):
             return super().check_reply(kind, client_id, metrics, payload, stats)
         super().check_reply(kind, client_id, metrics, None, stats)
@@ -318,6 +344,8 @@ class CandidateSearch(ClusteringStrategy):
 
     def payload_counts(self, payload: Any) -> np.ndarray | None:
         """Every candidate's counts, one array (the ledger's smallest count)."""
+        if isinstance(payload, _Scores):
+            return np.concatenate(payload.counts) if payload.counts else None
         if not isinstance(payload, _Payloads):
             return None
         parts = []
@@ -574,16 +602,17 @@ class CandidateSearch(ClusteringStrategy):
                 raise RuntimeError(f"{phase}: {len(sums)} secure totals for {count} "
                                    "candidates")
         else:
+            shapes = [len(C) for C in arrays[:count]]
+            d = int(np.shape(arrays[0])[1]) if count else 0
+
             def parse(a):
-                if len(a) != per * count:
-                    raise ValueError(f"{phase}: {len(a)} arrays for {count} candidates")
-                return [np.asarray(x, dtype=np.float64) for x in a]
+                return self._parse_scores(phase, a, shapes, d, cfg["privacy-threshold"])
 
             state = self._sample_rng.bit_generator.state
             replies = self.exchange(grid, server_round, phase, arrays, cfg, parse=parse,
                                     timeout=timeout)
             self._sample_rng.bit_generator.state = state
-            sums = [sum(r.payload[t] for r in replies) for t in range(per * count)]
+            sums = [sum(r.payload.arrays[t] for r in replies) for t in range(per * count)]
         return [sums[p * per:(p + 1) * per] for p in range(count)]
 
     def state_dict(self) -> dict[str, Any]:
@@ -596,6 +625,42 @@ class CandidateSearch(ClusteringStrategy):
             {"k": int(c.k), "seed": int(c.seed), "centroids": c.centroids,
              "history": c.history, "stopped": bool(c.stopped), "failed": c.failed}
             for c in self.candidates]}
+
+    @staticmethod
+    def _parse_scores(phase: str, arrays: list[np.ndarray], ks: list[int], d: int,
+                      threshold: int) -> _Scores:
+        """Check one client's scoring reply: shapes, finite values, the privacy threshold.
+
+        ``k-moments``: per candidate ``counts (k,)`` (whole, and each either 0 or at least
+        ``threshold``: a smaller cluster is withheld), ``sums (k, d)``, ``sse (k,)``,
+        ``silhouette (k,)``, ``withheld (1,)``; ``k-spreads``: ``spreads (k,)`` >= 0.
+        """
+        per = 5 if phase == K_MOMENTS_PHASE else 1
+        if len(arrays) != per * len(ks):
+            raise ValueError(f"{phase}: {len(arrays)} arrays for {len(ks)} candidates")
+        out = [np.asarray(a, dtype=np.float64) for a in arrays]
+        if not all(np.isfinite(a).all() for a in out):
+            raise ValueError(f"{phase}: a value is not finite")
+        counts = []
+        for c, k in enumerate(ks):
+            part = out[c * per:(c + 1) * per]
+            want = ([(k,), (k, d), (k,), (k,), (1,)] if per == 5 else [(k,)])
+            got = [a.shape for a in part]
+            if got != [tuple(w) for w in want]:
+                raise ValueError(f"{phase}: candidate {c}'s arrays have shapes {got}, "
+                                 f"expected {want}")
+            if per == 1:
+                if (part[0] < 0).any():
+                    raise ValueError(f"{phase}: a negative sum of distances")
+                continue
+            n = part[0]
+            if (n < 0).any() or not np.array_equal(n, np.rint(n)) or part[4][0] < 0:
+                raise ValueError(f"{phase}: counts must be whole and non-negative")
+            if ((n > 0) & (n < threshold)).any():
+                raise ValueError(f"{phase}: a cluster of {int(n[(n > 0) & (n < threshold)][0])} "
+                                 f"rows, fewer than the privacy threshold {threshold}")
+            counts.append(n)
+        return _Scores(out, counts)
 
     # ---------------------------------------------------------------- results
     def describe(self) -> dict[str, Any]:
