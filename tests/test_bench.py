@@ -383,9 +383,12 @@ def test_lloyd_step_and_data_build_benchmarks_measure_what_they_say(tmp_path):
 
     argv = ["lloyd-step", "--shapes", "3000x3x4", "--repeats", "1", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
-    (row,) = json.loads((tmp_path / "lloyd_step.json").read_text())["rows"]
-    assert row["labels_equal_cdist"] and (row["n"], row["d"], row["k"]) == (3000, 3, 4)
-    assert row["step_over_gemm"] == pytest.approx(row["lloyd_step_s"] / row["gemm_s"])
+    rows = json.loads((tmp_path / "lloyd_step.json").read_text())["rows"]
+    assert [row["dtype"] for row in rows] == ["float64", "float32"]  # both types, one run
+    for row in rows:
+        assert row["labels_equal_cdist"] and (row["n"], row["d"], row["k"]) == (3000, 3, 4)
+        assert row["step_over_gemm"] == pytest.approx(row["lloyd_step_s"] / row["gemm_s"])
+    assert "| float32 | 1 |" in (tmp_path / "lloyd_step.md").read_text()
     built = perf.bench_data_build(builds=[("garst-grid", "iid", 5, {})], repeats=1)
     (b,) = built["builds"]
     assert b["rows_client_0"] == 160 and 0 < b["build_s"] and 0 < b["import_s"]

@@ -11,8 +11,10 @@ The client's Lloyd step against its floors, and how long a client waits for its 
     replaced (:func:`~flwr_clustering.algorithms.lloyd.assign_to_nearest`), of
     ``X @ C.T`` (the floor the goal is stated against), of one read of ``X``
     (``X.sum()``) and of scikit-learn's ``KMeans(init=C, n_init=1, max_iter=1).fit(X)``,
-    all on the same arrays in one process. The labels of ``lloyd_step`` are checked
-    equal to cdist's.
+    all on the same arrays in one process. Both data types in one run (``--dtypes``):
+    float32 rows are the float64 ones rounded, each type timed against ``X @ C.T`` in
+    its own type. The labels of ``lloyd_step`` are checked equal to cdist's of the rows'
+    exact values.
 
 ``data-build``
     For built-in data sets and partitioners, a fresh Python process imports
@@ -69,9 +71,16 @@ def _best(fn, repeats: int) -> float:
     return best
 
 
-def bench_lloyd_step(shapes=SHAPES, threads=("1",), repeats: int = 3,
-                     seed: int = 0) -> list[dict[str, Any]]:
-    """Minimum seconds of the Lloyd step and its floors per shape and thread setting."""
+def bench_lloyd_step(shapes=SHAPES, threads=("1",), repeats: int = 3, seed: int = 0,
+                     dtypes=("float64", "float32")) -> list[dict[str, Any]]:
+    """Minimum seconds of the Lloyd step and its floors per shape, type and thread setting.
+
+    Each type runs on the same values (the float32 rows are the float64 ones rounded) and
+    against its own floor: ``X @ C.T`` with ``X`` and ``C`` in that type, one read of
+    ``X`` and scikit-learn's one-iteration ``KMeans`` on ``X`` as it is. ``lloyd_step``
+    gets the float64 centroids in both (as FKM's float32 clients do), and its labels are
+    checked equal to cdist's of the rows' exact (float64) values.
+    """
     from scipy.spatial.distance import cdist
     from sklearn.cluster import KMeans
 
@@ -80,28 +89,36 @@ def bench_lloyd_step(shapes=SHAPES, threads=("1",), repeats: int = 3,
     rows = []
     rng = np.random.default_rng(seed)
     for n, d, k in shapes:
-        X = rng.normal(size=(int(n), int(d)))
-        C = X[rng.choice(int(n), int(k), replace=False)].copy()
-        exact = np.argmin(cdist(X, C, "sqeuclidean"), axis=1)
-        same = bool(np.array_equal(lloyd_step(X, C)[2], exact))
-        for thr in threads:
-            with thread_limit(thr):
-                t = {
-                    "lloyd_step": _best(lambda X=X, C=C: lloyd_step(X, C), repeats),
-                    "nearest_labels": _best(lambda X=X, C=C: nearest_labels(X, C), repeats),
-                    "cdist_labels": _best(lambda X=X, C=C: assign_to_nearest(X, C), repeats),
-                    "gemm": _best(lambda X=X, C=C: X @ C.T, repeats),
-                    "read": _best(lambda X=X: X.sum(), repeats),
-                    "sklearn": _best(lambda X=X, C=C: KMeans(
-                        n_clusters=len(C), init=C, n_init=1, max_iter=1).fit(X), repeats),
-                }
-            rows.append({"n": int(n), "d": int(d), "k": int(k), "threads": thr,
-                         "labels_equal_cdist": same, **{f"{key}_s": v for key, v in t.items()},
-                         "step_over_gemm": t["lloyd_step"] / t["gemm"],
-                         "labels_over_gemm": t["nearest_labels"] / t["gemm"],
-                         "step_over_read": t["lloyd_step"] / t["read"],
-                         "step_over_sklearn": t["lloyd_step"] / t["sklearn"]})
-            print(json.dumps(rows[-1]), flush=True)
+        X64 = rng.normal(size=(int(n), int(d)))
+        C = X64[rng.choice(int(n), int(k), replace=False)].copy()
+        for dtype in dtypes:
+            X = X64 if dtype == "float64" else X64.astype(dtype)
+            Cd = C.astype(dtype)
+            exact = np.argmin(cdist(X.astype(np.float64), C, "sqeuclidean"), axis=1)
+            same = bool(np.array_equal(lloyd_step(X, C)[2], exact))
+            for thr in threads:
+                with thread_limit(thr):
+                    t = {
+                        "lloyd_step": _best(lambda X=X, C=C: lloyd_step(X, C), repeats),
+                        "nearest_labels": _best(lambda X=X, C=C: nearest_labels(X, C),
+                                                  repeats),
+                        "cdist_labels": _best(lambda X=X, C=C: assign_to_nearest(X, C),
+                                                repeats),
+                        "gemm": _best(lambda X=X, Cd=Cd: X @ Cd.T, repeats),
+                        "read": _best(lambda X=X: X.sum(), repeats),
+                        "sklearn": _best(lambda X=X, Cd=Cd: KMeans(
+                            n_clusters=len(Cd), init=Cd, n_init=1, max_iter=1).fit(X),
+                            repeats),
+                    }
+                rows.append({"n": int(n), "d": int(d), "k": int(k), "dtype": dtype,
+                             "threads": thr, "labels_equal_cdist": same,
+                             **{f"{key}_s": v for key, v in t.items()},
+                             "step_over_gemm": t["lloyd_step"] / t["gemm"],
+                             "labels_over_gemm": t["nearest_labels"] / t["gemm"],
+                             "step_over_read": t["lloyd_step"] / t["read"],
+                             "step_over_sklearn": t["lloyd_step"] / t["sklearn"]})
+                print(json.dumps(rows[-1]), flush=True)
+            del X
     return rows
 
 
@@ -146,14 +163,15 @@ def bench_data_build(builds=BUILDS, repeats: int = 3) -> dict[str, Any]:
 
 
 def _lloyd_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| n x d, k | threads | lloyd_step ms | labels ms | cdist labels ms | "
+    lines = ["| n x d, k | dtype | threads | lloyd_step ms | labels ms | cdist labels ms | "
              "X @ C.T ms | read ms | scikit-learn ms | step / X@C.T | labels / X@C.T | "
-             "step / scikit-learn | labels = cdist |", "|" + "---|" * 12]
+             "step / scikit-learn | labels = cdist |", "|" + "---|" * 13]
     for r in rows:
         lines.append(
-            f"| {r['n']:,} x {r['d']}, {r['k']} | {r['threads']} | {r['lloyd_step_s'] * 1e3:.0f} "
-            f"| {r['nearest_labels_s'] * 1e3:.0f} | {r['cdist_labels_s'] * 1e3:.0f} | "
-            f"{r['gemm_s'] * 1e3:.0f} | {r['read_s'] * 1e3:.0f} | {r['sklearn_s'] * 1e3:.0f} | "
+            f"| {r['n']:,} x {r['d']}, {r['k']} | {r['dtype']} | {r['threads']} | "
+            f"{r['lloyd_step_s'] * 1e3:.1f} | {r['nearest_labels_s'] * 1e3:.1f} | "
+            f"{r['cdist_labels_s'] * 1e3:.0f} | {r['gemm_s'] * 1e3:.1f} | "
+            f"{r['read_s'] * 1e3:.1f} | {r['sklearn_s'] * 1e3:.0f} | "
             f"{r['step_over_gemm']:.2f} | {r['labels_over_gemm']:.2f} | "
             f"{r['step_over_sklearn']:.2f} | {r['labels_equal_cdist']} |")
     return "\n".join(lines) + "\n"
@@ -173,7 +191,7 @@ def _build_markdown(result: dict[str, Any]) -> str:
 def _cmd_lloyd(args: argparse.Namespace) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
     load = load_average()
-    rows = bench_lloyd_step(shapes, args.threads, args.repeats, args.seed)
+    rows = bench_lloyd_step(shapes, args.threads, args.repeats, args.seed, args.dtypes)
     result = {"benchmark": "lloyd-step", "machine": machine_info(), "load_before": load,
               "load_after": load_average(), "rows": rows}
     print(_lloyd_markdown(rows))
@@ -198,6 +216,9 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--shapes", nargs="+", default=[f"{n}x{d}x{k}" for n, d, k in SHAPES],
                    help="n x d x k (default: the issue's three)")
     p.add_argument("--threads", nargs="+", default=["1"], help="'1' and/or 'default'")
+    p.add_argument("--dtypes", nargs="+", default=["float64", "float32"],
+                   choices=["float64", "float32"], help="the data's types, each against "
+                   "X @ C.T in its own type (default: both, in one run)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-results")
@@ -271,7 +292,7 @@ def bench_dtype(cases=DTYPE_CASES, seeds=range(5), shape=(2_000_000, 16, 16),
         for dtype in ("float64", "float32"):
             X = X64.astype(dtype)
             Cd = C.astype(dtype)
-            speed[f"step_{dtype}_s"] = _best(lambda X=X: lloyd_step(X, C), repeats)
+            speed[f"step_{dtype}_s"] = _best(lambda X=X, C=C: lloyd_step(X, C), repeats)
             speed[f"gemm_{dtype}_s"] = _best(lambda X=X, Cd=Cd: X @ Cd.T, repeats)
             speed[f"rows_{dtype}_mib"] = X.nbytes / 2**20
             del X
