@@ -45,9 +45,7 @@ seeds NumPy's ``RandomState`` with 32 bits derived from the 256-bit shared secre
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,10 +68,22 @@ from flwr.compat.common import recorddict_compat as compat
 
 from .log import logger
 from .protocol import client_id_of
+from .secure_session import SESSION_RECORD, answer_session_stage
+from .secure_sums import (
+    FRACTION_BITS,
+    SECAGG_THRESHOLD,
+    VALUE_LIMIT,
+    SecureSum,
+    decode_fixed,
+    encode_fixed,
+    neighbours,
+    sum_error_bound,
+)
 
 __all__ = [
     "FRACTION_BITS",
     "MODULUS",
+    "SECAGG_KEYS",
     "SECAGG_THRESHOLD",
     "VALUE_LIMIT",
     "SecureSum",
@@ -86,16 +96,11 @@ __all__ = [
     "sum_error_bound",
 ]
 
+#: ``secagg-keys``: ``run`` (:mod:`flwr_clustering.secure_session`, keys agreed once per
+#: run) or ``exchange`` (:func:`secure_sum`, Flower's SecAgg+ as shipped).
+SECAGG_KEYS = ("run", "exchange")
 #: SecAgg+'s modulus: masked sums are integers modulo ``2**32`` (Flower's maximum).
 MODULUS = 2**32
-#: Fixed-point resolution of the summed values: ``2**-FRACTION_BITS``.
-FRACTION_BITS = 32
-#: The largest magnitude a summed value may have (its fixed-point integer stays below
-#: ``2**62``).
-VALUE_LIMIT = float(2**30)
-#: The default ``secagg-threshold``: the fraction of a client's neighbours whose shares
-#: rebuild its keys (the others may drop out).
-SECAGG_THRESHOLD = 0.6
 #: The weight every client reports to Flower's mod: its ratio to ``max_weight`` is 1, so
 #: the values are summed unweighted.
 _WEIGHT = 1000
@@ -110,93 +115,6 @@ def digit_base(clients: int) -> int:
     if clients < 1:
         raise ValueError(f"clients must be at least 1, got {clients}")
     return 2 ** min(30, ((MODULUS - 1) // clients).bit_length() - 1)
-
-
-def _digits(base: int) -> int:
-    """How many balanced base-``base`` digits hold a 63-bit signed integer."""
-    return -(-63 // (base.bit_length() - 1))
-
-
-def neighbours(clients: int) -> int:
-    """How many clients (itself included) each client shares its keys with.
-
-    SecAgg+'s sparse graph (Bell et al. 2020): ``2 ceil(log2 n) + 1`` (odd, as Flower
-    asks), all clients when that is more. Costs grow with ``n`` times this, not ``n**2``
-    (Flower's Shamir sharing is the dominant cost).
-    """
-    return min(int(clients), 2 * max(1, math.ceil(math.log2(max(clients, 2)))) + 1)
-
-
-def encode_fixed(a: np.ndarray, base: int) -> np.ndarray:
-    """Write ``a`` in fixed point and split it into balanced base-``base`` digits.
-
-    Parameters
-    ----------
-    a : numpy.ndarray
-        Finite values of magnitude at most :data:`VALUE_LIMIT`.
-    base : int
-        A power of two (:func:`digit_base`).
-
-    Returns
-    -------
-    numpy.ndarray of shape ``(L,) + a.shape``, float64
-        Integers in ``[-base/2, base/2)`` with ``round(a * 2**32) = sum_l d_l base**l``.
-    """
-    q = np.rint(np.asarray(a, dtype=np.float64) * 2.0**FRACTION_BITS).astype(np.int64)
-    half = base // 2
-    out = np.empty((_digits(base),) + q.shape, dtype=np.float64)
-    for level in range(len(out)):
-        d = (q + half) % base - half
-        out[level] = d
-        q = (q - d) // base
-    if np.any(q != 0):  # cannot happen below VALUE_LIMIT
-        raise ValueError("a value does not fit the fixed-point digits")
-    return out
-
-
-def decode_fixed(digit_sums: np.ndarray, base: int) -> np.ndarray:
-    """The totals from the summed digits of :func:`encode_fixed` (float64)."""
-    d = np.rint(np.asarray(digit_sums, dtype=np.float64))
-    total = np.zeros(d.shape[1:], dtype=np.float64)
-    for level in range(len(d) - 1, -1, -1):
-        total = total * float(base) + d[level]
-    return total / 2.0**FRACTION_BITS
-
-
-def sum_error_bound(clients: int) -> float:
-    """The largest difference between a securely summed value and the exact float sum.
-
-    Each client rounds each value to the fixed-point grid (at most ``2**-33``); the
-    digits are summed exactly. (Float64 rounding of the totals comes on top, as in any
-    float sum.) Integer totals are exact.
-    """
-    return clients * 2.0 ** -(FRACTION_BITS + 1)
-
-
-@dataclass
-class SecureSum:
-    """The outcome of one secure exchange.
-
-    Attributes
-    ----------
-    sums : list of numpy.ndarray
-        Element-wise sums of the replies' arrays over :attr:`nodes` (float64).
-    nodes : list of int
-        The node ids whose replies are in the sums (sorted).
-    failed : dict
-        ``{node id: reason}`` of the sampled nodes that are not.
-    error_bound : float
-        :func:`sum_error_bound` for the sampled clients.
-    received : dict
-        ``{node id: bytes}``: what the server received from each node in the four
-        stages (public keys, encrypted shares, the masked vector, key shares).
-    """
-
-    sums: list[np.ndarray]
-    nodes: list[int]
-    failed: dict[int, str] = field(default_factory=dict)
-    error_bound: float = 0.0
-    received: dict[int, int] = field(default_factory=dict)
 
 
 class _Node:
@@ -364,8 +282,11 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
     Metrics, statistics and the row count of the reply stay on the node. Every other
     message passes through unchanged.
     """
-    if (msg.metadata.message_type != MessageType.TRAIN
-            or RECORD_KEY_CONFIGS not in msg.content.config_records):
+    if msg.metadata.message_type != MessageType.TRAIN:
+        return call_next(msg, context)
+    if SESSION_RECORD in msg.content.config_records:
+        return answer_session_stage(msg, context, call_next)
+    if RECORD_KEY_CONFIGS not in msg.content.config_records:
         return call_next(msg, context)
 
     def answer(inner: Message, ctx: Context) -> Message:

@@ -33,6 +33,25 @@ from simulations.privacy import differencing_attack, recovered_rows
 SECAGG_RECORDS = {"secaggplus_configs", "fitres.parameters", "fitres.metrics",
                   "fitres.num_examples", "fitres.status"}
 LLOYD = {"server_update": "lloyd", "tol": -1.0}
+#: What a secure session's reply may hold: public keys, encrypted shares, the masked
+#: integers and their shapes, seeds, shares of a lost client's root; nothing else.
+SESSION_KEYS = {"c-pk", "s-pk", "to", "ciphertexts", "ndims", "dims", "dropped", "seeds",
+                "seed", "nodes", "shares"}
+
+
+def is_masked_reply(msg) -> bool:
+    """Whether a reply is one of a secure protocol's, holding no plain value of the client."""
+    keys = set(msg.content.keys())
+    if keys <= SECAGG_RECORDS:
+        return not any(len(r) for r in msg.content.array_records.values())
+    if keys and keys <= {"secure-session", "masked"}:
+        if not set(msg.content["secure-session"].keys()) <= SESSION_KEYS:
+            return False
+        if "masked" in keys:
+            arrays = msg.content["masked"].to_numpy_ndarrays()
+            return len(arrays) == 1 and arrays[0].dtype == np.uint64
+        return True
+    return False
 
 
 # ------------------------------------------------------------------ the encoding
@@ -173,23 +192,23 @@ def _start(data, k=16, **kw):
     return strategy, grid
 
 
-def test_secure_fkm_equals_federated_lloyd_and_the_server_sees_only_totals():
+@pytest.mark.parametrize("keys", ["run", "exchange"])
+def test_secure_fkm_equals_federated_lloyd_and_the_server_sees_only_totals(keys):
     data = _clients()
     plain, _ = _start(data)
-    secure, grid = _start(data, secure_aggregation=True)
+    secure, grid = _start(data, secure_aggregation=True, secagg_keys=keys)
     assert len(secure.history) == len(plain.history) == 8
     # the same rounds within the stated error (counts are exact)
     np.testing.assert_allclose(secure.centroids, plain.centroids, rtol=0, atol=1e-9)
     for record in secure.history:
         assert record["secure-aggregation"] and record["clients"] == 5
         assert record["sum-error-bound"] == 5 * 2.0**-33
-    # every message the server received: SecAgg+ records in the rounds; before them the
-    # data-source counts, after them the final labelling's row count; no array, no float
+    # every message the server received: the secure protocol's in the rounds; before them
+    # the data-source counts, after them the final labelling's row count; no plain array
     for msg in grid.received:
-        keys = set(msg.content.keys())
-        if keys <= SECAGG_RECORDS:
-            assert not any(len(r) for r in msg.content.array_records.values())
+        if is_masked_reply(msg):
             continue
+        keys = set(msg.content.keys())
         # the data-source reply also names the columns and their kinds (no value)
         assert keys in ({"metrics"}, {"metrics", "columns"}), keys
         if "columns" in keys:
@@ -373,9 +392,8 @@ def test_secure_ffcm_equals_plain_ffcm_version_1():
     assert [t["phase"] for t in secure.secure_totals] == (
         ["moments"] + ["secure-ffcm"] * 6 + ["split-scatter", "split-histograms",
                                               "secure-evaluate"])
-    for msg in runs[True][1].received:  # SecAgg+ records, or integer metrics only
-        assert set(msg.content.keys()) <= SECAGG_RECORDS | {"metrics"}
-        assert not any(len(r) for r in msg.content.array_records.values())
+    for msg in runs[True][1].received:  # the secure protocol's records, or integer metrics
+        assert is_masked_reply(msg) or set(msg.content.keys()) == {"metrics"}
 
 
 def test_the_legacy_api_refuses_a_secure_strategy():

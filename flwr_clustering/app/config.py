@@ -21,7 +21,7 @@ from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
 from ..data.schema import SCALINGS
 from ..options import Options, option
-from ..secure import SECAGG_THRESHOLD
+from ..secure import SECAGG_KEYS, SECAGG_THRESHOLD
 from ..strategies.choose_k import search_problem, search_strategy
 
 __all__ = [
@@ -70,6 +70,10 @@ class AppOptions(Options):
     secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
                                      "key shares rebuild a key (the others may drop out)")
+    secagg_keys: str = option("run", choices=SECAGG_KEYS, help="secure aggregation: run "
+                              "(keys agreed once per run, fresh masks per exchange: near a "
+                              "plain round's cost) or exchange (Flower's SecAgg+ as shipped, "
+                              "all four stages per exchange); see docs/privacy.md")
     scaling: str = option("standard", choices=SCALINGS, help="scale the features across the "
                           "sites before round 1, from the clients' sums: standard (z-scores), "
                           "minmax ([0, 1]; not with secure aggregation) or none (warns when "
@@ -282,7 +286,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
         min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
         **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
            "secure_aggregation": app.secure_aggregation,
-           "secagg_threshold": app.secagg_threshold,
+           "secagg_threshold": app.secagg_threshold, "secagg_keys": app.secagg_keys,
            "scaling": app.scaling, "feature_columns": app.feature_columns,
            "index_column": app.index_column,
            "categorical_columns": app.categorical_columns,

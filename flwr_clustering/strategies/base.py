@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import Strategy
 
 from ..log import logger
 from ..options import Options, option
-from ..secure import SECAGG_THRESHOLD
+from ..secure import SECAGG_KEYS, SECAGG_THRESHOLD
 from .diagnosis import RunDiagnosis
 from .exchange import Exchange, Reply
 from .features import FeatureOptions
@@ -246,6 +246,7 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         early_stop: bool = True,
         secure_aggregation: bool = False,
         secagg_threshold: float = SECAGG_THRESHOLD,
+        secagg_keys: str = "run",
         scaling: str | None = None,
         feature_columns: Any = None,
         index_column: str | None = None,
@@ -295,6 +296,9 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         if not 0.0 < float(secagg_threshold) <= 1.0:
             raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
         self.secagg_threshold = float(secagg_threshold)
+        if secagg_keys not in SECAGG_KEYS:
+            raise ValueError(f"secagg_keys must be one of {SECAGG_KEYS}, got {secagg_keys!r}")
+        self.secagg_keys = str(secagg_keys)
         self.split_check = bool(split_check)
         if isinstance(refine_rounds, bool) or int(refine_rounds) != refine_rounds \
                 or refine_rounds < 0:

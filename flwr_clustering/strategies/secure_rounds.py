@@ -28,6 +28,7 @@ from ..protocol import (
     SECURE_EVALUATE_PHASE,
 )
 from ..secure import secure_sum
+from ..secure_session import SecureSession
 from .features import with_features
 
 
@@ -85,8 +86,15 @@ class SecureRounds:
         cfg = with_features(self, {**dict(config or {}), "phase": phase, "seed": self.seed})
         timeout = getattr(self, "_run_timeout", self.round_timeout) if timeout is None \
             else timeout
-        totals = secure_sum(grid, nodes, list(arrays), cfg, server_round=server_round,
-                            threshold=self.secagg_threshold, timeout=timeout)
+        if getattr(self, "secagg_keys", "run") == "run":
+            if getattr(self, "_secure_session", None) is None:
+                self._secure_session = SecureSession(self.secagg_threshold, seed=self.seed)
+            totals = self._secure_session.secure_sum(grid, nodes, list(arrays), cfg,
+                                                     server_round=server_round,
+                                                     timeout=timeout)
+        else:
+            totals = secure_sum(grid, nodes, list(arrays), cfg, server_round=server_round,
+                                threshold=self.secagg_threshold, timeout=timeout)
         self.last_absent = {}
         for node, why in sorted(totals.failed.items()):
             self.last_absent[node] = f"failed: {why}"
