@@ -9,9 +9,16 @@ import pytest
 
 from flwr_clustering.algorithms.dp_lloyd import (
     clip_rows,
+    dp_candidate_stats,
     dp_epsilon,
+    dp_epsilon_of,
+    dp_init_candidates,
+    dp_init_from_candidates,
     dp_initial_centroids,
+    dp_moment_stats,
+    dp_noise_plan,
     dp_server_step,
+    moments_sensitivity,
     noise_multiplier_for,
     run_dp_lloyd,
     sensitivity,
@@ -33,7 +40,8 @@ def _clients(beta=1.0):
 
 def test_the_reported_epsilon_is_the_accountants_for_the_rounds_run():
     parts = _clients()
-    res = run_dp_lloyd(parts, 16, epsilon=2.0, delta=1e-5, bound=15.0, rounds=7, seed=0)
+    res = run_dp_lloyd(parts, 16, epsilon=2.0, delta=1e-5, bound=15.0, rounds=7, seed=0,
+                       init="random")
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(noise_multiplier=res.noise_multiplier), 7))
@@ -58,7 +66,8 @@ def test_more_rounds_or_a_smaller_epsilon_need_more_noise():
 def test_without_noise_it_is_exactly_lloyd_on_the_clipped_pooled_rows():
     parts = _clients()
     bound = 6.0  # clips part of the grid: the clipped rows are what is clustered
-    res = run_dp_lloyd(parts, 16, epsilon=math.inf, delta=1e-5, bound=bound, rounds=5, seed=3)
+    res = run_dp_lloyd(parts, 16, epsilon=math.inf, delta=1e-5, bound=bound, rounds=5, seed=3,
+                       init="random")
     X = clip_rows(np.vstack(parts), bound)
     C = dp_initial_centroids(16, 2, bound, np.random.default_rng(3))
     for _ in range(5):
@@ -111,3 +120,94 @@ def test_the_differencing_attack_recovers_rows_without_noise_and_none_with_it(pl
             assert attack(noisy) == 0
         else:  # central noise: the server receives exact uploads and is trusted
             assert attack(noisy) >= 1
+
+
+# ----------------------------------------------------------- the DP start ("moments")
+def test_the_moments_plan_composes_to_the_target_and_the_accountant_counts_every_mechanism():
+    zs = dp_noise_plan(1.0, 1e-6, 2)
+    assert len(zs) == 4  # moments, candidates, two Lloyd steps
+    # init_share 0.5: each init mechanism 1/4 of 1/z^2, each step 1/4
+    assert zs[0] == pytest.approx(zs[2], rel=1e-12) and zs[1] == zs[0]
+    acc = dp_accounting.rdp.RdpAccountant()
+    for z in zs:
+        acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=z))
+    eps = acc.get_epsilon(1e-6)
+    assert eps == dp_epsilon_of(zs, 1e-6)
+    assert 1.0 * (1 - 1e-3) <= eps <= 1.0
+    # a larger start share: less noise on the start, more on the steps, same epsilon
+    more = dp_noise_plan(1.0, 1e-6, 2, init_share=0.8)
+    assert more[0] < zs[0] and more[2] > zs[2]
+    assert dp_epsilon_of(more, 1e-6) == pytest.approx(eps, rel=1e-3)
+    parts = _clients()
+    res = run_dp_lloyd(parts, 16, epsilon=1.0, delta=1e-6, bound=15.0, rounds=2, seed=0)
+    assert res.noise_multipliers == zs and res.epsilon == eps
+    assert res.server_epsilon == dp_epsilon_of([z / math.sqrt(5) for z in zs], 1e-6)
+    assert dp_noise_plan(math.inf, 1e-6, 3) == (0.0,) * 5
+    for bad in (0.0, 1.0, -0.2):
+        with pytest.raises(ValueError, match="dp-init-share"):
+            dp_noise_plan(1.0, 1e-6, 2, init_share=bad)
+    with pytest.raises(ValueError, match="init"):
+        dp_noise_plan(1.0, 1e-6, 2, init="kmeans++")
+
+
+def test_the_moments_are_the_clipped_rows_and_the_noise_keeps_them_symmetric():
+    X = np.array([[3.0, 4.0], [0.3, 0.4], [1.0, 0.0]])
+    count, total, second = dp_moment_stats(X, bound=1.0, sigma=0.0,
+                                           rng=np.random.default_rng(0))
+    Xc = clip_rows(X, 1.0)
+    assert count.tolist() == [3.0]
+    np.testing.assert_allclose(total, Xc.sum(0))
+    np.testing.assert_allclose(second, Xc.T @ Xc)
+    _, _, noisy = dp_moment_stats(X, bound=1.0, sigma=5.0, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(noisy, noisy.T)
+    assert not np.allclose(noisy, second)
+    assert moments_sensitivity(2.0) == math.sqrt(1 + 4 + 16)
+
+
+def test_the_candidates_lie_in_the_subspace_of_the_clusters():
+    """Without noise, in 20 dimensions, the top-2 subspace holds the two clusters' means."""
+    rng = np.random.default_rng(0)
+    means = np.zeros((2, 20))
+    means[0, 3], means[1, 3] = 4.0, -4.0
+    X = means[rng.integers(0, 2, 2000)] + rng.normal(0, 0.3, (2000, 20))
+    U, mean, Q = dp_init_candidates(*dp_moment_stats(X, bound=10.0, sigma=0.0, rng=rng), 2,
+                                    np.random.default_rng(1))
+    assert U.shape == (20, 2) and Q.shape == (16, 2)
+    assert abs(U[3, 0]) > 0.99  # the leading direction is the clusters' axis
+    sums, counts = dp_candidate_stats(X, U, Q, bound=10.0, sigma=0.0,
+                                      rng=np.random.default_rng(2))
+    assert counts.sum() == 2000
+    C = dp_init_from_candidates(sums, counts, U, mean, Q, 2, bound=10.0, total_sigma=0.0,
+                                rng=np.random.default_rng(3))
+    assert sorted(np.round(C[:, 3]).tolist()) == [-4.0, 4.0]
+    np.testing.assert_allclose(np.delete(C, 3, axis=1), 0.0, atol=0.1)
+
+
+def test_the_moments_start_is_deterministic_and_better_than_the_random_one():
+    from sklearn.cluster import KMeans
+
+    parts = _clients()
+    X = np.vstack(parts)
+    best = KMeans(16, n_init=10, random_state=0).fit(X).inertia_
+    a = run_dp_lloyd(parts, 16, epsilon=4.0, delta=1e-5, bound=12.0, rounds=2, seed=5)
+    b = run_dp_lloyd(parts, 16, epsilon=4.0, delta=1e-5, bound=12.0, rounds=2, seed=5)
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    np.testing.assert_array_equal(a.initial, b.initial)
+    assert len(a.init_uploads) == 2 and len(a.init_uploads[0]) == 5
+    # no noise: the start alone is near k-means; the random start is not
+    exact = run_dp_lloyd(parts, 16, epsilon=math.inf, delta=1e-5, bound=12.0, rounds=2,
+                         seed=0)
+    rand = run_dp_lloyd(parts, 16, epsilon=math.inf, delta=1e-5, bound=12.0, rounds=2,
+                        seed=0, init="random")
+    sse = [float(assign_to_nearest(X, r.centroids)[1].sum()) for r in (exact, rand)]
+    assert sse[0] < 1.1 * best < sse[1]
+
+
+def test_central_noise_on_the_start_is_the_servers_and_the_uploads_are_exact():
+    parts = _clients()
+    res = run_dp_lloyd(parts, 16, epsilon=1.0, delta=1e-5, bound=15.0, rounds=2, seed=0,
+                       placement="central")
+    count, total, _ = res.init_uploads[0][0]
+    assert count.tolist() == [float(len(parts[0]))]
+    np.testing.assert_allclose(total, clip_rows(parts[0], 15.0).sum(0))
+    assert res.server_epsilon == math.inf

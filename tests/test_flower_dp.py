@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from flwr_clustering.algorithms.dp_lloyd import dp_epsilon, run_dp_lloyd
+from flwr_clustering.algorithms.dp_lloyd import dp_epsilon, dp_epsilon_of, run_dp_lloyd
 from flwr_clustering.algorithms.fkm import FKMOptions
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.data.synthetic import garst_beta_split
@@ -44,23 +44,62 @@ def test_dp_fkm_through_flower_equals_the_loop_and_reports_the_accountants_epsil
                        rounds=6, seed=3, placement=placement)
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
     ledger = strategy.privacy_ledger()
-    assert ledger["epsilon"] == ref.epsilon == dp_epsilon(strategy.noise_multiplier, 6, 1e-5)
-    assert ledger["epsilon"] <= 2.0 and ledger["delta"] == 1e-5
+    # the accountant's epsilon of every mechanism run: the start's two and the six rounds
+    mechanisms = ledger["differential-privacy"]["mechanisms"]
+    assert [m["phase"] for m in mechanisms] == ["dp-moments", "dp-candidates"] + [
+        "dp-update"] * 6
+    assert tuple(m["noise-multiplier"] for m in mechanisms) == ref.noise_multipliers
+    assert ledger["epsilon"] == ref.epsilon == dp_epsilon_of(ref.noise_multipliers, 1e-5)
+    assert 2.0 * (1 - 1e-3) <= ledger["epsilon"] <= 2.0 and ledger["delta"] == 1e-5
+    # (the rounds alone would have cost less: the start is paid for)
+    assert dp_epsilon(strategy.noise_multiplier, 6, 1e-5) < ledger["epsilon"]
     assert ledger["server-epsilon"] == ref.server_epsilon
     assert ledger["differential-privacy"]["placement"] == placement
+    assert ledger["differential-privacy"]["init"] == "moments"
+    # the start's replies: noisy statistics, no raw row
+    init = [e for e in ledger["messages"] if e["phase"] in ("dp-moments", "dp-candidates")]
+    assert len(init) == 10 and all(e["raw-rows"] == 0 for e in init)
     # no exact evaluation statistic left a client: only the noisy sums and counts
     train = [m for m in grid.received if m.metadata.message_type == "train"]
     assert all("stats" not in m.content for m in train)
     assert all(e["phase"] != "evaluate" or e["floats"] == 0 for e in ledger["messages"])
 
 
-def test_early_stop_reports_the_epsilon_of_the_rounds_run():
+def test_dp_init_random_and_given_centroids_spend_it_all_on_equal_rounds():
+    """dp-init='random' (the former start) and given centroids: no init mechanism."""
+    from flwr.app import Array, ArrayRecord
+
+    data = _clients()
+    strategy = FedKMeans(16, min_nodes=5, seed=3, dp_init="random", **DP)
+    grid = InProcessGrid(_app(data), 5)
+    strategy.start(grid=grid)
+    ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
+                       rounds=6, seed=3, init="random")
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+    ledger = strategy.privacy_ledger()
+    assert ledger["epsilon"] == ref.epsilon == dp_epsilon(strategy.noise_multiplier, 6, 1e-5)
+    assert ledger["differential-privacy"]["init"] == "random"
+    phases = {m.content.config_records["config"].get("phase") for m in grid.sent
+              if "config" in m.content.config_records}
+    assert not {"dp-moments", "dp-candidates"} & phases
+    C0 = np.random.default_rng(9).uniform(-3, 3, size=(16, 2))
+    given = FedKMeans(16, min_nodes=5, seed=3, **DP)  # dp-init='moments', but a start given
+    given.start(grid=InProcessGrid(_app(data), 5),
+                initial_arrays=ArrayRecord({"centroids": Array(C0)}))
+    ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
+                       rounds=6, seed=3, initial=C0)
+    np.testing.assert_array_equal(given.centroids, ref.centroids)
+    assert given.privacy_ledger()["epsilon"] == ref.epsilon
+
+
+def test_early_stop_reports_the_epsilon_of_the_mechanisms_run():
     data = _clients()
     strategy = FedKMeans(16, min_nodes=5, **{**DP, "max_rounds": 20, "tol": 1e9})
     strategy.start(grid=InProcessGrid(_app(data), 5))
     assert len(strategy.history) == 1  # tol 1e9: converged after round 1
     ledger = strategy.privacy_ledger()
-    assert ledger["epsilon"] == dp_epsilon(strategy.noise_multiplier, 1, 1e-5) < 2.0
+    spent = [*strategy.noise_plan[:2], strategy.noise_multiplier]
+    assert ledger["epsilon"] == dp_epsilon_of(spent, 1e-5) < 2.0
 
 
 def test_the_differencing_attack_finds_no_row_in_what_the_dp_server_received():
@@ -88,6 +127,12 @@ def test_dp_options_are_checked():
         FKMOptions(dp_epsilon=1.0, data_bound=1.0)
     with pytest.raises(ValueError, match="data-bound > 0"):
         FKMOptions(dp_epsilon=1.0, server_update="lloyd")
+    for share in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="dp-init-share must lie strictly between 0 and 1"):
+            FKMOptions(dp_epsilon=1.0, server_update="lloyd", data_bound=1.0,
+                       dp_init_share=share)
+    with pytest.raises(ValueError, match="dp_init must be one of"):
+        FKMOptions(dp_epsilon=1.0, server_update="lloyd", data_bound=1.0, dp_init="kmeans++")
     assert not FedKMeans(4).dp and math.isinf(dp_epsilon(0.0, 3, 1e-5))
 
 
@@ -219,5 +264,32 @@ def test_a_missing_client_makes_its_round_cost_more_and_the_ledger_says_so(caplo
     zs = [h["dp-noise-multiplier"] for h in strategy.history]
     assert zs == [z, z * math.sqrt(4 / 5), z]
     ledger = strategy.privacy_ledger()
-    assert ledger["epsilon"] == dp_epsilon_of(zs, 1e-5) > dp_epsilon(z, 3, 1e-5)
+    init = list(strategy.noise_plan[:2])
+    assert ledger["epsilon"] == dp_epsilon_of(init + zs, 1e-5) > dp_epsilon_of(
+        init + [z] * 3, 1e-5)
     assert "only 4 of 5 clients' noise is in the totals" in caplog.text
+
+
+def test_a_client_missing_from_the_start_makes_it_cost_more_and_the_ledger_says_so():
+    data = _clients()
+
+    class Silent(FedKMeansClient):
+        def fit(self, parameters, config):
+            if config.get("phase") == "dp-moments":
+                raise RuntimeError("not now")
+            return super().fit(parameters, config)
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return (Silent if i == 0 else FedKMeansClient)(*data[i], client_id=i)
+
+    strategy = FedKMeans(16, min_nodes=4, **{**DP, "max_rounds": 2})
+    strategy.start(grid=InProcessGrid(client_app(client_fn), 5))
+    ledger = strategy.privacy_ledger()
+    mechanisms = ledger["differential-privacy"]["mechanisms"]
+    planned = strategy.noise_plan
+    assert mechanisms[0]["clients"] == 4 and mechanisms[1]["clients"] == 5
+    assert mechanisms[0]["noise-multiplier"] == planned[0] * math.sqrt(4 / 5)
+    assert ledger["epsilon"] == dp_epsilon_of(
+        [m["noise-multiplier"] for m in mechanisms], 1e-5) > 2.0  # over the target
+    assert any("round 0 dp-moments: only 4 of 5" in w for w in strategy.run_warnings)

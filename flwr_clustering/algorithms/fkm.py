@@ -517,7 +517,7 @@ class FKMOptions(Options):
     tol: float = option(1e-6, help="stop when the Hungarian-matched centroid shift is <= tol "
                         "(negative: never)")
     dp_epsilon: float = option(0.0, minimum=0.0, help="differential privacy: epsilon of the "
-                               "released model over max-rounds (0: off; needs "
+                               "released model, start and max-rounds (0: off; needs "
                                "server-update='lloyd' and data-bound)")
     dp_delta: float = option(1e-5, minimum=0.0, maximum=0.5, help="differential privacy: "
                              "delta")
@@ -526,6 +526,13 @@ class FKMOptions(Options):
     dp_placement: str = option("distributed", choices=("distributed", "central"),
                                help="differential privacy: each client adds its share of the "
                                "noise, or the (trusted) server adds it")
+    dp_init: str = option("moments", choices=("moments", "random"),
+                          help="differential privacy: the start, 'moments' (DP moments and "
+                          "candidate centres, paid from the budget, no row sent) or "
+                          "'random' (uniform in the data ball, free)")
+    dp_init_share: float = option(0.5, help="differential privacy: the share of the budget "
+                                  "dp-init='moments' spends (the rest is split over the "
+                                  "max-rounds Lloyd steps)")
     dtype: str = option("float64", choices=FLOAT_DTYPES, help="the type the clients compute "
                         "in and send: float32 halves their data's memory and the messages")
 
@@ -551,3 +558,7 @@ class FKMOptions(Options):
                                  "clipped to (the sensitivity of the sums)")
             if not 0 < self.dp_delta < 1:
                 raise ValueError(f"dp-delta must lie in (0, 1), got {self.dp_delta}")
+            if not 0 < self.dp_init_share < 1:
+                raise ValueError("dp-init-share must lie strictly between 0 and 1 (the "
+                                 "start's share of the budget), got "
+                                 f"{self.dp_init_share}")

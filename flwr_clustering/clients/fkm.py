@@ -17,16 +17,29 @@ __all__ = ["FedKMeansClient"]
 logger = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=32)
-def _client_sigma(epsilon: float, delta: float, rounds: int, bound: float, clients: int,
-                  placement: str) -> float:
-    """A client's own noise level, from the options (not from a number the server sends)."""
-    from ..algorithms.dp_lloyd import noise_multiplier_for, sensitivity
+#: The DP phases and the mechanism of the noise plan each answers (index into it).
+_DP_MECHANISMS = {"dp-moments": 0, "dp-candidates": 1, "dp-update": -1}
 
-    if placement == "central":
+
+@lru_cache(maxsize=32)
+def _client_sigma(options: FKMOptions, clients: int, phase: str) -> float:
+    """A client's own noise level, from the options (not from a number the server sends).
+
+    ``phase``'s noise multiplier in :func:`~flwr_clustering.algorithms.dp_lloyd.dp_noise_plan`
+    times its sensitivity, over ``sqrt(m)``; 0 with central placement.
+    """
+    from ..algorithms.dp_lloyd import dp_noise_plan, moments_sensitivity, sensitivity
+
+    if options.dp_placement == "central":
         return 0.0
-    z = noise_multiplier_for(epsilon, delta, rounds)
-    return z * sensitivity(bound) / math.sqrt(max(int(clients), 1))
+    plan = dp_noise_plan(options.dp_epsilon, options.dp_delta, options.max_rounds,
+                         init=options.dp_init, init_share=options.dp_init_share)
+    if phase != "dp-update" and options.dp_init != "moments":
+        raise ValueError(f"the {phase} phase belongs to dp-init='moments', the run says "
+                         f"dp-init={options.dp_init!r}")
+    z = plan[_DP_MECHANISMS[phase]]
+    sens = moments_sensitivity if phase == "dp-moments" else sensitivity
+    return z * sens(options.data_bound) / math.sqrt(max(int(clients), 1))
 
 
 class FedKMeansClient(ClusteringClient):
@@ -66,7 +79,7 @@ class FedKMeansClient(ClusteringClient):
 
     #: The phases that are differentially private (a node with ``dp-max-epsilon`` in its
     #: node config answers no other train phase).
-    dp_phases = ("dp-update",)
+    dp_phases = ("dp-moments", "dp-candidates", "dp-update")
 
     def fit(self, parameters, config):
         """Run the FKM client step named by ``config["phase"]``.
@@ -90,8 +103,8 @@ class FedKMeansClient(ClusteringClient):
                     local_iters=options.local_iterations, recount=options.recount)
         metrics: dict = {}
         if self.dp_max_epsilon is not None and (
-                phase != "dp-update" or options.dp_epsilon > self.dp_max_epsilon):
-            asked = (f"dp-epsilon={options.dp_epsilon:g}" if phase == "dp-update"
+                phase not in self.dp_phases or options.dp_epsilon > self.dp_max_epsilon):
+            asked = (f"dp-epsilon={options.dp_epsilon:g}" if phase in self.dp_phases
                      else "a run without differential privacy")
             raise PermissionError(
                 f"client {self.client_id}: this node accepts differential privacy with "
@@ -112,19 +125,39 @@ class FedKMeansClient(ClusteringClient):
             upload = fkm_client_init(self.X, k, rng, init=options.init, **opts)
             if options.init == "paper":
                 metrics["raw-rows"] = int(len(upload.means))
-        elif phase == "dp-update":
-            # differentially private federated Lloyd: clipped rows, noisy sums and counts
-            from ..algorithms.dp_lloyd import client_noise_rng, dp_client_stats
+        elif phase in self.dp_phases:
+            # differentially private federated Lloyd: clipped rows, noisy statistics
+            from ..algorithms.dp_lloyd import (
+                client_noise_rng,
+                dp_candidate_stats,
+                dp_client_stats,
+                dp_moment_stats,
+            )
 
-            C = self.centroids_from(parameters)
-            clients = int(config["dp-clients"])
-            sigma = _client_sigma(options.dp_epsilon, options.dp_delta, options.max_rounds,
-                                  options.data_bound, clients, options.dp_placement)
+            sigma = _client_sigma(options, int(config["dp-clients"]), phase)
             rng = client_noise_rng(int(config.get("seed", 0)), self.client_id,
-                                   int(config["dp-round"]))
-            sums, counts = dp_client_stats(self.X, C, bound=options.data_bound, sigma=sigma,
-                                           rng=rng)
-            return [sums, counts], len(self.X), {"dp-sigma": float(sigma)}
+                                   int(config.get("dp-round", 0)), phase)
+            if phase == "dp-moments":
+                arrays = list(dp_moment_stats(self.X, bound=options.data_bound, sigma=sigma,
+                                              rng=rng))
+            elif phase == "dp-candidates":
+                if len(parameters) != 2:
+                    raise ValueError(f"client {self.client_id}: dp-candidates expects the "
+                                     f"subspace and the candidates, got {len(parameters)} "
+                                     "arrays")
+                U, Q = (np.asarray(a, dtype=np.float64) for a in parameters)
+                if U.ndim != 2 or U.shape[0] != self.X.shape[1] or Q.ndim != 2 \
+                        or Q.shape[1] != U.shape[1]:
+                    raise ValueError(f"client {self.client_id}: dp-candidates subspace "
+                                     f"{U.shape} and candidates {Q.shape} do not fit "
+                                     f"{self.X.shape[1]} features")
+                arrays = list(dp_candidate_stats(self.X, U, Q, bound=options.data_bound,
+                                                 sigma=sigma, rng=rng))
+            else:
+                C = self.centroids_from(parameters)
+                arrays = list(dp_client_stats(self.X, C, bound=options.data_bound,
+                                              sigma=sigma, rng=rng))
+            return arrays, len(self.X), {"dp-sigma": float(sigma)}
         elif phase == "secure-moments":
             # secure aggregation's start: rows, sum and sum of squares per feature
             if len(self.X) < options.privacy_threshold:

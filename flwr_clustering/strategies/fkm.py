@@ -107,21 +107,31 @@ class FedKMeans(ClusteringStrategy):
         """With ``dp-epsilon``: the noise of differentially private federated Lloyd."""
         self.dp = self.options.dp_epsilon > 0
         if self.dp:
-            from ..algorithms.dp_lloyd import noise_multiplier_for, sensitivity
-
-            self.noise_multiplier = noise_multiplier_for(
-                self.options.dp_epsilon, self.options.dp_delta, self.options.max_rounds)
-            self.sigma = self.noise_multiplier * sensitivity(self.options.data_bound)
-            # the clients' evaluation statistics are exact: a DP run does not ask for them
+            # the evaluation statistics are exact: a DP run does not ask for them
             self.evaluate = False
+            self._dp_plan(self.options.dp_init)
+
+    def _dp_plan(self, init: str) -> None:
+        """Every mechanism's noise multiplier (``dp_lloyd.dp_noise_plan``), for ``init``."""
+        from ..algorithms.dp_lloyd import dp_noise_plan, sensitivity
+
+        o = self.options
+        self.noise_plan = dp_noise_plan(o.dp_epsilon, o.dp_delta, o.max_rounds, init=init,
+                                        init_share=o.dp_init_share)
+        self.noise_multiplier = self.noise_plan[-1]
+        self.sigma = self.noise_multiplier * sensitivity(o.data_bound)
+        #: the init mechanisms run, ``{"phase", "clients", "dp-noise-multiplier"}`` each
+        self.dp_init_log: list[dict[str, Any]] = []
 
     def initialize(self, grid: Grid, timeout: float) -> None:
         """DP or secure aggregation: starting centroids without any client's own upload.
 
         The feature count and the number of clients come from one ``data-source`` query
         (counts and a hash of each client's rows, no statistic of them); the clients'
-        DP noise is calibrated for that many clients. DP draws the starting centroids in
-        the data ball (no privacy cost); secure aggregation without DP draws them in the
+        DP noise is calibrated for that many clients. DP starts from its two init
+        mechanisms (``dp-init='moments'``, :meth:`_dp_moments_start`, paid from the
+        budget) or draws the starting centroids in the data ball (``dp-init='random'``, no
+        privacy cost); secure aggregation without DP draws them in the
         federation's per-feature mean +- 2 std, from moments summed securely
         (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
@@ -155,14 +165,83 @@ class FedKMeans(ClusteringStrategy):
                             "federation's per-feature mean +- 2 std (%d rows)", self.k,
                             int(np.rint(n[0])))
             return
-        if self.centroids is None:
-            self.centroids = dp_initial_centroids(self.k, dims[0], self.options.data_bound,
-                                                  self.rng)
+        # given centroids or dp-init='random': no init mechanism, T equal rounds (the
+        # clients are told, to calibrate their share of the noise alike)
+        self.dp_init_used = ("random" if self.centroids is not None
+                             or self.options.dp_init == "random" else "moments")
+        self._dp_plan(self.dp_init_used)
+        if self.centroids is None and self.options.dp_init == "random":
+            self.centroids = dp_initial_centroids(self.k, self.n_features,
+                                                  self.options.data_bound, self.rng)
+        elif self.centroids is None:
+            self.centroids = self._dp_moments_start(grid, timeout)
         logger.info("DP federated Lloyd: epsilon=%g, delta=%g over %d rounds, data bound "
                     "%g: noise multiplier %.4g, sigma %.4g on the totals (%s, %d clients)",
                     self.options.dp_epsilon, self.options.dp_delta, self.max_rounds,
                     self.options.data_bound, self.noise_multiplier, self.sigma,
                     self.options.dp_placement, self.dp_clients)
+
+    def _dp_init_exchange(self, grid: Grid, phase: str, arrays: list[np.ndarray],
+                          parse, timeout: float) -> list[np.ndarray]:
+        """One init mechanism: the clients' noisy statistics, summed in client-id order."""
+        config = {"dp-clients": int(self.dp_clients), "dp-round": 0,
+                  **self.options.to_config()}
+        if self.secure_aggregation:  # the server learns only the totals
+            totals = self.secure_exchange(grid, 0, phase, arrays, config=config,
+                                          timeout=timeout)
+            parts, clients = [np.asarray(a, dtype=np.float64) for a in totals.sums], \
+                len(totals.nodes)
+        else:
+            self._dp_collecting = phase
+            try:
+                valid = self.exchange(grid, 0, phase, arrays, config=config, parse=parse,
+                                      min_replies=self.min_nodes, timeout=timeout)
+            finally:
+                self._dp_collecting = None
+            parts = [sum(r.payload[j] for r in valid) for j in range(len(valid[0].payload))]
+            clients = len(valid)
+        z = self.noise_plan[len(self.dp_init_log)]
+        info = self._dp_noise_info(f"round 0 {phase}", z, clients)
+        self.dp_init_log.append({"phase": phase, **info})
+        return parts
+
+    def _dp_moments_start(self, grid: Grid, timeout: float) -> np.ndarray:
+        """``dp-init='moments'``: the two init mechanisms, then the starting centroids.
+
+        As :func:`~flwr_clustering.algorithms.dp_lloyd.run_dp_lloyd`: noisy moments, the
+        candidates drawn in their top subspace, the candidates' noisy sums and counts,
+        count-weighted k-means over their means.
+        """
+        from ..algorithms.dp_lloyd import (
+            dp_init_candidates,
+            dp_init_from_candidates,
+            moments_sensitivity,
+            sensitivity,
+        )
+
+        o, d = self.options, self.n_features
+        central = o.dp_placement == "central"
+
+        def parse_moments(arrays):
+            return _dp_arrays(arrays, [(1,), (d,), (d, d)], "noisy count, sum, moments")
+
+        count, total, second = self._dp_init_exchange(grid, "dp-moments", [], parse_moments,
+                                                      timeout)
+        s_mom = self.noise_plan[0] * moments_sensitivity(o.data_bound)
+        U, mean, Q = dp_init_candidates(count, total, second, self.k, self.rng,
+                                        sigma=s_mom if central else 0.0)
+
+        def parse_candidates(arrays):
+            return _dp_arrays(arrays, [Q.shape, (len(Q),)], "noisy candidate sums, counts")
+
+        sums, counts = self._dp_init_exchange(grid, "dp-candidates", [U, Q],
+                                              parse_candidates, timeout)
+        s_cand = self.noise_plan[1] * sensitivity(o.data_bound)
+        logger.info("DP start: %d candidates in a %d-dimensional subspace of the noisy "
+                    "moments; %d centroids from them", len(Q), U.shape[1], self.k)
+        return dp_init_from_candidates(sums, counts, U, mean, Q, self.k, bound=o.data_bound,
+                                       total_sigma=s_cand, rng=self.rng,
+                                       sigma=s_cand if central else 0.0)
 
     def reset(self) -> None:
         """The base's reset; forget a search's shared start (:meth:`initialize`)."""
@@ -171,26 +250,39 @@ class FedKMeans(ClusteringStrategy):
 
     def state_dict(self) -> dict[str, Any]:
         """The base state, plus the DP run's client count."""
-        return {**super().state_dict(), "dp_clients": getattr(self, "dp_clients", None)}
+        return {**super().state_dict(), "dp_clients": getattr(self, "dp_clients", None),
+                "dp_init_used": getattr(self, "dp_init_used", None),
+                "dp_noise_plan": list(getattr(self, "noise_plan", ())),
+                "dp_init_log": list(getattr(self, "dp_init_log", ()))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         super().load_state_dict(state)
         if state.get("dp_clients") is not None:
             self.dp_clients = int(state["dp_clients"])
+        if state.get("dp_noise_plan"):
+            self.noise_plan = tuple(float(z) for z in state["dp_noise_plan"])
+            self.noise_multiplier = self.noise_plan[-1]
+            self.dp_init_log = [dict(e) for e in state.get("dp_init_log", [])]
+        if state.get("dp_init_used"):
+            self.dp_init_used = str(state["dp_init_used"])
 
     def privacy_ledger(self) -> dict[str, Any]:
         """The base ledger; with DP, its parameters and the epsilon of the rounds run."""
         ledger = super().privacy_ledger()
         if not self.dp:
             return ledger
-        from ..algorithms.dp_lloyd import dp_epsilon_of, server_epsilon
+        from ..algorithms.dp_lloyd import dp_epsilon_of, server_epsilon_of
 
         rounds = len(self.history)
         o = self.options
         clients = getattr(self, "dp_clients", 1)
-        ledger_epsilon = dp_epsilon_of([h.get("dp-noise-multiplier", self.noise_multiplier)
-                                        for h in self.history], o.dp_delta)
+        init = list(getattr(self, "dp_init_log", []))
+        # every mechanism run, with the noise that reached the totals: the init's, the rounds'
+        spent = [e["dp-noise-multiplier"] for e in init] + [
+            h.get("dp-noise-multiplier", self.noise_multiplier) for h in self.history]
+        planned = list(self.noise_plan[:len(init)]) + [self.noise_multiplier] * rounds
+        ledger_epsilon = dp_epsilon_of(spent, o.dp_delta) if spent else 0.0
         ledger.update({
             "differential-privacy": {
                 "mechanism": "Gaussian on clipped sums and counts, Renyi-DP accounting "
@@ -199,13 +291,22 @@ class FedKMeans(ClusteringStrategy):
                 "noise-multiplier": self.noise_multiplier, "sigma": self.sigma,
                 "target-epsilon": o.dp_epsilon, "calibrated-rounds": self.max_rounds,
                 "rounds-run": rounds, "clients": clients,
+                "init": "moments" if init else "random", "init-share": (
+                    o.dp_init_share if init else 0.0),
+                # every mechanism's noise multiplier, in the order they ran
+                "mechanisms": [{"phase": e["phase"], "round": 0,
+                                "noise-multiplier": e["dp-noise-multiplier"],
+                                "clients": e["dp-clients"]} for e in init] + [
+                    {"phase": "dp-update", "round": int(h["round"]),
+                     "noise-multiplier": h.get("dp-noise-multiplier", self.noise_multiplier),
+                     "clients": h.get("dp-clients", clients)} for h in self.history],
             },
             "epsilon": ledger_epsilon,
             "delta": o.dp_delta,
             # under secure aggregation the server sees only the total noise
             "server-epsilon": (ledger_epsilon if self.secure_aggregation else
-                               server_epsilon(self.noise_multiplier, rounds, o.dp_delta,
-                                              clients, o.dp_placement)),
+                               server_epsilon_of(planned, o.dp_delta, clients,
+                                                 o.dp_placement) if planned else 0.0),
         })
         return ledger
 
@@ -224,7 +325,8 @@ class FedKMeans(ClusteringStrategy):
         """Return the client options; ``phase`` is ``init`` until centroids exist."""
         if getattr(self, "dp", False):  # (the echo benchmark borrows this method)
             return {"phase": "dp-update", "dp-round": server_round,
-                    "dp-clients": int(self.dp_clients), **self.options.to_config()}
+                    "dp-clients": int(self.dp_clients), **self.options.to_config(),
+                    "dp-init": getattr(self, "dp_init_used", self.options.dp_init)}
         if self.secure_aggregation:
             return {"phase": "secure-update", **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",
@@ -276,6 +378,10 @@ class FedKMeans(ClusteringStrategy):
     def payload_features(self, payload: Any) -> int | None:
         """Return the dimension of a non-empty upload."""
         if self.dp:
+            if len(payload) == 3:  # dp-moments: count, sum (d,), moments
+                return int(payload[1].shape[0])
+            if getattr(self, "_dp_collecting", None) == "dp-candidates":
+                return None  # in the candidates' subspace
             return int(payload[0].shape[1])
         return int(payload.means.shape[1]) if len(payload.means) else None
 
@@ -328,15 +434,18 @@ class FedKMeans(ClusteringStrategy):
         return self._dp_round_info(server_round, len(totals.nodes))
 
     def _dp_round_info(self, server_round: int, clients: int) -> dict[str, Any]:
+        return self._dp_noise_info(f"round {server_round}", self.noise_multiplier, clients)
+
+    def _dp_noise_info(self, what: str, z: float, clients: int) -> dict[str, Any]:
         # distributed noise: each client brought 1/sqrt(m) of it; a missing client's
-        # share is missing from the totals, and the round costs more than planned
-        z = self.noise_multiplier
+        # share is missing from the totals, and the mechanism costs more than planned
+        planned = z
         if self.options.dp_placement == "distributed" and clients < self.dp_clients:
             z *= math.sqrt(clients / self.dp_clients)
-            message = (f"round {server_round}: only {clients} of {self.dp_clients} "
-                       "clients' noise is in the totals (distributed placement): this "
-                       f"round's noise multiplier is {z:.4g}, not "
-                       f"{self.noise_multiplier:.4g}; privacy.json's epsilon counts it")
+            message = (f"{what}: only {clients} of {self.dp_clients} "
+                       "clients' noise is in the totals (distributed placement): its "
+                       f"noise multiplier is {z:.4g}, not {planned:.4g}; privacy.json's "
+                       "epsilon counts it")
             logger.warning(message)
             self.run_warnings.append(message)
         return {"dp-clients": clients, "dp-noise-multiplier": z}
@@ -364,6 +473,21 @@ class FedKMeans(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Return whether the matched shift fell to ``tol``."""
         return self.last_shift <= self.tol
+
+
+def _dp_arrays(arrays: list[np.ndarray], shapes: list[tuple], what: str
+               ) -> list[np.ndarray]:
+    """A DP init reply: finite float arrays of the expected shapes, as float64."""
+    if len(arrays) != len(shapes):
+        raise ValueError(f"expected {len(shapes)} arrays ({what}), got {len(arrays)}")
+    out = []
+    for a, shape in zip(arrays, shapes, strict=True):
+        a = np.asarray(a)
+        if a.shape != tuple(shape) or a.dtype.kind != "f" or not np.isfinite(a).all():
+            raise ValueError(f"{what}: expected finite floats of shape {tuple(shape)}, got "
+                             f"{a.dtype} {a.shape}")
+        out.append(a.astype(np.float64))
+    return out
 
 
 register(AlgorithmSpec(
@@ -403,10 +527,40 @@ register(AlgorithmSpec(
               notes="The library's data-source query (below): its `num-features` and the "
                     "number of replies set the initial centroids' dimension and the "
                     "clients' share of the noise."),
+        Phase("dp-moments", "query", "round 0, with dp-epsilon > 0 and dp-init 'moments' "
+              "(no centroids given)",
+              sends=("none",),
+              config=("`dp-clients` int: m, the clients the noise is shared by",),
+              reply_arrays=("`count` (1,) float64: the client's rows, plus noise",
+                            "`sum` (d,) float64: the sum of its rows clipped to data-bound, "
+                            "plus noise",
+                            "`moments` (d, d) float64: the sum of their outer products "
+                            "x x^T, plus symmetric noise (sensitivity sqrt(1 + B^2 + B^4))"),
+              reply_metrics=("`dp-sigma` float: the noise standard deviation this client "
+                             "added",),
+              notes="The start's first mechanism (paid from the budget, dp-init-share / 2). "
+                    "The server takes the top min(k, d) eigenvectors U of the noisy "
+                    "covariance and draws 8 k candidate centres in that subspace from the "
+                    "noisy mean and covariance. With secure-aggregation through SecAgg+."),
+        Phase("dp-candidates", "query", "round 0, after `dp-moments`",
+              sends=("`subspace` (d, p) float64: U, p = min(k, d)",
+                     "`candidates` (M, p) float64: candidate centres in the coordinates "
+                     "U^T x"),
+              config=("`dp-clients` int: m, the clients the noise is shared by",),
+              reply_arrays=("`sums` (M, p) float64: per candidate, the sum of the projected "
+                            "clipped rows U^T x nearest to it, plus noise",
+                            "`counts` (M,) float64: their counts, plus noise"),
+              reply_metrics=("`dp-sigma` float: the noise standard deviation this client "
+                             "added",),
+              notes="The start's second mechanism (dp-init-share / 2 of the budget). The "
+                    "server keeps the candidates whose noisy count is at least twice the "
+                    "noise, clusters their means by count-weighted k-means into k centres "
+                    "and lifts them to d dimensions: the round-1 centroids."),
         Phase("dp-update", "train", "every round, with dp-epsilon > 0 (differential "
               "privacy; server-update 'lloyd')",
-              sends=("`centroids` (k, d) float64: the global centroids (round 1: drawn "
-                     "uniformly in the data ball)",),
+              sends=("`centroids` (k, d) float64: the global centroids (round 1: from "
+                     "`dp-candidates`, or with dp-init 'random' drawn uniformly in the data "
+                     "ball)",),
               config=("`dp-round` int: the round (the client's noise generator)",
                       "`dp-clients` int: m, the clients the noise is shared by"),
               reply_arrays=("`sums` (k, d) float64: per global centroid, the sum of the "
