@@ -183,15 +183,20 @@ def _unpack_share(data: bytes) -> tuple[int, int, str, bytes]:
 
 # ------------------------------------------------------------------------- client side
 class _ClientSession:
-    """A client's session state, kept in its ``Context.state`` between messages."""
+    """A client's state of one session, kept in its ``Context.state`` between messages.
 
-    def __init__(self, context: Context) -> None:
+    One record per session (a run may hold several: a choice of k's candidates, a
+    resumed run); a new session's key setup starts a new record.
+    """
+
+    def __init__(self, context: Context, session: str) -> None:
         self.context = context
-        rec = context.state.config_records.get(_STATE)
+        self.name = f"{_STATE}:{session}"
+        rec = context.state.config_records.get(self.name)
         self.values: dict[str, Any] = dict(rec) if rec is not None else {}
 
     def save(self) -> None:
-        self.context.state.config_records[_STATE] = ConfigRecord(self.values)
+        self.context.state.config_records[self.name] = ConfigRecord(self.values)
 
     def get_list(self, key: str) -> list:
         return list(self.values.get(key, []))
@@ -206,6 +211,8 @@ class _ClientSession:
 
 
 def _stage_keys(cfg: dict, state: _ClientSession) -> ConfigRecord:
+    if state.values:
+        raise ValueError(f"secure session {cfg['session']!r}: its keys were made already")
     c_sk, c_pk = generate_key_pairs()
     s_sk, s_pk = generate_key_pairs()
     state.values = {"session": str(cfg["session"]), "c-sk": private_key_to_bytes(c_sk),
@@ -370,7 +377,7 @@ def answer_session_stage(msg: Message, context: Context, call_next) -> Message:
     """A client's answer to one stage of a secure session (``msg`` has :data:`SESSION_RECORD`)."""
     cfg = dict(msg.content.config_records[SESSION_RECORD])
     stage, me = str(cfg.get("stage")), int(context.node_id)
-    state = _ClientSession(context)
+    state = _ClientSession(context, str(cfg.get("session")))
     if stage == "upload":
         return _stage_upload(msg, cfg, state, me, context, call_next)
     handlers = {"keys": lambda: _stage_keys(cfg, state),

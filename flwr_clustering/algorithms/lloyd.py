@@ -317,11 +317,16 @@ def nearest_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
         only the rows assigned again are scanned, and a bad one raises
         :func:`check_data`'s error.
     """
+    return _nearest_labels(*_label_inputs(X, C), scan=True)
+
+
+def _label_inputs(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`nearest_labels`'s checks: ``X`` is scanned for NaN and inf only when k = 1."""
     C = check_data(C, name="centroids")
     if len(C) == 0:
         raise ValueError("centroids must hold at least one row (k >= 1)")
-    X = check_data(X, name="data", n_features=C.shape[1], dtype=None, _scan=len(C) == 1)
-    return _nearest_labels(X, C, scan=True)
+    return check_data(X, name="data", n_features=C.shape[1], dtype=None,
+                      _scan=len(C) == 1), C
 
 
 def nearest_labels_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -341,12 +346,26 @@ def nearest_labels_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 _LABEL_BLOCK_BYTES = 1 << 20
 #: ... and at least this many rows (many centroids: per-call overheads of tiny blocks).
 _LABEL_MIN_ROWS = 256
+#: With the sums (:func:`lloyd_step`), a block's rows in float64 hold at most this many bytes.
+_FUSED_BLOCK_BYTES = 1 << 21
 
 
-def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool) -> np.ndarray:
+def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool,
+                    sums: np.ndarray | None = None) -> np.ndarray:
+    """Exact labels of ``X`` (:func:`nearest_labels`); with ``sums`` (a ``(k, d)`` float64
+    array of zeros), also ``cluster_sums(X, labels, k)[0]`` added into it, bit for bit.
+
+    In one thread the sums of each row block are added while the block is in cache (no
+    second pass over ``X``, no float64 copy of float32 data beyond one block); with
+    several, the labels run in threads and :func:`cluster_sums` follows.
+    """
     (n, d), k = X.shape, len(C)
     labels = np.zeros(n, dtype=np.int64)
-    if k == 1 or n == 0:  # (k = 1: X was scanned by the caller; an inf bound counts as sure)
+    if n == 0:
+        return labels
+    if k == 1:  # (X was scanned by the caller; an inf bound counts as sure)
+        if sums is not None:
+            sums += cluster_sums(X, labels, k)[0]
         return labels
     ftype = X.dtype if X.dtype == np.float32 else np.dtype(np.float64)
     Cw = np.asarray(C, dtype=ftype)
@@ -357,16 +376,21 @@ def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool) -> np.ndarray:
     # (k, rows) layout: the reductions over the centroids run along axis 0, as k - 1
     # vectorised passes (along axis 1 NumPy loops per row of k values: 2-3x slower)
     size = min(n, max(_LABEL_MIN_ROWS, _LABEL_BLOCK_BYTES // (ftype.itemsize * k)))
+    if sums is not None:  # ... and the block's rows in float64 fit beside it
+        size = min(size, max(_LABEL_MIN_ROWS, _FUSED_BLOCK_BYTES // (8 * d)))
 
-    def run(rows: slice) -> bool:
+    def run(rows: slice, block_sums: _BlockSums | None = None) -> bool:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf rows: found below
             return _label_blocks(X[rows], C, labels[rows], neg2_c, cc, c_norm, factor,
-                                 size, scan)
+                                 size, scan, block_sums)
 
     n_blocks = -(-n // size)
     threads = _label_threads(n_blocks)
     if threads == 1:
-        bad_rows = run(slice(0, n))
+        fused = _BlockSums.make(sums, n, d, size, X.dtype)
+        bad_rows = run(slice(0, n), fused)
+        if fused is not None:
+            fused.finish()
     else:
         # the client was given several CPUs (BLAS may use them): contiguous runs of blocks
         # in as many threads, each with single-threaded BLAS (NumPy and BLAS release the
@@ -374,8 +398,11 @@ def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool) -> np.ndarray:
         cuts = [n_blocks * i // threads * size for i in range(threads)] + [n]
         runs = [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
         bad_rows = any(_in_threads(run, runs, threads))
+        fused = None
     if bad_rows:  # check_data's own error, with its count and first bad row
         check_data(X, name="data")
+    if sums is not None and fused is None:
+        sums += cluster_sums(X, labels, k)[0]
     return labels
 
 
@@ -403,15 +430,22 @@ def _label_threads(n_blocks: int) -> int:
     return max(1, min(budget, n_blocks // 2))
 
 
-def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan) -> bool:
+def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan,
+                  block_sums: _BlockSums | None = None) -> bool:
     """The blocks of :func:`_nearest_labels`; whether a row assigned again is not finite."""
     k, ftype = len(C), neg2_c.dtype
     root_d = float(np.sqrt(X.shape[1]))
     work = np.empty((k, size), dtype=ftype)  # reused by every block (no page faults)
-    # one product counts the centroids within the bound (row 0) and sums their indices
-    # (row 1): a sure row has count 1, and the sum is its label (small integers: exact)
-    count_index = np.vstack([np.ones(k), np.arange(k)]).astype(ftype)
-    tally = np.empty((2, size), dtype=ftype)
+    within = np.empty((k, size), dtype=bool)
+    small = k < 256  # counts and index sums of up to k marks fit in a byte (no overflow)
+    if small:
+        index = np.arange(k, dtype=np.uint8)
+        count, index_sum = np.empty(size, np.uint8), np.empty(size, np.uint8)
+    else:
+        # one product counts the centroids within the bound (row 0) and sums their
+        # indices (row 1): small integers, exact in either type
+        count_index = np.vstack([np.ones(k), np.arange(k)]).astype(ftype)
+        tally = np.empty((2, size), dtype=ftype)
     bad_rows = False
     for start in range(0, len(X), size):
         block = X[start:start + size]
@@ -422,21 +456,31 @@ def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan) -> bool:
         # the bound takes the block's largest |value| times sqrt(d) for every row's norm
         # (an upper bound: looser than the row's own norm, but two fast reductions where
         # the norms cost a slow pass; NaN or inf make it NaN or inf)
-        x_norm = float(np.max(np.abs([block.max(), block.min()]))) * root_d
+        x_norm = max(abs(float(block.max())), abs(float(block.min()))) * root_d
         bound = expansion.min(axis=0)
         bound += factor * (x_norm + c_norm) ** 2
-        within = np.less_equal(expansion, bound, out=expansion, casting="unsafe")
-        counted = np.matmul(count_index, within, out=tally[:, :m])
         lab = labels[start:start + m]
-        np.copyto(lab, counted[1], casting="unsafe")
+        if small:
+            # the marks as bytes: their count and the sum of their indices (a sure row has
+            # count 1, and the sum is its label; an unsure row's sum may wrap: not used)
+            marks = np.less_equal(expansion, bound, out=within[:, :m]).view(np.uint8)
+            counted = np.add.reduce(marks, axis=0, out=count[:m])
+            np.copyto(lab, np.einsum("jm,j->m", marks, index, out=index_sum[:m]))
+            unsure = np.flatnonzero(counted != 1)
+        else:
+            marks = np.less_equal(expansion, bound, out=expansion, casting="unsafe")
+            counted = np.matmul(count_index, marks, out=tally[:, :m])
+            np.copyto(lab, counted[1], casting="unsafe")
+            unsure = np.flatnonzero(counted[0] != 1)
         # NaN or inf in a row makes its bound NaN (no centroid within) or inf (all k)
-        unsure = np.flatnonzero(counted[0] != 1)
         if unsure.size:
             rows = block[unsure]
             if scan and not np.isfinite(rows).all():
                 bad_rows = True
                 continue
             lab[unsure] = squared_distances_unchecked(rows, C).argmin(axis=1)
+        if block_sums is not None:
+            block_sums.add(block, lab)
     return bad_rows
 
 
@@ -526,6 +570,67 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     return sums, counts
 
 
+@functools.cache
+def _csc_matvecs():
+    """SciPy's kernel of ``csc_matrix @ dense`` (``Y += A @ X``, the rows of ``X`` added
+    in order), or None when this SciPy has none by that name (then the sums follow the
+    labels in :func:`cluster_sums`). Called directly: a ``csc_matrix`` per label block
+    costs more than its product at these sizes."""
+    try:
+        from scipy.sparse._sparsetools import csc_matvecs
+    except ImportError:  # pragma: no cover - a SciPy without the private module
+        return None
+    return csc_matvecs
+
+
+class _BlockSums:
+    """:func:`cluster_sums` of the label blocks, added as each block's labels are done.
+
+    The same additions in the same order as :func:`cluster_sums` (the one-hot product's
+    kernel, each row added to its cluster's partial sum in row order; the partial sums
+    added to the total at the boundaries of :func:`row_blocks`, or once for ``d <= 8``,
+    where bincount adds every row in order), so the sums are equal bit for bit. Float32
+    rows are cast to float64 (exactly) one label block at a time, while it is in cache.
+    """
+
+    def __init__(self, sums: np.ndarray, n: int, d: int, size: int, dtype, kernel) -> None:
+        self.sums, self.kernel = sums, kernel
+        self.part = np.zeros_like(sums)
+        self.k, self.d = sums.shape
+        self.width = n if d <= _BINCOUNT_MAX_FEATURES else max(1, BLOCK_BYTES // (8 * d))
+        self.row, self.flush_at = 0, self.width
+        self.cast = None if dtype == np.float64 else np.empty((size, d))
+        self.indptr = np.arange(size + 1, dtype=np.int64)
+        self.ones = np.ones(size)
+
+    @classmethod
+    def make(cls, sums, n, d, size, dtype) -> _BlockSums | None:
+        kernel = _csc_matvecs()
+        if sums is None or kernel is None:
+            return None
+        return cls(sums, n, d, size, dtype, kernel)
+
+    def add(self, block: np.ndarray, labels: np.ndarray) -> None:
+        m = len(block)
+        if self.cast is not None:  # float32 rows: cast exactly, in cache
+            np.copyto(self.cast[:m], block)
+            block = self.cast[:m]
+        a = 0
+        while a < m:
+            b = min(m, a + self.flush_at - self.row)
+            self.kernel(self.k, b - a, self.d, self.indptr[:b - a + 1], labels[a:b],
+                        self.ones[:b - a], block[a:b].ravel(), self.part.ravel())
+            self.row += b - a
+            a = b
+            if self.row == self.flush_at:
+                self.finish()
+                self.flush_at += self.width
+
+    def finish(self) -> None:
+        self.sums += self.part
+        self.part[:] = 0.0
+
+
 def _in_threads(fn, items, threads: int) -> list:
     """``[fn(item) for item in items]``, in ``threads`` threads (BLAS single-threaded)."""
     if threads == 1:
@@ -563,10 +668,16 @@ def lloyd_step(
         The partition (assignment to ``C``).
     """
     if labels is None:
-        labels = nearest_labels(X, C)
+        X, C = _label_inputs(X, C)
+        # the sums of each row block are added while it is in cache: the same values as
+        # cluster_sums(X, labels, k), bit for bit
+        sums = np.zeros((len(C), X.shape[1]))
+        labels = _nearest_labels(X, C, scan=True, sums=sums)
+        counts = np.bincount(labels, minlength=len(C)).astype(np.int64)
     elif np.shape(labels) != (len(X),):
         raise ValueError(f"labels must have shape ({len(X)},), got {np.shape(labels)}")
-    sums, counts = cluster_sums(X, labels, len(C))
+    else:
+        sums, counts = cluster_sums(X, labels, len(C))
     means = np.array(C, dtype=np.float64, copy=True)
     nz = counts > 0
     means[nz] = sums[nz] / counts[nz, None]
