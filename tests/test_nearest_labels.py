@@ -1,5 +1,7 @@
 """``nearest_labels`` (matrix-product expansion + exact re-check) gives cdist's labels."""
 
+import math
+
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
@@ -113,3 +115,73 @@ def test_threads_give_the_same_labels_and_sums_bit_for_bit(monkeypatch):
         np.testing.assert_array_equal(ours[0], theirs[0])
         np.testing.assert_array_equal(ours[1], theirs[1])
     np.testing.assert_allclose(serial_small[0], serial_sums[0], rtol=1e-12)
+
+
+def _gamma_bound(X, labels, k):
+    """Per cluster and feature, gamma_{n_j - 1} * sum |x| (u = 2**-53): how far any float64
+    summation of the rows' exact values may be from their true sum (Higham, eq. 4.4)."""
+    u = 2.0 ** -53
+    counts = np.bincount(labels, minlength=k)
+    abs_sums = np.array([np.abs(X[labels == j].astype(np.float64)).sum(axis=0)
+                         for j in range(k)])
+    steps = np.maximum(counts - 1, 0)[:, None]
+    return steps * u / (1 - steps * u) * abs_sums
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d", [3, 12])  # the bincount path of cluster_sums and the sparse one
+def test_lloyd_step_fuses_the_sums_into_the_label_blocks_bit_for_bit(monkeypatch, dtype, d):
+    """lloyd_step adds each label block's sums while the block is in cache: its labels are
+    the exact ones and its means are cluster_sums' bit for bit, whatever the blocks (the
+    sums' block boundaries falling inside label blocks), in either type; the sums are
+    within the float64 summation bound of the exact sums (float32 rows summed in float32
+    would be off by about 1e-3 here, far outside it)."""
+    rng = np.random.default_rng(d)
+    k = 7
+    centres = rng.normal(size=(k, d)) * 4 + 1e4  # a large offset: float32 sums would drift
+    X = (centres[rng.integers(k, size=6000)] + rng.normal(size=(6000, d))).astype(dtype)
+    C = centres + rng.normal(size=(k, d)) * 0.1
+    half = ((C[0] + C[1]) / 2 + rng.normal(size=(300, d)) * 1e-7).astype(dtype)  # near-ties
+    X = np.vstack([X, half])
+    exact = _exact(X.astype(np.float64), C)
+    for block_bytes, sum_rows in [(None, None), (8 * 97 * (k + d), 250), (8 * 3 * k, 7)]:
+        with monkeypatch.context() as m:
+            m.setattr(lloyd, "_label_threads", lambda n_blocks: 1)  # the fused blocks
+            if block_bytes:
+                m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
+                m.setattr(lloyd, "_LABEL_BLOCK_BYTES", block_bytes)
+                m.setattr(lloyd, "BLOCK_BYTES", 8 * d * sum_rows)
+            means, counts, labels = lloyd_step(X, C)
+            np.testing.assert_array_equal(labels, exact)
+            ref_means, ref_counts, _ = lloyd_step(X, C, exact)  # the cluster_sums path
+            np.testing.assert_array_equal(counts, ref_counts)
+            np.testing.assert_array_equal(means, ref_means)
+            sums = np.zeros((k, d))
+            lloyd._nearest_labels(np.ascontiguousarray(X), C, scan=True, sums=sums)
+            np.testing.assert_array_equal(sums, lloyd.cluster_sums(X, exact, k)[0])
+    true = np.array([[math.fsum(X[exact == j, f].astype(np.float64)) for f in range(d)]
+                     for j in range(k)])  # correctly rounded: within u |true| of the truth
+    bound = _gamma_bound(X, exact, k) + 2.0 ** -53 * np.abs(true)
+    assert np.all(np.abs(sums - true) <= bound)
+    # the bound is tight enough to tell: the same rows summed in float32 break it
+    in_float32 = np.array([X[exact == j].astype(np.float32).sum(axis=0, dtype=np.float32)
+                           for j in range(k)])
+    assert not np.all(np.abs(in_float32 - true) <= bound)
+
+
+def test_lloyd_step_in_threads_gives_the_serial_sums(monkeypatch):
+    """With several CPUs the labels run in threads and cluster_sums follows: the same
+    means bit for bit as the fused serial step."""
+    rng = np.random.default_rng(5)
+    X = (rng.normal(size=(4000, 10)) * 10).astype(np.float32)
+    C = X[rng.choice(4000, 6, replace=False)].astype(np.float64)
+    with monkeypatch.context() as m:
+        m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
+        m.setattr(lloyd, "_LABEL_BLOCK_BYTES", 8 * 6 * 101)
+        m.setattr(lloyd, "_label_threads", lambda n_blocks: 1)
+        serial = lloyd_step(X, C)
+        m.setattr(lloyd, "_label_threads", lambda n_blocks: 3)
+        threaded = lloyd_step(X, C)
+    for ours, theirs in zip(threaded, serial, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(serial[2], _exact(X.astype(np.float64), C))

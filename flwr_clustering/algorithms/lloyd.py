@@ -346,18 +346,17 @@ def nearest_labels_unchecked(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 _LABEL_BLOCK_BYTES = 1 << 20
 #: ... and at least this many rows (many centroids: per-call overheads of tiny blocks).
 _LABEL_MIN_ROWS = 256
-#: With the sums (:func:`lloyd_step`), a block's rows in float64 hold at most this many bytes.
-_FUSED_BLOCK_BYTES = 1 << 21
 
 
 def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool,
                     sums: np.ndarray | None = None) -> np.ndarray:
-    """Exact labels of ``X`` (:func:`nearest_labels`); with ``sums`` (a ``(k, d)`` float64
-    array of zeros), also ``cluster_sums(X, labels, k)[0]`` added into it, bit for bit.
+    """Exact labels of ``X`` (:func:`nearest_labels`), and with ``sums`` its cluster sums.
 
-    In one thread the sums of each row block are added while the block is in cache (no
-    second pass over ``X``, no float64 copy of float32 data beyond one block); with
-    several, the labels run in threads and :func:`cluster_sums` follows.
+    ``sums`` (a ``(k, d)`` float64 array of zeros) gets ``cluster_sums(X, labels, k)[0]``
+    added into it, bit for bit. In one thread the sums of each row block are added while
+    the block is in cache (no second pass over ``X``, no float64 copy of float32 data
+    beyond one block); with several, the labels run in threads and :func:`cluster_sums`
+    follows.
     """
     (n, d), k = X.shape, len(C)
     labels = np.zeros(n, dtype=np.int64)
@@ -375,9 +374,12 @@ def _nearest_labels(X: np.ndarray, C: np.ndarray, *, scan: bool,
     factor = _GAP_FACTOR * float(np.finfo(ftype).eps) * (d + 2)
     # (k, rows) layout: the reductions over the centroids run along axis 0, as k - 1
     # vectorised passes (along axis 1 NumPy loops per row of k values: 2-3x slower)
-    size = min(n, max(_LABEL_MIN_ROWS, _LABEL_BLOCK_BYTES // (ftype.itemsize * k)))
-    if sums is not None:  # ... and the block's rows in float64 fit beside it
-        size = min(size, max(_LABEL_MIN_ROWS, _FUSED_BLOCK_BYTES // (8 * d)))
+    # a block's work arrays and rows (and, with the sums, its rows in float64) hold
+    # about _LABEL_BLOCK_BYTES
+    row_bytes = (ftype.itemsize + 1) * k + ftype.itemsize * d
+    if sums is not None and ftype != np.float64:
+        row_bytes += 8 * d
+    size = min(n, max(_LABEL_MIN_ROWS, _LABEL_BLOCK_BYTES // row_bytes))
 
     def run(rows: slice, block_sums: _BlockSums | None = None) -> bool:
         with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf rows: found below
@@ -435,8 +437,12 @@ def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan,
     """The blocks of :func:`_nearest_labels`; whether a row assigned again is not finite."""
     k, ftype = len(C), neg2_c.dtype
     root_d = float(np.sqrt(X.shape[1]))
-    work = np.empty((k, size), dtype=ftype)  # reused by every block (no page faults)
+    # work arrays reused by every block (no page faults); ufuncs called directly (the
+    # methods' Python wrappers cost as much as a small block's pass)
+    work = np.empty((k, size), dtype=ftype)
+    best = np.empty(size, dtype=ftype)
     within = np.empty((k, size), dtype=bool)
+    flag = np.empty(size, dtype=bool)
     small = k < 256  # counts and index sums of up to k marks fit in a byte (no overflow)
     if small:
         index = np.arange(k, dtype=np.uint8)
@@ -456,8 +462,9 @@ def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan,
         # the bound takes the block's largest |value| times sqrt(d) for every row's norm
         # (an upper bound: looser than the row's own norm, but two fast reductions where
         # the norms cost a slow pass; NaN or inf make it NaN or inf)
-        x_norm = max(abs(float(block.max())), abs(float(block.min()))) * root_d
-        bound = expansion.min(axis=0)
+        x_norm = max(abs(float(_max(block, axis=None))),
+                     abs(float(_min(block, axis=None)))) * root_d
+        bound = _min(expansion, axis=0, out=best[:m])
         bound += factor * (x_norm + c_norm) ** 2
         lab = labels[start:start + m]
         if small:
@@ -466,14 +473,14 @@ def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan,
             marks = np.less_equal(expansion, bound, out=within[:, :m]).view(np.uint8)
             counted = np.add.reduce(marks, axis=0, out=count[:m])
             np.copyto(lab, np.einsum("jm,j->m", marks, index, out=index_sum[:m]))
-            unsure = np.flatnonzero(counted != 1)
         else:
             marks = np.less_equal(expansion, bound, out=expansion, casting="unsafe")
-            counted = np.matmul(count_index, marks, out=tally[:, :m])
-            np.copyto(lab, counted[1], casting="unsafe")
-            unsure = np.flatnonzero(counted[0] != 1)
+            tallied = np.matmul(count_index, marks, out=tally[:, :m])
+            np.copyto(lab, tallied[1], casting="unsafe")
+            counted = tallied[0]
         # NaN or inf in a row makes its bound NaN (no centroid within) or inf (all k)
-        if unsure.size:
+        unsure = np.not_equal(counted, 1, out=flag[:m]).nonzero()[0]
+        if len(unsure):
             rows = block[unsure]
             if scan and not np.isfinite(rows).all():
                 bad_rows = True
@@ -482,6 +489,9 @@ def _label_blocks(X, C, labels, neg2_c, cc, c_norm, factor, size, scan,
         if block_sums is not None:
             block_sums.add(block, lab)
     return bad_rows
+
+
+_max, _min = np.maximum.reduce, np.minimum.reduce
 
 
 def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -572,10 +582,12 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
 
 @functools.cache
 def _csc_matvecs():
-    """SciPy's kernel of ``csc_matrix @ dense`` (``Y += A @ X``, the rows of ``X`` added
-    in order), or None when this SciPy has none by that name (then the sums follow the
-    labels in :func:`cluster_sums`). Called directly: a ``csc_matrix`` per label block
-    costs more than its product at these sizes."""
+    """SciPy's kernel of ``csc_matrix @ dense``, or None when this SciPy has none.
+
+    ``Y += A @ X``, the rows of ``X`` added in order. Called directly: building a
+    ``csc_matrix`` per label block costs more than its product at these sizes. Without
+    it the sums follow the labels in :func:`cluster_sums`.
+    """
     try:
         from scipy.sparse._sparsetools import csc_matvecs
     except ImportError:  # pragma: no cover - a SciPy without the private module
@@ -615,6 +627,11 @@ class _BlockSums:
         if self.cast is not None:  # float32 rows: cast exactly, in cache
             np.copyto(self.cast[:m], block)
             block = self.cast[:m]
+        if self.row + m < self.flush_at:  # the usual block: one call, no boundary inside
+            self.kernel(self.k, m, self.d, self.indptr[:m + 1], labels, self.ones[:m],
+                        block.reshape(-1), self.part.reshape(-1))
+            self.row += m
+            return
         a = 0
         while a < m:
             b = min(m, a + self.flush_at - self.row)
