@@ -182,6 +182,12 @@ def _unpack_share(data: bytes) -> tuple[int, int, str, bytes]:
 
 
 # ------------------------------------------------------------------------- client side
+#: State fields kept as packed bytes (a ConfigRecord checks every list item on each save):
+#: lists of node ids, and lists of byte strings.
+_INT_LISTS = ("peers", "held-from", "pair-revealed", "root-revealed", "active")
+_BYTES_LISTS = ("enc-keys", "roots", "held")
+
+
 class _ClientSession:
     """A client's state of one session, kept in its ``Context.state`` between messages.
 
@@ -193,10 +199,30 @@ class _ClientSession:
         self.context = context
         self.name = f"{_STATE}:{session}"
         rec = context.state.config_records.get(self.name)
-        self.values: dict[str, Any] = dict(rec) if rec is not None else {}
+        self.values: dict[str, Any] = {}
+        for key, value in (dict(rec) if rec is not None else {}).items():
+            if key in _INT_LISTS:
+                value = np.frombuffer(value, dtype=np.int64).tolist()
+            elif key in _BYTES_LISTS:
+                sizes = np.frombuffer(rec[key + ":sizes"], dtype=np.int64)
+                ends = np.cumsum(sizes).tolist()
+                starts = [0, *ends[:-1]] if ends else []
+                value = [value[a:b] for a, b in zip(starts, ends, strict=True)]
+            elif key.endswith(":sizes"):
+                continue
+            self.values[key] = value
 
     def save(self) -> None:
-        self.context.state.config_records[self.name] = ConfigRecord(self.values)
+        out: dict[str, Any] = {}
+        for key, value in self.values.items():
+            if key in _INT_LISTS:
+                value = np.asarray(value, dtype=np.int64).tobytes()
+            elif key in _BYTES_LISTS:
+                out[key + ":sizes"] = np.asarray([len(v) for v in value],
+                                                 dtype=np.int64).tobytes()
+                value = b"".join(value)
+            out[key] = value
+        self.context.state.config_records[self.name] = ConfigRecord(out)
 
     def get_list(self, key: str) -> list:
         return list(self.values.get(key, []))

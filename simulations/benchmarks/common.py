@@ -408,8 +408,18 @@ def summarize_history(history: list[dict[str, Any]], skip: int = 1) -> dict[str,
     return out
 
 
+#: Benchmark labels that are an algorithm with run-config keys: plain federated Lloyd and
+#: the same under secure aggregation (``bench rounds --algorithms fkm-lloyd fkm-secure``).
+LABEL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fkm-lloyd": ("fkm", {"server-update": "lloyd"}),
+    "fkm-secure": ("fkm", {"server-update": "lloyd", "secure-aggregation": True}),
+}
+
+
 def run_config_algorithm(name: str) -> str:
     """The run-config value of ``algorithm`` for a benchmark label (``echo`` lives here)."""
+    if name in LABEL_CONFIGS:
+        return LABEL_CONFIGS[name][0]
     return ECHO_ALGORITHM if name == "echo" else name
 
 
@@ -433,6 +443,7 @@ def flwr_run_command(
         "n-samples": samples_per_client * clients, "n-features": features, "centers": k,
         "k": k, "max-rounds": rounds, "tol": -1.0, "min-nodes": clients,
         "out-dir": str(out_dir),
+        **LABEL_CONFIGS.get(algorithm, ("", {}))[1],
         # DGC's rounds are 1 (init) + iterations x inner steps, not max-rounds
         **({"iterations": rounds - 1} if algorithm == "dgc" else {}),
         **(extra_run_config or {}),  # (may replace the data set: one value per key)

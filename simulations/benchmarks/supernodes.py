@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import LABEL_CONFIGS, run_config_algorithm, toml_value
 from .deployment import LocalDeployment, read_json
 from .echo import ECHO_ALGORITHM
 from .processes import (
@@ -254,16 +255,19 @@ def job_run_config(algorithm: str, nodes: int, rounds: int, out_dir: Path, k: in
                    round_timeout: float = 300.0) -> str:
     """The ``--run-config`` of one job: fixed rounds, every node required, local files.
 
-    ``algorithm`` is ``"fkm"``, ``"echo"`` (:data:`~simulations.benchmarks.echo.ECHO_ALGORITHM`)
-    or any registered name. ``min-nodes = nodes``, so a lost reply fails the run after
-    ``round_timeout`` seconds instead of being averaged away.
+    ``algorithm`` is ``"fkm"``, ``"echo"`` (:data:`~simulations.benchmarks.echo.ECHO_ALGORITHM`),
+    a label of :data:`~simulations.benchmarks.common.LABEL_CONFIGS` (``fkm-lloyd``,
+    ``fkm-secure``) or any registered name. ``min-nodes = nodes``, so a lost reply fails
+    the run after ``round_timeout`` seconds instead of being averaged away.
     """
-    name = ECHO_ALGORITHM if algorithm == "echo" else algorithm
+    name = run_config_algorithm(algorithm)
+    extra = "".join(f" {key}={toml_value(value)}"
+                    for key, value in LABEL_CONFIGS.get(algorithm, ("", {}))[1].items())
     # scaling='none': FKM against the reference loop on the files' rows, echo alike; no
     # split check (two exchanges after the last round: not a round's cost)
     return (f"algorithm='{name}' dataset='local' k={int(k)} min-nodes={int(nodes)} "
             f"max-rounds={int(rounds)} tol=-1.0 round-timeout={float(round_timeout)} "
-            f"scaling='none' split-check=false out-dir='{Path(out_dir).resolve()}'")
+            f"scaling='none' split-check=false out-dir='{Path(out_dir).resolve()}'{extra}")
 
 
 def run_job(
