@@ -159,6 +159,9 @@ def test_lloyd_step_fuses_the_sums_into_the_label_blocks_bit_for_bit(monkeypatch
             sums = np.zeros((k, d))
             lloyd._nearest_labels(np.ascontiguousarray(X), C, scan=True, sums=sums)
             np.testing.assert_array_equal(sums, lloyd.cluster_sums(X, exact, k)[0])
+            m.setattr(lloyd, "_csc_matvecs", lambda: None)  # bincount / csc_matrix sums
+            np.testing.assert_array_equal(sums, lloyd.cluster_sums(X, exact, k)[0])
+            np.testing.assert_array_equal(lloyd_step(X, C)[0], means)
     true = np.array([[math.fsum(X[exact == j, f].astype(np.float64)) for f in range(d)]
                      for j in range(k)])  # correctly rounded: within u |true| of the truth
     bound = _gamma_bound(X, exact, k) + 2.0 ** -53 * np.abs(true)
@@ -185,3 +188,30 @@ def test_lloyd_step_in_threads_gives_the_serial_sums(monkeypatch):
     for ours, theirs in zip(threaded, serial, strict=True):
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(serial[2], _exact(X.astype(np.float64), C))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d", [2, 8, 9, 30])
+def test_cluster_sums_kernel_adds_as_bincount_and_the_sparse_product(monkeypatch, dtype, d):
+    """In one thread cluster_sums calls the one-hot product's kernel on short blocks
+    (float32 or strided rows copied to float64 in cache): the same sums, bit for bit, as
+    its bincount (d <= 8) and csc_matrix (d > 8) paths, across their block boundaries."""
+    rng = np.random.default_rng(d)
+    X = (rng.normal(size=(5000, 2 * d)) * 3 + 1e3).astype(dtype)[:, ::2]  # strided
+    labels = rng.integers(6, size=5000)
+    labels[:50] = 5
+    with monkeypatch.context() as m:
+        m.setattr(lloyd, "_label_threads", lambda n_blocks: 1)
+        m.setattr(lloyd, "BLOCK_BYTES", 8 * d * 333)  # sums' blocks of 333 rows (d > 8)
+        m.setattr(lloyd, "_LABEL_MIN_ROWS", 1)
+        m.setattr(lloyd, "_SUMS_BLOCK_BYTES", 8 * d * 100)  # kernel blocks of 100 rows
+        ours, counts = lloyd.cluster_sums(X, labels, 7)
+        m.setattr(lloyd, "_csc_matvecs", lambda: None)
+        theirs, their_counts = lloyd.cluster_sums(X, labels, 7)
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(counts, their_counts)
+    assert counts[6] == 0 and not ours[6].any()
+    np.testing.assert_allclose(ours[5], X[labels == 5].astype(np.float64).sum(axis=0),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\), got 5"):
+        lloyd.cluster_sums(X, labels, 5)

@@ -520,6 +520,8 @@ def assign_to_nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 _BINCOUNT_MAX_FEATURES = 8
+#: :func:`cluster_sums` in one thread adds blocks of rows whose float64 copy holds this.
+_SUMS_BLOCK_BYTES = 1 << 21
 
 
 def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -547,8 +549,24 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
 
     n, d = X.shape
     counts = np.bincount(labels, minlength=k).astype(np.int64)
+    if len(counts) > k:
+        raise ValueError(f"labels must lie in [0, {k}), got {len(counts) - 1}")
     blocks = list(row_blocks(n, d))
     threads = _label_threads(len(blocks))  # (blocks of 8 MiB: big data only)
+    kernel = _csc_matvecs()
+    if threads == 1 and kernel is not None:
+        # the one-hot product's kernel on short blocks (a float32 block or a strided one
+        # copied to float64 in cache): the same additions as the paths below
+        X = np.asarray(X)
+        sums = np.zeros((k, d))
+        size = min(n, max(_LABEL_MIN_ROWS, _SUMS_BLOCK_BYTES // (8 * max(d, 1))))
+        copy = X.dtype != np.float64 or not X.flags.c_contiguous
+        acc = _BlockSums(sums, n, d, size, copy, kernel)
+        labels = np.ascontiguousarray(labels, dtype=np.int64)
+        for start in range(0, n, size):
+            acc.add(X[start:start + size], labels[start:start + size])
+        acc.finish()
+        return sums, counts
     if d <= _BINCOUNT_MAX_FEATURES:
         # Both paths add the rows of a cluster in row order, so they agree bit for bit;
         # one bincount per column is the faster one for few features.
@@ -605,13 +623,14 @@ class _BlockSums:
     rows are cast to float64 (exactly) one label block at a time, while it is in cache.
     """
 
-    def __init__(self, sums: np.ndarray, n: int, d: int, size: int, dtype, kernel) -> None:
+    def __init__(self, sums: np.ndarray, n: int, d: int, size: int, copy: bool,
+                 kernel) -> None:
         self.sums, self.kernel = sums, kernel
         self.part = np.zeros_like(sums)
         self.k, self.d = sums.shape
         self.width = n if d <= _BINCOUNT_MAX_FEATURES else max(1, BLOCK_BYTES // (8 * d))
         self.row, self.flush_at = 0, self.width
-        self.cast = None if dtype == np.float64 else np.empty((size, d))
+        self.cast = np.empty((size, d)) if copy else None
         self.indptr = np.arange(size + 1, dtype=np.int64)
         self.ones = np.ones(size)
 
@@ -620,11 +639,11 @@ class _BlockSums:
         kernel = _csc_matvecs()
         if sums is None or kernel is None:
             return None
-        return cls(sums, n, d, size, dtype, kernel)
+        return cls(sums, n, d, size, dtype != np.float64, kernel)
 
     def add(self, block: np.ndarray, labels: np.ndarray) -> None:
         m = len(block)
-        if self.cast is not None:  # float32 rows: cast exactly, in cache
+        if self.cast is not None:  # float32 rows: cast exactly, in cache (or strided)
             np.copyto(self.cast[:m], block)
             block = self.cast[:m]
         if self.row + m < self.flush_at:  # the usual block: one call, no boundary inside
