@@ -279,7 +279,8 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                       "`contingency` (k, n-classes) float64: only with `n-classes` (zeros "
                       "from a client without labels)"),
         notes="Answered by the library (`clients.base.secure_evaluation_arrays`) through "
-              "SecAgg+ (four TRAIN messages, as FKM's `secure-update`): the server "
+              "secure aggregation (`upload` and `unmask` messages, or SecAgg+'s four, as "
+              "FKM's `secure-update`): the server "
               "receives the federation's totals only and computes the metrics of "
               "`evaluate` from them, except `ari-client-weighted` (per client)."),
 )

@@ -271,7 +271,7 @@ register(AlgorithmSpec(
               sends=("`centres` (k, d) float64: the global centres",),
               reply_arrays=("`weighted` (k, d) float64: s_j times the local centre j",
                             "`supports` (k,) float64: s_j"),
-              notes="Through SecAgg+ (four TRAIN messages; see FKM's `secure-update`): the "
+              notes="Through secure aggregation (see FKM's `secure-update`): the "
                     "server receives the federation's sums only and sets centre j to "
                     "sum s_j V_j / sum s_j (the previous centre where the sum is 0), "
                     "version 1's step. The evaluation is the common `secure-evaluate`."),

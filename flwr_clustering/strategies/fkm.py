@@ -580,12 +580,20 @@ register(AlgorithmSpec(
                             "`sum-x` (d,) float64: the sum of its rows",
                             "`sum-sq` (d,) float64: the sum of their squares (all three "
                             "zero below privacy-threshold rows)"),
-              notes="Sent through SecAgg+: four TRAIN messages (setup, share-keys, "
-                    "collect-masked-vectors, unmask; Flower's `secaggplus_mod` answers them "
-                    "inside `flwr_clustering.secure.secure_aggregation_mod`), the content above "
-                    "in the third. The reply arrays are written in fixed point (2**-32), split "
-                    "into base-B digits, masked and summed; the server receives only "
-                    "`secaggplus_configs` and an empty legacy fit result, and learns the "
+              notes="Sent through secure aggregation. With `secagg-keys='run'` (default): "
+                    "the run's key setup (`keys`, `shares` stages) once, then each secure "
+                    "exchange is an `upload` TRAIN message with the content above (the "
+                    "client's reply arrays written in fixed point, 2**-32, split into "
+                    "base-B digits, masked modulo 2**64; the server receives only the "
+                    "`masked` uint64 array and its shapes) and an `unmask` message (the "
+                    "client's self-mask seed of the exchange), plus `reveal`/`recover` "
+                    "when a client drops (`flwr_clustering.secure_session`). With "
+                    "`secagg-keys='exchange'`: Flower's SecAgg+, four TRAIN messages (setup, "
+                    "share-keys, collect-masked-vectors, unmask; Flower's `secaggplus_mod` "
+                    "answers them inside `flwr_clustering.secure.secure_aggregation_mod`), "
+                    "the content above in the third, the server receiving "
+                    "`secaggplus_configs` and an empty legacy fit result. Either way the "
+                    "server learns the "
                     "totals, from which it draws the starting centroids."),
         Phase("secure-update", "train", "every round, with secure-aggregation "
               "(server-update 'lloyd', no dp-epsilon)",

@@ -341,8 +341,8 @@ register(AlgorithmSpec(
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="Every phase other than `init` runs this step. `local-algorithm` "
                     "\"kmedoids\" uploads medoids, **which are real rows**. With "
-                    "secure-aggregation this reply goes through SecAgg+ (four TRAIN "
-                    "messages, see FKM's `secure-update`) and the server learns only the "
+                    "secure-aggregation this reply goes through secure aggregation "
+                    "(see FKM's `secure-update`) and the server learns only the "
                     "federation's sums and counts; `init` (round 1) still runs in the clear, "
                     "and the evaluation is the common `secure-evaluate`."),
     )))
