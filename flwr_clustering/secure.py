@@ -1,6 +1,9 @@
 """Secure aggregation: the server learns the federation's sums, not one client's.
 
-Built on Flower's SecAgg+ (Bell et al. 2020) as Flower 1.41 ships it, unchanged:
+Two arrangements of SecAgg+ (Bell et al. 2020), chosen by ``secagg-keys``: ``run`` (the
+default, :mod:`flwr_clustering.secure_session`: keys agreed once per run from Flower's
+primitives, an upload and an unmask message per exchange) and ``exchange``, this module:
+Flower's SecAgg+ as Flower 1.41 ships it, unchanged:
 
 * the server runs :class:`flwr.server.workflow.SecAggPlusWorkflow` (its four stages:
   key setup, encrypted share exchange, masked upload, unmasking with Shamir-shared seeds)
@@ -272,8 +275,10 @@ def _client_id(context: Context) -> int:
 
 
 def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:
-    """ClientApp mod: answer the SecAgg+ stages of a secure exchange, pass the rest on.
+    """ClientApp mod: answer the stages of a secure exchange, pass the rest on.
 
+    A ``TRAIN`` message of a secure session (:data:`~flwr_clustering.secure_session.
+    SESSION_RECORD`) goes to :func:`~flwr_clustering.secure_session.answer_session_stage`.
     A ``TRAIN`` message with SecAgg+'s configuration goes to Flower's
     :func:`~flwr.client.mod.secaggplus_mod`. In its masked-upload stage that mod asks the
     app for the reply: this mod hands the message on as a message of our protocol
