@@ -98,6 +98,8 @@ __all__ = [
     "SESSION_RECORD",
     "SecureSession",
     "answer_session_stage",
+    "ids_from_bytes",
+    "ids_to_bytes",
     "mask_words",
     "ring_neighbours",
     "session_digit_base",
@@ -172,6 +174,16 @@ def _root(shared_key: bytes) -> bytes:
     return base64.urlsafe_b64decode(shared_key)
 
 
+def ids_to_bytes(nodes) -> bytes:
+    """Node ids (unsigned 64-bit, as Flower's) packed for a record."""
+    return np.asarray([int(n) for n in nodes], dtype=np.uint64).tobytes()
+
+
+def ids_from_bytes(data: bytes) -> list[int]:
+    """The node ids of :func:`ids_to_bytes`."""
+    return [int(n) for n in np.frombuffer(bytes(data), dtype=np.uint64)]
+
+
 def _pack_share(src: int, dst: int, session: str, share: bytes) -> bytes:
     return b"|".join([b"%d" % src, b"%d" % dst, session.encode(), base64.b64encode(share)])
 
@@ -202,7 +214,7 @@ class _ClientSession:
         self.values: dict[str, Any] = {}
         for key, value in (dict(rec) if rec is not None else {}).items():
             if key in _INT_LISTS:
-                value = np.frombuffer(value, dtype=np.int64).tolist()
+                value = ids_from_bytes(value)
             elif key in _BYTES_LISTS:
                 sizes = np.frombuffer(rec[key + ":sizes"], dtype=np.int64)
                 ends = np.cumsum(sizes).tolist()
@@ -216,7 +228,7 @@ class _ClientSession:
         out: dict[str, Any] = {}
         for key, value in self.values.items():
             if key in _INT_LISTS:
-                value = np.asarray(value, dtype=np.int64).tobytes()
+                value = ids_to_bytes(value)
             elif key in _BYTES_LISTS:
                 out[key + ":sizes"] = np.asarray([len(v) for v in value],
                                                  dtype=np.int64).tobytes()
@@ -252,7 +264,7 @@ def _stage_shares(cfg: dict, state: _ClientSession, me: int) -> ConfigRecord:
     state.check(session)
     if "c-sk" not in state.values:
         raise ValueError(f"secure session {session!r}: the shares were already made")
-    peers = [int(v) for v in cfg["peers"]]
+    peers = ids_from_bytes(cfg["peers"])
     if me in peers or len(set(peers)) != len(peers) or not peers:
         raise ValueError("secure session: the server's neighbour list is malformed")
     threshold = int(cfg["threshold"])
@@ -273,14 +285,15 @@ def _stage_shares(cfg: dict, state: _ClientSession, me: int) -> ConfigRecord:
                          "self-root": self_root, "held-from": [], "held": [],
                          "pair-revealed": [], "root-revealed": []})
     state.save()
-    return ConfigRecord({"to": peers, "ciphertexts": ciphertexts})
+    return ConfigRecord({"to": ids_to_bytes(peers), "ciphertexts": ciphertexts})
 
 
 def _receive_shares(cfg: dict, state: _ClientSession, me: int) -> None:
     index = state.peer_index()
     keys = state.get_list("enc-keys")
     held_from, held = state.get_list("held-from"), state.get_list("held")
-    for src, ciphertext in zip(cfg.get("share-from", []), cfg.get("shares", []), strict=True):
+    for src, ciphertext in zip(ids_from_bytes(cfg.get("share-from", b"")),
+                               cfg.get("shares", []), strict=True):
         src = int(src)
         if src not in index:
             raise ValueError(f"secure session: a share from node {src}, not a neighbour")
@@ -304,7 +317,7 @@ def _stage_upload(msg: Message, cfg: dict, state: _ClientSession, me: int, conte
                          "exchange number")
     _receive_shares(cfg, state, me)
     index = state.peer_index()
-    active = [int(v) for v in cfg.get("active", [])]
+    active = ids_from_bytes(cfg.get("active", b""))
     burnt = set(state.get_list("pair-revealed")) | set(state.get_list("root-revealed"))
     if any(v not in index for v in active) or burnt & set(active):
         raise ValueError("secure session: the exchange's neighbours are not this client's "
@@ -361,7 +374,7 @@ def _stage_reveal(cfg: dict, state: _ClientSession) -> ConfigRecord:
                          "now (not the current exchange, or its self seed is already out)")
     index, roots = state.peer_index(), state.get_list("roots")
     active = set(state.get_list("active"))
-    dropped = [int(v) for v in cfg["dropped"]]
+    dropped = ids_from_bytes(cfg["dropped"])
     if any(v not in active for v in dropped):
         raise ValueError("secure session: a pair seed asked for a node outside the exchange")
     if set(dropped) & set(state.get_list("root-revealed")):
@@ -371,7 +384,7 @@ def _stage_reveal(cfg: dict, state: _ClientSession) -> ConfigRecord:
     state.values["pair-revealed"] = sorted(set(state.get_list("pair-revealed")) | set(dropped))
     state.values["active"] = sorted(active - set(dropped))
     state.save()
-    return ConfigRecord({"dropped": dropped, "seeds": seeds})
+    return ConfigRecord({"dropped": ids_to_bytes(dropped), "seeds": seeds})
 
 
 def _stage_unmask(cfg: dict, state: _ClientSession) -> ConfigRecord:
@@ -390,13 +403,13 @@ def _stage_recover(cfg: dict, state: _ClientSession) -> ConfigRecord:
     held = dict(zip(state.get_list("held-from"), state.get_list("held"), strict=True))
     pair_revealed = set(state.get_list("pair-revealed"))
     nodes, shares = [], []
-    for v in (int(v) for v in cfg["nodes"]):
+    for v in ids_from_bytes(cfg["nodes"]):
         if v in held and v not in pair_revealed:
             nodes.append(v)
             shares.append(held[v])
     state.values["root-revealed"] = sorted(set(state.get_list("root-revealed")) | set(nodes))
     state.save()
-    return ConfigRecord({"nodes": nodes, "shares": shares})
+    return ConfigRecord({"nodes": ids_to_bytes(nodes), "shares": shares})
 
 
 def answer_session_stage(msg: Message, context: Context, call_next) -> Message:
@@ -515,7 +528,7 @@ class SecureSession:
         t = {u: share_threshold(len(p), self.threshold) for u, p in peers.items()}
         pks = {u: dict(keys[u].content.config_records[SESSION_RECORD]) for u in alive}
         contents = {u: self._stage(
-            "shares", session=session, peers=peers[u], threshold=t[u],
+            "shares", session=session, peers=ids_to_bytes(peers[u]), threshold=t[u],
             **{"c-pks": [pks[v]["c-pk"] for v in peers[u]],
                "s-pks": [pks[v]["s-pk"] for v in peers[u]]}) for u in alive}
         shares = self._send(grid, contents, group, ex, timeout)
@@ -524,7 +537,8 @@ class SecureSession:
         self._pending = {u: [] for u in alive}
         for u, reply in shares.items():
             rec = reply.content.config_records[SESSION_RECORD]
-            for v, ciphertext in zip(rec["to"], rec["ciphertexts"], strict=True):
+            for v, ciphertext in zip(ids_from_bytes(rec["to"]), rec["ciphertexts"],
+                                     strict=True):
                 if int(v) in self._pending:
                     self._pending[int(v)].append((u, ciphertext))
         logger.info("secure session %s: keys agreed among %d clients (%d neighbours each, "
@@ -578,8 +592,9 @@ class SecureSession:
         for u in chosen:
             pending = self._pending.get(u, [])
             content = self._stage("upload", session=session, exchange=e, base=base,
-                                  active=active[u], **{"share-from": [s for s, _ in pending],
-                                                       "shares": [c for _, c in pending]})
+                                  active=ids_to_bytes(active[u]),
+                                  **{"share-from": ids_to_bytes([s for s, _ in pending]),
+                                     "shares": [c for _, c in pending]})
             content["arrays"] = ArrayRecord([np.asarray(a) for a in arrays])
             content["config"] = ConfigRecord(dict(config))
             contents[u] = content
@@ -609,12 +624,13 @@ class SecureSession:
             asks = {u: sorted(set(active[u]) & new) for u in survivors}
             asks = {u: d for u, d in asks.items() if d}
             replies = self._send(grid, {u: self._stage("reveal", session=session, exchange=e,
-                                                       dropped=d) for u, d in asks.items()},
+                                                       dropped=ids_to_bytes(d))
+                                  for u, d in asks.items()},
                                  server_round, ex, timeout)
             new = set(asks) - set(replies)
             for u, msg in replies.items():
                 rec = msg.content.config_records[SESSION_RECORD]
-                for v, seed in zip(rec["dropped"], rec["seeds"], strict=True):
+                for v, seed in zip(ids_from_bytes(rec["dropped"]), rec["seeds"], strict=True):
                     pair_seeds[(u, int(v))] = seed
             survivors -= new
             dropped |= new
@@ -661,12 +677,13 @@ class SecureSession:
         holders = sorted(survivors - set(lost))
         asks = {h: [u for u in lost if h in self.peers[u]] for h in holders}
         asks = {h: us for h, us in asks.items() if us}
-        replies = self._send(grid, {h: self._stage("recover", session=session, nodes=us)
+        replies = self._send(grid, {h: self._stage("recover", session=session,
+                                                   nodes=ids_to_bytes(us))
                                     for h, us in asks.items()}, group, ex, timeout)
         shares: dict[int, list[bytes]] = {u: [] for u in lost}
         for msg in replies.values():
             rec = msg.content.config_records[SESSION_RECORD]
-            for u, share in zip(rec["nodes"], rec["shares"], strict=True):
+            for u, share in zip(ids_from_bytes(rec["nodes"]), rec["shares"], strict=True):
                 if int(u) in shares:
                     shares[int(u)].append(bytes(share))
         seeds = {}

@@ -11,6 +11,8 @@ from flwr_clustering.secure import secure_aggregation_mod
 from flwr_clustering.secure_session import (
     SESSION_RECORD,
     SecureSession,
+    ids_from_bytes,
+    ids_to_bytes,
     mask_words,
     ring_neighbours,
     session_digit_base,
@@ -200,6 +202,19 @@ def test_dropouts_at_every_stage_leave_an_exact_sum(kill, left_out, out_after):
     assert session.setups == 2
 
 
+def test_flower_s_64_bit_node_ids():
+    """Flower's node ids are unsigned 64-bit: above 2**63 in a real run."""
+    values = _values(6)
+    ids = [2**64 - 1 - i * 2**61 for i in range(6)]
+    grid = InProcessGrid(_app(values, {(2, "upload")}), 6, node_ids=ids)
+    session = SecureSession()
+    out = session.secure_sum(grid, ids, [], {}, server_round=1)
+    assert out.nodes == sorted(ids[i] for i in (0, 1, 3, 4, 5))
+    exact = [sum(values[i][j] for i in (0, 1, 3, 4, 5)) for j in range(2)]
+    np.testing.assert_array_equal(out.sums[1], exact[1])
+    assert ids_from_bytes(ids_to_bytes(ids)) == ids
+
+
 def test_too_few_survivors_halt_with_the_reasons():
     grid = InProcessGrid(_app(_values(3), {(1, "upload"), (2, "upload")}), 3)
     with pytest.raises(RuntimeError, match=r"secure aggregation halted.*client 1 died"):
@@ -252,7 +267,7 @@ def _ask(grid, node, **cfg):
 def test_a_client_masks_once_per_exchange_number():
     grid, session = _setup()
     reply = _ask(grid, 100, stage="upload", session=session.session, exchange=1,
-                 base=2**40, active=[])
+                 base=2**40, active=ids_to_bytes([]))
     assert reply.has_error() and "is not new" in reply.error.reason
 
 
@@ -260,7 +275,7 @@ def test_a_client_reveals_no_pair_seed_after_its_self_seed():
     grid, session = _setup()
     peer = session.peers[100][0]
     reply = _ask(grid, 100, stage="reveal", session=session.session, exchange=1,
-                 dropped=[peer])
+                 dropped=ids_to_bytes([peer]))
     assert reply.has_error() and "self seed is already out" in reply.error.reason
 
 
@@ -270,21 +285,24 @@ def test_a_client_gives_a_root_share_or_pair_seeds_for_a_node_never_both():
     # exchange 2: the server says v dropped; u reveals its pair seed with v
     e = session.exchange + 1
     reply = _ask(grid, u, stage="upload", session=session.session, exchange=e,
-                 base=2**40, active=session.peers[u])
+                 base=2**40, active=ids_to_bytes(session.peers[u]))
     assert not reply.has_error()
-    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e, dropped=[v])
+    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e,
+                 dropped=ids_to_bytes([v]))
     assert not reply.has_error() and len(reply.content[SESSION_RECORD]["seeds"]) == 1
     # ... and then refuses v's root share (with both the server would unmask v)
-    reply = _ask(grid, u, stage="recover", session=session.session, nodes=[v])
-    assert not reply.has_error() and list(reply.content[SESSION_RECORD]["nodes"]) == []
+    reply = _ask(grid, u, stage="recover", session=session.session, nodes=ids_to_bytes([v]))
+    assert not reply.has_error()
+    assert ids_from_bytes(reply.content[SESSION_RECORD]["nodes"]) == []
     # the other way round: a root share given, no pair seed for that node afterwards
     w = session.peers[u][1]
-    reply = _ask(grid, u, stage="recover", session=session.session, nodes=[w])
-    assert list(reply.content[SESSION_RECORD]["nodes"]) == [w]
+    reply = _ask(grid, u, stage="recover", session=session.session, nodes=ids_to_bytes([w]))
+    assert ids_from_bytes(reply.content[SESSION_RECORD]["nodes"]) == [w]
     e += 1
     _ask(grid, u, stage="upload", session=session.session, exchange=e, base=2**40,
-         active=[x for x in session.peers[u] if x not in (v, w)])
-    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e, dropped=[w])
+         active=ids_to_bytes([x for x in session.peers[u] if x not in (v, w)]))
+    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e,
+                 dropped=ids_to_bytes([w]))
     assert reply.has_error()
 
 
