@@ -215,3 +215,5 @@ def test_cluster_sums_kernel_adds_as_bincount_and_the_sparse_product(monkeypatch
                                rtol=1e-12)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\), got 5"):
         lloyd.cluster_sums(X, labels, 5)
+    with pytest.raises(ValueError, match=r"labels must have shape \(5000,\), got \(4999,\)"):
+        lloyd.cluster_sums(X, labels[1:], 7)  # (the kernel would read past their end)

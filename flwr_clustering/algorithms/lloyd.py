@@ -561,6 +561,8 @@ def cluster_sums(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray,
     import scipy.sparse as sp
 
     n, d = X.shape
+    if np.shape(labels) != (n,):
+        raise ValueError(f"labels must have shape ({n},), got {np.shape(labels)}")
     counts = np.bincount(labels, minlength=k).astype(np.int64)
     if len(counts) > k:
         raise ValueError(f"labels must lie in [0, {k}), got {len(counts) - 1}")
