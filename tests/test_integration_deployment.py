@@ -177,8 +177,8 @@ def test_deployment_three_supernodes_local_files(deployment):
 
     # FFCM (a moments exchange and two rounds of fuzzy c-means), then Algorithms 1 and 2 of the masked-feature paper, DGC and KDC, on the same
     # SuperNodes: the reference loops' results. (FKM under secure aggregation, whose
-    # SecAgg+ state each SuperNode carries across four fresh flwr-clientapp processes, runs
-    # on a deployment in tests/test_deployment_data.py.)
+    # session state each SuperNode carries across fresh flwr-clientapp processes, runs on a
+    # deployment in tests/test_deployment_data.py.)
     from flwr_clustering.algorithms.dgc import build_graph, initial_centres, run_dgc
     from flwr_clustering.algorithms.ffcm import run_ffcm
     from flwr_clustering.algorithms.kdc import initial_cluster_means, run_kdc
