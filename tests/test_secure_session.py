@@ -310,3 +310,15 @@ def test_a_stage_of_an_unknown_session_is_refused():
     grid, _ = _setup()
     reply = _ask(grid, 101, stage="unmask", session="feedbeef", exchange=1)
     assert reply.has_error() and "no keys for it" in reply.error.reason
+
+
+def test_the_secagg_benchmark_runs_all_three_and_they_agree():
+    from simulations.secagg import cost, markdown
+
+    (row,) = cost(clients=(4,), rounds=3, ppc=10, exchange_max=4)
+    assert row["max-centroid-difference"] <= 1e-9
+    assert row["secure-seconds"] > 0 and row["secaggplus-seconds"] > 0
+    # per client per round: the masked digits (two per value) and the unmask seed, far
+    # less than SecAgg+'s keys, shares and masked vector
+    assert 2 * 8 * (16 * 2 + 16) <= row["secure-bytes"] < row["secaggplus-bytes"]
+    assert "| 4 |" in markdown([row], [])
