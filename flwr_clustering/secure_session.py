@@ -47,6 +47,9 @@ What the server learns, and what changed against SecAgg+ per exchange (docs/priv
     revealed for that exchange only (its neighbours send the seeds, SecAgg+ rebuilds its
     private key); a client whose root was rebuilt, or whose pair seeds were revealed, takes
     no further part in the session, and no honest client gives both kinds for one client.
+    A client uploads, reveals pair seeds or its self seed only while
+    :func:`live_threshold` of its neighbourhood (itself included) remain in the exchange:
+    dropouts around it never leave it masked by seeds the server holds only.
     The same ``t`` colluding neighbours of a client that unmask it under SecAgg+ unmask it
     here. Semi-honest server, as Flower's SecAgg+: a server that lies about who dropped to
     different clients is not detected (no signatures, as in Flower).
@@ -100,6 +103,7 @@ __all__ = [
     "answer_session_stage",
     "ids_from_bytes",
     "ids_to_bytes",
+    "live_threshold",
     "mask_words",
     "ring_neighbours",
     "session_digit_base",
@@ -135,6 +139,19 @@ def share_threshold(peers: int, threshold: float) -> int:
     if peers < 1:
         raise ValueError(f"a client needs at least one neighbour, got {peers}")
     return min(peers, max(2, math.ceil(threshold * peers)))
+
+
+def live_threshold(peers: int, threshold: float) -> int:
+    """How many of an exchange's clients around a client, itself included, must remain.
+
+    ``ceil(threshold * (peers + 1))``, at least 2 (at most ``peers + 1``): SecAgg+'s
+    threshold over a client's ``peers + 1`` shares. A client sends a pair seed or its self
+    seed only while that many of its neighbours and itself uploaded, so that dropouts
+    around it never leave its upload unmasked by anything but seeds the server holds.
+    """
+    if peers < 1:
+        raise ValueError(f"a client needs at least one neighbour, got {peers}")
+    return min(peers + 1, max(2, math.ceil(threshold * (peers + 1))))
 
 
 def ring_neighbours(nodes: Sequence[int], seed: int) -> dict[int, list[int]]:
@@ -267,10 +284,13 @@ def _stage_shares(cfg: dict, state: _ClientSession, me: int) -> ConfigRecord:
     peers = ids_from_bytes(cfg["peers"])
     if me in peers or len(set(peers)) != len(peers) or not peers:
         raise ValueError("secure session: the server's neighbour list is malformed")
-    threshold = int(cfg["threshold"])
+    threshold, live = int(cfg["threshold"]), int(cfg["live-threshold"])
     if not (min(2, len(peers)) <= threshold <= len(peers)):
         raise ValueError(f"secure session: share threshold {threshold} is not within "
                          f"[2, {len(peers)}]")
+    if not 2 <= live <= len(peers) + 1:
+        raise ValueError(f"secure session: live threshold {live} is not within "
+                         f"[2, {len(peers) + 1}]")
     c_sk = bytes_to_private_key(state.values.pop("c-sk"))
     s_sk = bytes_to_private_key(state.values.pop("s-sk"))
     enc_keys, roots = [], []
@@ -283,6 +303,7 @@ def _stage_shares(cfg: dict, state: _ClientSession, me: int) -> ConfigRecord:
                    for v, key, share in zip(peers, enc_keys, shares, strict=True)]
     state.values.update({"peers": peers, "enc-keys": enc_keys, "roots": roots,
                          "self-root": self_root, "held-from": [], "held": [],
+                         "live-threshold": live,
                          "pair-revealed": [], "root-revealed": []})
     state.save()
     return ConfigRecord({"to": ids_to_bytes(peers), "ciphertexts": ciphertexts})
@@ -322,6 +343,10 @@ def _stage_upload(msg: Message, cfg: dict, state: _ClientSession, me: int, conte
     if any(v not in index for v in active) or burnt & set(active):
         raise ValueError("secure session: the exchange's neighbours are not this client's "
                          "live neighbours")
+    if len(active) + 1 < int(state.values["live-threshold"]):
+        raise ValueError(f"secure session: refused: only {len(active)} of this client's "
+                         f"neighbours take part (its upload needs "
+                         f"{int(state.values['live-threshold']) - 1})")
     base = int(cfg["base"])
     if base < 2 or base & (base - 1) or base > 2**62:
         raise ValueError(f"secure session: digit base {base} is not a power of two <= 2**62")
@@ -380,6 +405,10 @@ def _stage_reveal(cfg: dict, state: _ClientSession) -> ConfigRecord:
     if set(dropped) & set(state.get_list("root-revealed")):
         raise ValueError("secure session: refused: this client gave its share of that "
                          "node's self-mask root")
+    if len(active - set(dropped)) + 1 < int(state.values["live-threshold"]):
+        raise ValueError(f"secure session: refused: with {len(dropped)} neighbours dropped "
+                         f"only {len(active - set(dropped))} remain around this client, "
+                         "too few to keep its upload masked")
     seeds = [_derive(roots[index[v]], b"pair", session, exchange) for v in dropped]
     state.values["pair-revealed"] = sorted(set(state.get_list("pair-revealed")) | set(dropped))
     state.values["active"] = sorted(active - set(dropped))
@@ -392,6 +421,9 @@ def _stage_unmask(cfg: dict, state: _ClientSession) -> ConfigRecord:
     state.check(session)
     if exchange != int(state.values.get("last-exchange", -1)):
         raise ValueError(f"secure session: exchange {exchange} is not the current one")
+    if len(state.get_list("active")) + 1 < int(state.values["live-threshold"]):
+        raise ValueError("secure session: refused: too few neighbours remain around this "
+                         "client to send its self seed")
     state.values["self-revealed"] = True
     state.save()
     return ConfigRecord({"seed": _derive(state.values["self-root"], b"self", session,
@@ -529,6 +561,7 @@ class SecureSession:
         pks = {u: dict(keys[u].content.config_records[SESSION_RECORD]) for u in alive}
         contents = {u: self._stage(
             "shares", session=session, peers=ids_to_bytes(peers[u]), threshold=t[u],
+            **{"live-threshold": live_threshold(len(peers[u]), self.threshold)},
             **{"c-pks": [pks[v]["c-pk"] for v in peers[u]],
                "s-pks": [pks[v]["s-pk"] for v in peers[u]]}) for u in alive}
         shares = self._send(grid, contents, group, ex, timeout)
@@ -552,7 +585,9 @@ class SecureSession:
         chosen = set(nodes)
         for u in nodes:  # every client must keep enough live neighbours to be rebuilt
             live = [v for v in self.peers[u] if v in chosen]
-            if len(live) < share_threshold(len(self.peers[u]), self.threshold):
+            peers = len(self.peers[u])
+            if len(live) < share_threshold(peers, self.threshold) or \
+                    len(live) + 1 < live_threshold(peers, self.threshold):
                 return True
         return False
 

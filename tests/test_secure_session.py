@@ -13,6 +13,7 @@ from flwr_clustering.secure_session import (
     SecureSession,
     ids_from_bytes,
     ids_to_bytes,
+    live_threshold,
     mask_words,
     ring_neighbours,
     session_digit_base,
@@ -213,6 +214,48 @@ def test_flower_s_64_bit_node_ids():
     exact = [sum(values[i][j] for i in (0, 1, 3, 4, 5)) for j in range(2)]
     np.testing.assert_array_equal(out.sums[1], exact[1])
     assert ids_from_bytes(ids_to_bytes(ids)) == ids
+
+
+def test_dropouts_that_leave_clients_too_few_neighbours_halt_the_exchange():
+    """SecAgg+'s condition: t of a client's neighbourhood must remain, or no unmasking.
+
+    Five neighbours in a row of a 30-client ring (10 neighbours each, t = 7 with itself)
+    drop: the clients beside them refuse to reveal (they would keep too few masks), which
+    leaves their own neighbours with too few, and so on; the exchange halts (SecAgg+
+    halts too: it cannot rebuild their self masks) naming the refusals.
+    """
+    n = 30
+    ids = [100 + i for i in range(n)]
+    peers = ring_neighbours(ids, seed=5 + 1)  # the session's first key setup
+    assert (len(peers[100]), live_threshold(10, 0.6)) == (10, 7)
+    order = [ids[i] for i in np.random.default_rng(6).permutation(n)]
+    at = order.index(100)
+    gone = [order[(at - j) % n] for j in range(1, 6)]
+    assert set(gone) <= set(peers[100])
+    grid = InProcessGrid(_app(_values(n), {(v - 100, "upload") for v in gone}), n)
+    with pytest.raises(RuntimeError, match="too few to keep its upload masked"):
+        SecureSession(seed=5).secure_sum(grid, ids, [], {}, server_round=1)
+
+
+def test_a_client_sends_no_seed_that_would_leave_it_with_too_few_masks():
+    grid, session = _setup(8)
+    u = 100
+    peers = session.peers[u]
+    may_drop = len(peers) + 1 - live_threshold(len(peers), 0.6)
+    assert (len(peers), may_drop) == (6, 2)  # a ring of 8 with 6 neighbours, t = 5
+    e = session.exchange + 1
+    reply = _ask(grid, u, stage="upload", session=session.session, exchange=e, base=2**40,
+                 active=ids_to_bytes(peers[:3]))
+    assert reply.has_error() and "only 3 of this client's neighbours" in reply.error.reason
+    reply = _ask(grid, u, stage="upload", session=session.session, exchange=e, base=2**40,
+                 active=ids_to_bytes(peers))
+    assert not reply.has_error()
+    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e,
+                 dropped=ids_to_bytes(peers[:may_drop + 1]))
+    assert reply.has_error() and "too few to keep its upload masked" in reply.error.reason
+    reply = _ask(grid, u, stage="reveal", session=session.session, exchange=e,
+                 dropped=ids_to_bytes(peers[:may_drop]))
+    assert not reply.has_error() and len(reply.content[SESSION_RECORD]["seeds"]) == may_drop
 
 
 def test_too_few_survivors_halt_with_the_reasons():
