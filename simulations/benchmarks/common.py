@@ -409,10 +409,13 @@ def summarize_history(history: list[dict[str, Any]], skip: int = 1) -> dict[str,
 
 
 #: Benchmark labels that are an algorithm with run-config keys: plain federated Lloyd and
-#: the same under secure aggregation (``bench rounds --algorithms fkm-lloyd fkm-secure``).
+#: the same under secure aggregation (``bench rounds --algorithms fkm-lloyd fkm-secure``),
+#: keys once per run (the default) or Flower's SecAgg+ per exchange (``fkm-secaggplus``).
 LABEL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "fkm-lloyd": ("fkm", {"server-update": "lloyd"}),
     "fkm-secure": ("fkm", {"server-update": "lloyd", "secure-aggregation": True}),
+    "fkm-secaggplus": ("fkm", {"server-update": "lloyd", "secure-aggregation": True,
+                               "secagg-keys": "exchange"}),
 }
 
 
