@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .lloyd import check_data, cluster_sums, nearest_labels
+from .lloyd import check_data, cluster_sums, nearest_labels, weighted_kmeans
 
 __all__ = [
     "CANDIDATES_PER_CLUSTER",
@@ -87,6 +87,7 @@ __all__ = [
     "dp_noise_plan",
     "moments_sensitivity",
     "dp_server_step",
+    "gaussian_noise",
     "noise_multiplier_for",
     "run_dp_lloyd",
     "sensitivity",
@@ -259,6 +260,18 @@ def dp_initial_centroids(k: int, d: int, bound: float, rng: np.random.Generator)
     return rng.uniform(-half, half, size=(int(k), int(d)))
 
 
+def gaussian_noise(sums: np.ndarray, counts: np.ndarray, sigma: float,
+                   rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+    """``sums`` and ``counts`` with ``N(0, sigma^2)`` added to each value (sums drawn first).
+
+    ``sigma = 0``: returned unchanged. The Gaussian mechanism of every DP statistic here.
+    """
+    if sigma > 0:
+        sums = sums + rng.normal(0.0, sigma, size=sums.shape)
+        counts = counts + rng.normal(0.0, sigma, size=counts.shape)
+    return sums, counts
+
+
 def _symmetric_noise(d: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """Noise for a symmetric ``(d, d)`` matrix: upper triangle ``N(0, sigma^2)``, mirrored."""
     upper = np.triu(rng.normal(0.0, sigma, size=(d, d)))
@@ -328,11 +341,7 @@ def dp_candidate_stats(X: np.ndarray, U: np.ndarray, Q: np.ndarray, *, bound: fl
     Q = np.asarray(Q, dtype=np.float64)
     labels = nearest_labels(Y, Q)
     sums, counts = cluster_sums(Y, labels, len(Q))
-    counts = counts.astype(np.float64)
-    if sigma > 0:
-        sums = sums + rng.normal(0.0, sigma, size=sums.shape)
-        counts = counts + rng.normal(0.0, sigma, size=counts.shape)
-    return sums, counts
+    return gaussian_noise(sums, counts.astype(np.float64), sigma, rng)
 
 
 def dp_init_from_candidates(sums: np.ndarray, counts: np.ndarray, U: np.ndarray,
@@ -347,13 +356,8 @@ def dp_init_from_candidates(sums: np.ndarray, counts: np.ndarray, U: np.ndarray,
     ``n_init=10``) makes ``k`` centres in the subspace, lifted as ``U c + (I - U U^T) mu``
     and projected into the ball of radius ``bound``.
     """
-    from .lloyd import weighted_kmeans
-
-    sums = np.asarray(sums, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    if sigma > 0:
-        sums = sums + rng.normal(0.0, sigma, size=sums.shape)
-        counts = counts + rng.normal(0.0, sigma, size=counts.shape)
+    sums, counts = gaussian_noise(np.asarray(sums, dtype=np.float64),
+                                  np.asarray(counts, dtype=np.float64), sigma, rng)
     keep = counts >= max(1.0, 2.0 * float(total_sigma))
     points = np.array(Q, dtype=np.float64, copy=True)
     points[keep] = sums[keep] / counts[keep, None]
@@ -378,11 +382,7 @@ def dp_client_stats(X: np.ndarray, C: np.ndarray, *, bound: float, sigma: float,
     Xc = clip_rows(check_data(X), bound)
     labels = nearest_labels(Xc, C)
     sums, counts = cluster_sums(Xc, labels, len(C))
-    counts = counts.astype(np.float64)
-    if sigma > 0:
-        sums = sums + rng.normal(0.0, sigma, size=sums.shape)
-        counts = counts + rng.normal(0.0, sigma, size=counts.shape)
-    return sums, counts
+    return gaussian_noise(sums, counts.astype(np.float64), sigma, rng)
 
 
 def dp_server_step(sums: np.ndarray, counts: np.ndarray, previous: np.ndarray, *,
@@ -394,13 +394,10 @@ def dp_server_step(sums: np.ndarray, counts: np.ndarray, previous: np.ndarray, *
     count is below 1 keeps its previous position; every centroid is projected into the
     ball of radius ``bound``.
     """
-    sums = np.asarray(sums, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    if sigma > 0:
-        if rng is None:
-            raise ValueError("central noise needs the server's generator")
-        sums = sums + rng.normal(0.0, sigma, size=sums.shape)
-        counts = counts + rng.normal(0.0, sigma, size=counts.shape)
+    if sigma > 0 and rng is None:
+        raise ValueError("central noise needs the server's generator")
+    sums, counts = gaussian_noise(np.asarray(sums, dtype=np.float64),
+                                  np.asarray(counts, dtype=np.float64), sigma, rng)
     new = np.array(previous, dtype=np.float64, copy=True)
     ok = counts >= 1.0
     new[ok] = sums[ok] / counts[ok, None]
