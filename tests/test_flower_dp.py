@@ -18,7 +18,7 @@ from flwr_clustering.testing import InProcessGrid
 pytest.importorskip("dp_accounting")
 
 DP = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "data_bound": 15.0,
-      "max_rounds": 6, "tol": -1.0}
+      "max_rounds": 6, "dp_rounds": 6, "tol": -1.0}
 
 
 def _clients():
@@ -108,7 +108,8 @@ def test_the_differencing_attack_finds_no_row_in_what_the_dp_server_received():
 
     data = _clients()
     grid = InProcessGrid(_app(data), 5)
-    FedKMeans(16, min_nodes=5, **{**DP, "data_bound": 50.0, "max_rounds": 20}).start(grid=grid)
+    FedKMeans(16, min_nodes=5, **{**DP, "data_bound": 50.0, "max_rounds": 20,
+                                  "dp_rounds": 20}).start(grid=grid)
     for cid, (X, _) in enumerate(data):
         rounds = []
         for m in sorted((m for m in grid.received if m.metadata.message_type == "train"
@@ -141,7 +142,7 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     from flwr_clustering.app.server_app import run_server
 
     run_config = {"server-update": "lloyd", "dp-epsilon": 4.0, "data-bound": 20.0,
-                  "max-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path),
+                  "dp-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path),
                   "scaling": "none"}
     out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
@@ -150,6 +151,25 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     assert out["centroids"].shape == (16, 2)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "completed"
+
+
+def test_a_dp_run_takes_dp_rounds_and_spends_its_budget_on_them(tmp_path):
+    """Defaults that work: the App's max-rounds (20) does not split a DP budget 20 ways."""
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+
+    run_config = {"server-update": "lloyd", "dp-epsilon": 1.0, "data-bound": 20.0,
+                  "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path), "scaling": "none"}
+    run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
+    history = json.loads((tmp_path / "history.json").read_text())
+    ledger = json.loads((tmp_path / "privacy.json").read_text())
+    assert len(history) == 2 and ledger["differential-privacy"]["rounds-run"] == 2
+    phases = [m["phase"] for m in ledger["differential-privacy"]["mechanisms"]]
+    assert phases == ["dp-moments", "dp-candidates", "dp-update", "dp-update"]
+    assert 1.0 * (1 - 1e-3) <= ledger["epsilon"] <= 1.0
+    # max-rounds still caps them
+    strategy = FedKMeans(16, **{**DP, "max_rounds": 1, "dp_rounds": 4})
+    assert strategy.max_rounds == 1 and len(strategy.noise_plan) == 3
 
 
 def _app_run(tmp_path, node_configs, **config):
@@ -164,8 +184,8 @@ def _app_run(tmp_path, node_configs, **config):
 def test_a_node_can_require_dp_up_to_an_epsilon(tmp_path):
     """Node config dp-max-epsilon: the data owner's ceiling, not the server's word."""
     strict = [{"dp-max-epsilon": 1.0}] + [{}] * 4
-    dp = {"server-update": "lloyd", "data-bound": 20.0, "max-rounds": 3, "tol": -1.0,
-          "scaling": "none"}
+    dp = {"server-update": "lloyd", "data-bound": 20.0, "max-rounds": 3, "dp-rounds": 3,
+          "tol": -1.0, "scaling": "none"}
     # a DP run within the ceiling: all five take part
     out, _ = _app_run(tmp_path / "a", strict, **{**dp, "dp-epsilon": 1.0})
     history = json.loads((tmp_path / "a" / "history.json").read_text())

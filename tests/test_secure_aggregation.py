@@ -310,7 +310,7 @@ def test_dp_under_secure_aggregation_is_the_distributed_dp_loop_and_the_server_s
     X = X - X.mean(axis=0)
     data = [(X[c == i], y[c == i]) for i in range(5)]
     dp = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "data_bound": 15.0,
-          "max_rounds": 6, "tol": -1.0}
+          "max_rounds": 6, "dp_rounds": 6, "tol": -1.0}
     grid = InProcessGrid(_app(data), 5)
     strategy = FedKMeans(16, min_nodes=5, seed=3, secure_aggregation=True, **dp)
     strategy.start(grid=grid)

@@ -517,7 +517,7 @@ class FKMOptions(Options):
     tol: float = option(1e-6, help="stop when the Hungarian-matched centroid shift is <= tol "
                         "(negative: never)")
     dp_epsilon: float = option(0.0, minimum=0.0, help="differential privacy: epsilon of the "
-                               "released model, start and max-rounds (0: off; needs "
+                               "released model, start and dp-rounds (0: off; needs "
                                "server-update='lloyd' and data-bound)")
     dp_delta: float = option(1e-5, minimum=0.0, maximum=0.5, help="differential privacy: "
                              "delta")
@@ -532,7 +532,10 @@ class FKMOptions(Options):
                           "'random' (uniform in the data ball, free)")
     dp_init_share: float = option(0.5, help="differential privacy: the share of the budget "
                                   "dp-init='moments' spends (the rest is split over the "
-                                  "max-rounds Lloyd steps)")
+                                  "dp-rounds Lloyd steps)")
+    dp_rounds: int = option(2, minimum=1, help="differential privacy: the DP Lloyd steps the "
+                            "budget is split over, the run's rounds (max-rounds caps them); "
+                            "more rounds only split the budget further")
     dtype: str = option("float64", choices=FLOAT_DTYPES, help="the type the clients compute "
                         "in and send: float32 halves their data's memory and the messages")
 

@@ -159,7 +159,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
 
     - what to send: :meth:`train_config`, :meth:`train_arrays`; the model it returns:
       :meth:`model_record`;
-    - rounds: :meth:`protocol_rounds` (a fixed protocol), :meth:`converged`,
+    - rounds: :meth:`protocol_rounds` (a fixed protocol), :meth:`round_cap` (the most
+      rounds of an iterative one), :meth:`converged`,
       :meth:`shift`; extra exchanges: :meth:`initialize` (before round 1),
       :meth:`prepare_round` (before every round), :meth:`reconnect` (a resumed run);
     - what an upload claims, for the validation rules: :meth:`payload_features`,
@@ -328,13 +329,17 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         if self.secure_aggregation:
             self.evaluate = False
         fixed = self.protocol_rounds()
-        self.max_rounds = int(fixed if fixed is not None else options.max_rounds)
+        self.max_rounds = int(fixed if fixed is not None else self.round_cap())
         if self.max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, got {self.max_rounds}")
         self.reset()
 
     def configure(self) -> None:
         """Derive attributes from the options (override; called once by ``__init__``)."""
+
+    def round_cap(self) -> int:
+        """The most train rounds of an iterative run (default: the option ``max_rounds``)."""
+        return int(self.options.max_rounds)
 
     def protocol_rounds(self) -> int | None:
         """The fixed number of train rounds of the protocol (``None``: iterative).

@@ -111,12 +111,21 @@ class FedKMeans(ClusteringStrategy):
             self.evaluate = False
             self._dp_plan(self.options.dp_init)
 
+    def round_cap(self) -> int:
+        """The most rounds: with ``dp-epsilon``, ``dp-rounds`` (at most ``max-rounds``).
+
+        Those are the steps the DP budget is split over; more would only split it further.
+        """
+        if self.options.dp_epsilon > 0:
+            return min(int(self.options.max_rounds), int(self.options.dp_rounds))
+        return int(self.options.max_rounds)
+
     def _dp_plan(self, init: str) -> None:
         """Every mechanism's noise multiplier (``dp_lloyd.dp_noise_plan``), for ``init``."""
         from ..algorithms.dp_lloyd import dp_noise_plan, sensitivity
 
         o = self.options
-        self.noise_plan = dp_noise_plan(o.dp_epsilon, o.dp_delta, o.max_rounds, init=init,
+        self.noise_plan = dp_noise_plan(o.dp_epsilon, o.dp_delta, self.round_cap(), init=init,
                                         init_share=o.dp_init_share)
         self.noise_multiplier = self.noise_plan[-1]
         self.sigma = self.noise_multiplier * sensitivity(o.data_bound)
