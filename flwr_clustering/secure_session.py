@@ -362,9 +362,11 @@ def _stage_upload(msg: Message, cfg: dict, state: _ClientSession, me: int, conte
     for a in values:
         a = np.asarray(a, dtype=np.float64)
         if not np.isfinite(a).all():
-            raise ValueError(f"client {me}: secure aggregation: a value to sum is not finite")
+            raise ValueError(f"client {client_id_of(context)}: secure aggregation: a value to "
+                             "sum is not finite")
         if a.size and float(np.abs(a).max()) > VALUE_LIMIT:
-            raise ValueError(f"client {me}: secure aggregation: a value to sum exceeds "
+            raise ValueError(f"client {client_id_of(context)}: secure aggregation: a value to "
+                             "sum exceeds "
                              f"{VALUE_LIMIT:.0f} in magnitude (the fixed-point range): "
                              "scale the data")
         shapes.append(list(a.shape))
@@ -381,7 +383,8 @@ def _stage_upload(msg: Message, cfg: dict, state: _ClientSession, me: int, conte
         else:
             masked -= words
     logger.info("client %d exchange %d (secure session): %d arrays (%d values) go masked "
-                "into the sum; its metrics stay on the node", me, exchange, len(values),
+                "into the sum; its metrics stay on the node", client_id_of(context), exchange,
+                len(values),
                 sum(int(a.size) for a in values))
     shape_record = {"ndims": [len(s) for s in shapes],
                     "dims": [int(d) for s in shapes for d in s]}
