@@ -405,6 +405,7 @@ def bench_supernodes(
     timeout: float = 1800.0,
     round_timeout: float = 300.0,
     sample_interval: float = 1.0,
+    poll_seconds: float | None = None,
 ) -> dict[str, Any]:
     """FKM vs echo round time on one SuperLink and ``nodes`` SuperNode processes.
 
@@ -436,6 +437,10 @@ def bench_supernodes(
         The runs' ``round-timeout`` (a lost reply fails the run after it).
     sample_interval : float, default 1.0
         Seconds between memory samples.
+    poll_seconds : float, optional
+        Shorten Flower's 3-s polling waits to this (the test deployments' patch,
+        :class:`~simulations.benchmarks.deployment.LocalDeployment`): what a round costs
+        without Flower's polling floor. Default: Flower's own waits.
 
     Returns
     -------
@@ -455,7 +460,8 @@ def bench_supernodes(
                   repeats=int(repeats), samples_per_node=int(samples_per_node), k=int(k),
                   features=int(features), database=database,
                   app=str(Path(app).resolve() if app else REPO_ROOT),
-                  round_timeout=float(round_timeout), sample_interval=float(sample_interval))
+                  round_timeout=float(round_timeout), sample_interval=float(sample_interval),
+                  poll_seconds=poll_seconds)
     result: dict[str, Any] = {"benchmark": "supernodes", "params": params,
                               "machine": machine_info(), "load_before": load_average(), "runs": []}
     runs: list[dict[str, Any]] = result["runs"]
@@ -467,7 +473,7 @@ def bench_supernodes(
     print(f"[{time.strftime('%H:%M:%S')}] starting 1 SuperLink + {nodes} SuperNodes",
           flush=True)
     fed = start_federation(fed_dir, nodes, samples_per_node, k=k, features=features,
-                           database=database)
+                           database=database, poll_seconds=poll_seconds)
     sampler = PssSampler(lambda: [p.pid for p in fed.deployment.started if p.alive()],
                          sample_interval)
     try:
@@ -602,6 +608,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the runs' round-timeout (a lost reply fails the run)")
     parser.add_argument("--sample-interval", type=float, default=1.0,
                         help="seconds between memory samples")
+    parser.add_argument("--poll-seconds", type=float, default=None,
+                        help="shorten Flower's 3-s polling waits to this (default: Flower's)")
     parser.add_argument("--out", default="bench-results")
     parser.set_defaults(func=_cmd_supernodes)
 
@@ -612,6 +620,7 @@ def _cmd_supernodes(args: argparse.Namespace) -> int:
         samples_per_node=args.samples_per_node, k=args.k, features=args.features,
         database=args.database, out=Path(args.out), timeout=args.timeout,
         round_timeout=args.round_timeout, sample_interval=args.sample_interval,
+        poll_seconds=args.poll_seconds,
     )
     print(supernodes_markdown(result))
     out = Path(args.out).resolve()
