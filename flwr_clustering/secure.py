@@ -77,6 +77,7 @@ from .secure_sums import (
     SECAGG_THRESHOLD,
     VALUE_LIMIT,
     SecureSum,
+    checked_values,
     decode_fixed,
     encode_fixed,
     neighbours,
@@ -308,17 +309,7 @@ def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message
         if base != 2 * float(setup["clipping_range"]) or base & (base - 1):
             raise ValueError(f"client {cid}: secure aggregation: the server's quantization "
                              "is not the exact digit encoding of flwr_clustering.secure")
-        out = []
-        for a in values:
-            a = np.asarray(a, dtype=np.float64)
-            if not np.isfinite(a).all():
-                raise ValueError(f"client {cid}: secure aggregation: a value to sum is not "
-                                 "finite")
-            if a.size and float(np.abs(a).max()) > VALUE_LIMIT:
-                raise ValueError(
-                    f"client {cid}: secure aggregation: a value to sum exceeds "
-                    f"{VALUE_LIMIT:.0f} in magnitude (the fixed-point range): scale the data")
-            out.append(encode_fixed(a, base))
+        out = [encode_fixed(a, base) for a in checked_values(values, cid)]
         logger.info("client %d round %s (secure aggregation): %d arrays (%d floats) go "
                     "masked into the sum; its metrics stay on the node", cid,
                     inner.metadata.group_id, len(out), sum(int(a.size) for a in out))

@@ -88,8 +88,8 @@ from .log import logger
 from .protocol import client_id_of
 from .secure_sums import (
     SECAGG_THRESHOLD,
-    VALUE_LIMIT,
     SecureSum,
+    checked_values,
     decode_fixed,
     digits_for,
     encode_fixed,
@@ -359,16 +359,7 @@ def _stage_upload(msg: Message, cfg: dict, state: _ClientSession, me: int, conte
         raise RuntimeError(str(reply.error.reason))
     values = reply.content["arrays"].to_numpy_ndarrays() if "arrays" in reply.content else []
     digits, shapes = [], []
-    for a in values:
-        a = np.asarray(a, dtype=np.float64)
-        if not np.isfinite(a).all():
-            raise ValueError(f"client {client_id_of(context)}: secure aggregation: a value to "
-                             "sum is not finite")
-        if a.size and float(np.abs(a).max()) > VALUE_LIMIT:
-            raise ValueError(f"client {client_id_of(context)}: secure aggregation: a value to "
-                             "sum exceeds "
-                             f"{VALUE_LIMIT:.0f} in magnitude (the fixed-point range): "
-                             "scale the data")
+    for a in checked_values(values, client_id_of(context)):
         shapes.append(list(a.shape))
         digits.append(encode_fixed(a, base).astype(np.int64).ravel())
     flat = np.concatenate(digits) if digits else np.zeros(0, dtype=np.int64)
@@ -648,8 +639,15 @@ class SecureSession:
                 dims = dims[nd:]
             shapes[u] = flat
             masked[u] = msg.content["masked"].to_numpy_ndarrays()[0].astype(np.uint64)
+        levels = digits_for(base)
+        for u in list(masked):  # its masked vector must hold its shapes' digits
+            expected = levels * sum(int(np.prod(s, dtype=np.int64)) for s in shapes[u])
+            if masked[u].ndim != 1 or masked[u].size != expected:
+                ex.failed[u] = (f"its masked reply has {masked[u].size} values, not the "
+                                f"{expected} digits of its shapes {shapes[u]}")
+                del masked[u]
         if masked:  # the shapes most clients sent; a client that differs counts as dropped
-            values = [tuple(s) for s in shapes.values()]
+            values = [tuple(shapes[u]) for u in masked]
             common = max(set(values), key=lambda s: (values.count(s), s))
             for u in [u for u in masked if tuple(shapes[u]) != common]:
                 ex.failed[u] = f"its reply's shapes {shapes[u]} differ from {list(common)}"
@@ -668,8 +666,13 @@ class SecureSession:
             new = set(asks) - set(replies)
             for u, msg in replies.items():
                 rec = msg.content.config_records[SESSION_RECORD]
-                for v, seed in zip(ids_from_bytes(rec["dropped"]), rec["seeds"], strict=True):
-                    pair_seeds[(u, int(v))] = seed
+                got = dict(zip(ids_from_bytes(rec["dropped"]), rec["seeds"], strict=True))
+                if sorted(got) != asks[u] or any(len(bytes(x)) != 32 for x in got.values()):
+                    ex.failed[u] = "its pair seeds are not the 32-byte seeds asked for"
+                    new.add(u)
+                    continue
+                for v, seed in got.items():
+                    pair_seeds[(u, v)] = bytes(seed)
             survivors -= new
             dropped |= new
         self_seeds = {}
@@ -678,6 +681,9 @@ class SecureSession:
                                         for u in survivors}, server_round, ex, timeout)
             self_seeds = {u: bytes(m.content.config_records[SESSION_RECORD]["seed"])
                           for u, m in replies.items()}
+            for u in [u for u, seed in self_seeds.items() if len(seed) != 32]:
+                ex.failed[u] = "its self seed is not 32 bytes"
+                del self_seeds[u]  # (rebuilt from its root's shares below)
             lost = sorted(survivors - set(self_seeds))
             if lost:
                 self_seeds.update(self._recover(grid, lost, survivors, session, e,
@@ -698,8 +704,17 @@ class SecureSession:
                     total -= words
                 else:
                     total += words
-        digit_sums = total.view(np.int64).astype(np.float64)  # |sum| <= 2**52: exact
-        sums, offset, levels = [], 0, digits_for(base)
+        signed = total.view(np.int64)
+        if signed.size and int(np.abs(signed).max()) > len(survivors) * (base // 2):
+            # the masks did not cancel: a seed or a masked vector was not the protocol's
+            # (uniform noise over 2**64 falls inside the digits' range with odds <= 2**-11
+            # per value): never a wrong total in silence
+            raise RuntimeError(
+                f"round {server_round}: secure aggregation: the unmasked digit sums lie "
+                f"outside the range of {len(survivors)} clients' digits: a client sent a "
+                "seed or a masked vector other than the protocol's; no total is used")
+        digit_sums = signed.astype(np.float64)  # |sum| <= 2**52: exact
+        sums, offset = [], 0
         for shape in shapes[next(iter(survivors))]:
             count = levels * int(np.prod(shape, dtype=np.int64))
             block = digit_sums[offset:offset + count].reshape((levels,) + tuple(shape))

@@ -21,6 +21,7 @@ __all__ = [
     "SECAGG_THRESHOLD",
     "VALUE_LIMIT",
     "SecureSum",
+    "checked_values",
     "decode_fixed",
     "digits_for",
     "encode_fixed",
@@ -123,3 +124,26 @@ class SecureSum:
     failed: dict[int, str] = field(default_factory=dict)
     error_bound: float = 0.0
     received: dict[int, int] = field(default_factory=dict)
+
+
+def checked_values(values, client: int) -> list[np.ndarray]:
+    """A client's reply arrays as float64, refused unless every value can be summed.
+
+    Raises
+    ------
+    ValueError
+        Naming the client: a value is not finite, or exceeds :data:`VALUE_LIMIT` in
+        magnitude (the fixed-point range: scale the data).
+    """
+    out = []
+    for a in values:
+        a = np.asarray(a, dtype=np.float64)
+        if not np.isfinite(a).all():
+            raise ValueError(f"client {client}: secure aggregation: a value to sum is not "
+                             "finite")
+        if a.size and float(np.abs(a).max()) > VALUE_LIMIT:
+            raise ValueError(
+                f"client {client}: secure aggregation: a value to sum exceeds "
+                f"{VALUE_LIMIT:.0f} in magnitude (the fixed-point range): scale the data")
+        out.append(a)
+    return out

@@ -101,8 +101,11 @@ def test_share_threshold():
 
 
 # ------------------------------------------------------------------ the protocol
-def _app(values, kill=(), log=None):
-    """Node i replies ``values[i]``; ``kill`` holds ``(i, stage)`` where node i fails."""
+def _app(values, kill=(), log=None, mods=()):
+    """Node i replies ``values[i]``; ``kill`` holds ``(i, stage)`` where node i fails.
+
+    ``mods`` run between the failures and the secure aggregation mod (a lying client).
+    """
     kill = set(kill)
 
     def killer(msg, ctx, call_next):
@@ -115,7 +118,7 @@ def _app(values, kill=(), log=None):
             raise RuntimeError(f"client {i} died at {stage}")
         return call_next(msg, ctx)
 
-    app = ClientApp(mods=[killer, secure_aggregation_mod])
+    app = ClientApp(mods=[killer, *mods, secure_aggregation_mod])
 
     @app.train()
     def train(msg, ctx):
@@ -365,3 +368,56 @@ def test_the_secagg_benchmark_runs_all_three_and_they_agree():
     # less than SecAgg+'s keys, shares and masked vector
     assert 2 * 8 * (16 * 2 + 16) <= row["secure-bytes"] < row["secaggplus-bytes"]
     assert "| 4 |" in markdown([row], [])
+
+
+def _liar(node, stage, tamper):
+    """A mod: node ``node``'s reply to ``stage`` goes through ``tamper(reply)``."""
+    def liar(msg, ctx, call_next):
+        rec = msg.content.config_records.get(SESSION_RECORD)
+        asked = None if rec is None else str(rec["stage"])  # (the upload stage removes it)
+        reply = call_next(msg, ctx)
+        if ctx.node_id == node and asked == stage:
+            tamper(reply)
+        return reply
+    return liar
+
+
+def test_a_masked_vector_of_the_wrong_length_counts_as_dropped():
+    values = _values(6)
+
+    def cut(reply):
+        (masked,) = reply.content["masked"].to_numpy_ndarrays()
+        reply.content["masked"] = ArrayRecord([masked[:-1]])
+
+    grid = InProcessGrid(_app(values, mods=[_liar(102, "upload", cut)]), 6)
+    out = SecureSession().secure_sum(grid, grid.get_node_ids(), [], {}, server_round=1)
+    _check(out, values, [0, 1, 3, 4, 5])
+    assert "not the 18 digits of its shapes" in out.failed[102]
+
+
+def test_a_wrong_seed_is_an_error_never_a_wrong_total():
+    values = _values(6)
+
+    def lie(reply):
+        reply.content[SESSION_RECORD]["seed"] = bytes(32)
+
+    grid = InProcessGrid(_app(values, mods=[_liar(103, "unmask", lie)]), 6)
+    with pytest.raises(RuntimeError, match="outside the range .* no total is used"):
+        SecureSession().secure_sum(grid, grid.get_node_ids(), [], {}, server_round=1)
+
+
+def test_a_reveal_without_the_seeds_asked_for_drops_the_revealer():
+    values = _values(10, seed=3)
+    peers = ring_neighbours([100 + i for i in range(10)], seed=0 + 1)
+    liar = peers[100][0]  # a neighbour of the client that drops
+
+    def short(reply):
+        reply.content[SESSION_RECORD] = ConfigRecord({"dropped": ids_to_bytes([]),
+                                                      "seeds": []})
+
+    # node 100 dies before its upload; its neighbour answers the reveal without the seed
+    grid = InProcessGrid(_app(values, {(0, "upload")}, mods=[_liar(liar, "reveal", short)]),
+                         10)
+    out = SecureSession().secure_sum(grid, grid.get_node_ids(), [], {}, server_round=1)
+    assert "not the 32-byte seeds asked for" in out.failed[liar]
+    _check(out, values, [i for i in range(10) if 100 + i not in out.failed])
