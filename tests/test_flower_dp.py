@@ -172,6 +172,20 @@ def test_a_dp_run_takes_dp_rounds_and_spends_its_budget_on_them(tmp_path):
     assert strategy.max_rounds == 1 and len(strategy.noise_plan) == 3
 
 
+def test_the_clients_noise_is_the_plan_of_the_rounds_the_server_runs():
+    """max-rounds 20 and the default dp-rounds 2: every client calibrates for 2 rounds."""
+    data = _clients()
+    options = {**DP, "max_rounds": 20}
+    options.pop("dp_rounds")
+    strategy = FedKMeans(16, min_nodes=5, seed=3, **options)
+    strategy.start(grid=InProcessGrid(_app(data), 5))
+    ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
+                       rounds=2, seed=3)
+    assert len(strategy.history) == 2
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+    assert strategy.privacy_ledger()["epsilon"] == ref.epsilon
+
+
 def _app_run(tmp_path, node_configs, **config):
     from flwr_clustering.app.client_app import app
     from flwr_clustering.app.server_app import run_server

@@ -539,6 +539,17 @@ class FKMOptions(Options):
     dtype: str = option("float64", choices=FLOAT_DTYPES, help="the type the clients compute "
                         "in and send: float32 halves their data's memory and the messages")
 
+    def round_cap(self) -> int:
+        """The most rounds: with ``dp-epsilon``, ``dp-rounds`` (at most ``max-rounds``).
+
+        Those are the steps the DP budget is split over (server and clients alike, so
+        each client's share of the noise is the server's plan); more would only split it
+        further.
+        """
+        if self.dp_epsilon > 0:
+            return min(int(self.max_rounds), int(self.dp_rounds))
+        return int(self.max_rounds)
+
     def validate(self) -> None:
         """Differential privacy runs federated Lloyd on clipped rows: it needs both."""
         if self.dp_epsilon > 0 and self.dtype != "float64":

@@ -112,13 +112,8 @@ class FedKMeans(ClusteringStrategy):
             self._dp_plan(self.options.dp_init)
 
     def round_cap(self) -> int:
-        """The most rounds: with ``dp-epsilon``, ``dp-rounds`` (at most ``max-rounds``).
-
-        Those are the steps the DP budget is split over; more would only split it further.
-        """
-        if self.options.dp_epsilon > 0:
-            return min(int(self.options.max_rounds), int(self.options.dp_rounds))
-        return int(self.options.max_rounds)
+        """The most rounds: :meth:`FKMOptions.round_cap` (``dp-rounds`` with DP)."""
+        return self.options.round_cap()
 
     def _dp_plan(self, init: str) -> None:
         """Every mechanism's noise multiplier (``dp_lloyd.dp_noise_plan``), for ``init``."""
