@@ -327,3 +327,14 @@ def test_a_client_missing_from_the_start_makes_it_cost_more_and_the_ledger_says_
     assert ledger["epsilon"] == dp_epsilon_of(
         [m["noise-multiplier"] for m in mechanisms], 1e-5) > 2.0  # over the target
     assert any("round 0 dp-moments: only 4 of 5" in w for w in strategy.run_warnings)
+
+
+def test_a_dp_start_drowned_in_noise_says_so():
+    data = _clients()  # 800 rows: at epsilon 0.05 with bound 15 the count's noise is larger
+    small = FedKMeans(16, min_nodes=5, seed=3, **{**DP, "dp_epsilon": 0.05})
+    small.start(grid=InProcessGrid(_app(data), 5))
+    assert any("the start and the rounds are mostly noise" in w for w in small.run_warnings)
+    large = FedKMeans(16, min_nodes=5, seed=3, **{**DP, "dp_epsilon": 50.0, "data_bound": 3.0})
+    large.start(grid=InProcessGrid(_app(data), 5))
+    assert not any("mostly noise" in w for w in large.run_warnings)
+

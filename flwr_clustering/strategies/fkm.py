@@ -232,6 +232,15 @@ class FedKMeans(ClusteringStrategy):
         count, total, second = self._dp_init_exchange(grid, "dp-moments", [], parse_moments,
                                                       timeout)
         s_mom = self.noise_plan[0] * moments_sensitivity(o.data_bound)
+        rows = float(np.asarray(count).reshape(-1)[0])
+        if s_mom > DP_NOISE_WARN_SHARE * max(rows, 1.0):
+            message = (f"DP start: the noise on the federation's row count (std {s_mom:.3g}) "
+                       f"is more than {DP_NOISE_WARN_SHARE:.0%} of the rows (noisy count "
+                       f"{rows:.0f}): at dp-epsilon={o.dp_epsilon:g} with data-bound="
+                       f"{o.data_bound:g} the start and the rounds are mostly noise; a "
+                       "larger dp-epsilon, more rows or a tighter data-bound help")
+            logger.warning(message)
+            self.run_warnings.append(message)
         U, mean, Q = dp_init_candidates(count, total, second, self.k, self.rng,
                                         sigma=s_mom if central else 0.0)
 
@@ -479,6 +488,10 @@ class FedKMeans(ClusteringStrategy):
         return self.last_shift <= self.tol
 
 
+#: The DP start warns when the noise on the federation's row count exceeds this share of it.
+DP_NOISE_WARN_SHARE = 0.1
+
+
 def _dp_arrays(arrays: list[np.ndarray], shapes: list[tuple], what: str
                ) -> list[np.ndarray]:
     """A DP init reply: finite float arrays of the expected shapes, as float64."""
@@ -545,7 +558,8 @@ register(AlgorithmSpec(
               notes="The start's first mechanism (paid from the budget, dp-init-share / 2). "
                     "The server takes the top min(k, d) eigenvectors U of the noisy "
                     "covariance and draws 8 k candidate centres in that subspace from the "
-                    "noisy mean and covariance. With secure-aggregation through SecAgg+."),
+                    "noisy mean and covariance. With secure-aggregation through secure "
+                    "aggregation."),
         Phase("dp-candidates", "query", "round 0, after `dp-moments`",
               sends=("`subspace` (d, p) float64: U, p = min(k, d)",
                      "`candidates` (M, p) float64: candidate centres in the coordinates "
