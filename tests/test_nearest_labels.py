@@ -217,3 +217,28 @@ def test_cluster_sums_kernel_adds_as_bincount_and_the_sparse_product(monkeypatch
         lloyd.cluster_sums(X, labels, 5)
     with pytest.raises(ValueError, match=r"labels must have shape \(5000,\), got \(4999,\)"):
         lloyd.cluster_sums(X, labels[1:], 7)  # (the kernel would read past their end)
+
+
+def test_scipy_s_private_kernel_is_checked_before_use(monkeypatch):
+    """A SciPy whose private kernel sums otherwise (or takes other arguments) is not used."""
+    import scipy.sparse._sparsetools as tools
+
+    from flwr_clustering.algorithms import lloyd
+
+    def wrong(k, m, d, indptr, labels, data, x, y):
+        y[:] = 1.0
+
+    def other_arguments(*args):
+        raise TypeError("csc_matvecs() takes other arguments")
+
+    for kernel in (wrong, other_arguments):
+        monkeypatch.setattr(tools, "csc_matvecs", kernel)
+        lloyd._csc_matvecs.cache_clear()
+        assert lloyd._csc_matvecs() is None
+        X = np.random.default_rng(0).normal(size=(50, 3))
+        labels = np.arange(50) % 4
+        np.testing.assert_allclose(lloyd.cluster_sums(X, labels, 4)[0],
+                                   [X[labels == j].sum(0) for j in range(4)], rtol=1e-12)
+    monkeypatch.undo()
+    lloyd._csc_matvecs.cache_clear()
+    assert lloyd._csc_matvecs() is not None
