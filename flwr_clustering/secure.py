@@ -87,6 +87,7 @@ from .secure_sums import (
 __all__ = [
     "FRACTION_BITS",
     "MODULUS",
+    "DEFAULT_SECAGG_KEYS",
     "SECAGG_KEYS",
     "SECAGG_THRESHOLD",
     "VALUE_LIMIT",
@@ -103,6 +104,8 @@ __all__ = [
 #: ``secagg-keys``: ``run`` (:mod:`flwr_clustering.secure_session`, keys agreed once per
 #: run) or ``exchange`` (:func:`secure_sum`, Flower's SecAgg+ as shipped).
 SECAGG_KEYS = ("run", "exchange")
+#: The default ``secagg-keys``.
+DEFAULT_SECAGG_KEYS = "run"
 #: SecAgg+'s modulus: masked sums are integers modulo ``2**32`` (Flower's maximum).
 MODULUS = 2**32
 #: The weight every client reports to Flower's mod: its ratio to ``max_weight`` is 1, so

@@ -367,3 +367,13 @@ def test_a_client_lying_in_the_scores_is_dropped_with_a_reason(lie, caplog):
     # the scores hold the three honest clients' rows only, and the run says so
     assert all(s["rows"] < 800 for s in search.candidate_scores)
     assert any("client 0" in key for key in search.diagnostics["absent"])
+
+
+def test_a_search_s_candidates_keep_its_secure_aggregation_arrangement():
+    from flwr_clustering.strategies import FedKMeans
+    from flwr_clustering.strategies.choose_k import search_k
+
+    search = search_k(FedKMeans, range(2, 4), server_update="lloyd",
+                      secure_aggregation=True, secagg_keys="exchange")
+    assert search.secagg_keys == "exchange"
+    assert {c.secagg_keys for c in search.candidates} == {"exchange"}

@@ -21,7 +21,7 @@ from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
 from ..data.schema import SCALINGS
 from ..options import Options, option
-from ..secure import SECAGG_KEYS, SECAGG_THRESHOLD
+from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
 from ..strategies.choose_k import search_problem, search_strategy
 
 __all__ = [
@@ -70,7 +70,8 @@ class AppOptions(Options):
     secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
                                      "key shares rebuild a key (the others may drop out)")
-    secagg_keys: str = option("run", choices=SECAGG_KEYS, help="secure aggregation: run "
+    secagg_keys: str = option(DEFAULT_SECAGG_KEYS, choices=SECAGG_KEYS,
+                              help="secure aggregation: run "
                               "(keys agreed once per run, fresh masks per exchange: near a "
                               "plain round's cost) or exchange (Flower's SecAgg+ as shipped, "
                               "all four stages per exchange); see docs/privacy.md")

@@ -41,7 +41,7 @@ from flwr.serverapp.strategy import Strategy
 
 from ..log import logger
 from ..options import Options, option
-from ..secure import SECAGG_KEYS, SECAGG_THRESHOLD
+from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
 from .diagnosis import RunDiagnosis
 from .exchange import Exchange, Reply
 from .features import FeatureOptions
@@ -247,7 +247,7 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         early_stop: bool = True,
         secure_aggregation: bool = False,
         secagg_threshold: float = SECAGG_THRESHOLD,
-        secagg_keys: str = "run",
+        secagg_keys: str = DEFAULT_SECAGG_KEYS,
         scaling: str | None = None,
         feature_columns: Any = None,
         index_column: str | None = None,

@@ -197,7 +197,8 @@ class CandidateSearch(ClusteringStrategy):
                     round_timeout=self.round_timeout, node_wait_timeout=self.node_wait_timeout,
                     evaluate=False, early_stop=self.early_stop,
                     secure_aggregation=self.secure_aggregation,
-                    secagg_threshold=self.secagg_threshold, split_check=False)
+                    secagg_threshold=self.secagg_threshold, secagg_keys=self.secagg_keys,
+                    split_check=False)
         self.candidates = [self.inner(options=o, seed=start_seed(self.seed, s), **base)
                            for o in self.candidate_options for s in range(self.n_starts)]
         self.candidate_ks = [int(o.k) for o in self.candidate_options

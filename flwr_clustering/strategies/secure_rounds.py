@@ -86,7 +86,7 @@ class SecureRounds:
         cfg = with_features(self, {**dict(config or {}), "phase": phase, "seed": self.seed})
         timeout = getattr(self, "_run_timeout", self.round_timeout) if timeout is None \
             else timeout
-        if getattr(self, "secagg_keys", "run") == "run":
+        if self.secagg_keys == "run":
             if getattr(self, "_secure_session", None) is None:
                 self._secure_session = SecureSession(self.secagg_threshold, seed=self.seed)
             totals = self._secure_session.secure_sum(grid, nodes, list(arrays), cfg,
