@@ -147,9 +147,13 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                 "`privacy-threshold` int: fewer rows withhold the reply",
                 "`moment-exponents` str, secure only: JSON list of per-feature powers of two "
                 "the values are divided by", "`moments-secure` bool, secure only"),
-        reply_arrays=("secure only: `count`, `sum`, `sumsq` (d,) float64 (summed by SecAgg+)",),
+        reply_arrays=("secure only: `count`, `sum`, `sumsq` (d,), `rows` (2,) float64 "
+                      "(summed by SecAgg+)",),
         reply_stats=("`moment-count`, `moment-sum`, `moment-sumsq` (d,) float64: observed "
-                     "values per feature, their sum and sum of squares",
+                     "values per feature, their sum and sum of squares (with "
+                     "`missing='drop'`: of the complete rows)",
+                     "`moment-rows` (2,) float64: the rows as read and the rows with a "
+                     "missing cell",
                      "`moment-min`, `moment-max` (d,) float64: only with `scaling='minmax'`"),
         notes="Answered by the library (`clients.base.feature_moments_arrays`) on the rows "
               "in the agreed features. The server derives the scaling "

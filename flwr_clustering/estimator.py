@@ -221,7 +221,24 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``categorical-columns``): one-hot encoded with the levels agreed across the
         clients (a value held by fewer than ``privacy_threshold`` rows at a client, or in
         the federation, becomes ``"other"``); their features are named
-        ``"<column>=<level>"``, after the numeric ones. DataFrames only.
+        ``"<column>=<level>"``, after the numeric ones; a missing cell is the level
+        ``"missing"``. DataFrames only.
+    missing : {"auto", "mean", "drop", "partial", "refuse"}, default "auto"
+        A missing cell (NaN, None, an empty cell) of a numeric feature (run-config key
+        ``missing``): ``"mean"`` fills it with the federation's mean of the feature,
+        computed from the same counts and sums as the scaling (the pooled pipeline
+        ``SimpleImputer(strategy="mean")`` then ``StandardScaler``; ``predict`` fills a
+        new row's missing cells the same way); ``"drop"`` leaves the row out of the
+        training (its label in ``labels_`` is -1, and ``predict`` gives -1 to a row with a
+        missing cell); ``"partial"`` clusters the row on its observed features (the masked
+        algorithms); ``"refuse"`` raises. ``"auto"``: ``"partial"`` for the masked
+        algorithms, else ``"mean"``. The share of filled cells per feature is in
+        ``warnings_``.
+    unit_check : {"warn", "refuse", "off"}, default "warn"
+        A client whose feature looks recorded in other units than the others' (its size
+        and spread differ by the same factor of at least about 30; run-config key
+        ``unit-check``): a sentence in ``warnings_`` naming the client, the feature and
+        the factor, an error (``"refuse"``), or no check.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups along its main axis (run-config key ``split-check``): a poor local
@@ -359,6 +376,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         feature_columns: Sequence[str] | None = None,
         index_column: str | None = None,
         categorical_columns: Sequence[str] | None = None,
+        missing: str = "auto",
+        unit_check: str = "warn",
         split_check: bool = True,
         refine_rounds: int = 0,
         k_min: int = 2,
@@ -377,6 +396,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.feature_columns = feature_columns
         self.index_column = index_column
         self.categorical_columns = categorical_columns
+        self.missing = missing
+        self.unit_check = unit_check
         self.split_check = split_check
         self.refine_rounds = refine_rounds
         self.k_min = k_min
@@ -473,6 +494,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "feature-columns": self._feature_columns_key(),
                       "index-column": self._index_column_key(),
                       "categorical-columns": self._feature_columns_key("categorical_columns"),
+                      "missing": _plain(self.missing), "unit-check": _plain(self.unit_check),
                       "split-check": _plain(self.split_check),
                       "refine-rounds": _plain(self.refine_rounds),
                       "k-min": _plain(self.k_min), "k-max": _plain(self.k_max),
@@ -887,15 +909,29 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         numpy.ndarray of shape (n,)
             Cluster indices (int64).
         """
-        from .algorithms.lloyd import nearest_labels
-        from .algorithms.masked import pooled_masked_squared_distances
-
         check_is_fitted(self, "strategy_")
         masked = self._masked()
         X = self._rows(X)
-        if not masked and not np.isfinite(X).all():
+        transform = self.feature_transform_
+        policy = "keep" if transform is None else transform.missing
+        if policy == "drop":  # a row with a missing cell: -1, as the clients' at fit
+            keep = transform.complete_rows(X)
+            if not keep.all():
+                out = np.full(len(X), -1, dtype=np.int64)
+                out[keep] = self._labels(X[keep], client, masked)
+                return out
+        filled = policy == "mean" and bool(transform.fill)
+        if np.isinf(X).any() or (not masked and not filled and np.isnan(X).any()):
             raise ValueError(f"X contains NaN or inf ({self.algorithm!r} is not a "
-                             "masked-feature algorithm)")
+                             "masked-feature algorithm, and the run had "
+                             f"missing={self.strategy_.feature_options.missing!r})")
+        return self._labels(X, client, masked)
+
+    def _labels(self, X: np.ndarray, client: int | None, masked: bool) -> np.ndarray:
+        """:meth:`predict`'s labels of checked rows in the federation's features."""
+        from .algorithms.lloyd import nearest_labels
+        from .algorithms.masked import pooled_masked_squared_distances
+
         if client is not None and not (isinstance(client, numbers.Integral)
                                        and 0 <= client < self.n_clients_):
             raise ValueError(f"client must be a client index in [0, {self.n_clients_}), "

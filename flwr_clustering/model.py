@@ -283,7 +283,9 @@ class ClusteringModel:
             ``format`` (:data:`MODEL_FORMAT`), ``algorithm``, ``k``, ``feature_names``,
             ``scaling``, ``center`` and ``scale`` (empty lists when not scaled),
             ``categories`` (the levels of each one-hot encoded column, whose features
-            ``"<column>=<level>"`` come last),
+            ``"<column>=<level>"`` come last), ``missing`` and ``fill`` (what a missing
+            cell becomes: ``mean`` fills it with ``fill``, the federation's means in
+            original units; ``drop`` labels its row -1; ``keep`` reads it as unobserved),
             ``centroids`` (original units, what a person reads), ``model-centroids`` (the
             scaled space, what labels rows; exact), ``labelling``, ``options``,
             ``library-version``.
@@ -298,6 +300,8 @@ class ClusteringModel:
             "center": [float(c) for c in t.center],
             "scale": [float(s) for s in t.scale],
             "categories": {c: list(levels) for c, levels in t.categories},
+            "missing": t.missing,
+            "fill": [float(v) for v in t.fill],
             "centroids": _nan_to_none(self.centroids_original.tolist()),
             "model-centroids": _nan_to_none(self.centroids.tolist()),
             "labelling": self.labelling,
@@ -359,9 +363,11 @@ class ClusteringModel:
                 for v in categories.values()):
             raise ValueError("model key 'categories' must map column names to lists of "
                              "levels")
+        fill = _floats(data.get("fill") or [], "fill")
         transform = FeatureTransform(features, data["scaling"], tuple(center.tolist()),
                                      tuple(scale.tolist()),
-                                     tuple((str(c), tuple(v)) for c, v in categories.items()))
+                                     tuple((str(c), tuple(v)) for c, v in categories.items()),
+                                     str(data.get("missing", "keep")), tuple(fill.tolist()))
         C = _floats(data["model-centroids"], "model-centroids")
         if C.ndim == 1 and C.size == 0:  # [] is no centroid: let the model say so
             C = C.reshape(0, len(features))
@@ -434,12 +440,17 @@ class ClusteringModel:
         if len(X) == 0:
             return np.empty(0, dtype=np.int64)
         masked = self.labelling == _MASKED
-        bad = np.isinf(X) if masked else ~np.isfinite(X)
+        dropped = self._dropped(X)
+        if dropped is not None:
+            return dropped
+        filled = self.transform.missing == "mean" and bool(self.transform.fill)
+        bad = np.isinf(X) if masked or filled else ~np.isfinite(X)
         if bad.any():
             row, col = (int(v) for v in np.argwhere(bad)[0])
-            what = "inf" if masked else "NaN or inf"
-            hint = "" if masked else (": impute or drop those rows (this model's labelling, "
-                                      f"{self.labelling!r}, needs every feature)")
+            what = "inf" if masked or filled else "NaN or inf"
+            hint = "" if masked or filled else (
+                f": impute or drop those rows (this model's labelling, {self.labelling!r}, "
+                "needs every feature)")
             raise ValueError(f"the data hold {what} in {int(bad.sum())} value(s) (first: row "
                              f"{row}, column {names[col]!r}){hint}")
         Z = self.transform.transform(X)
@@ -458,6 +469,18 @@ class ClusteringModel:
                              f"a value on (first: row {int(np.argmax(lost))}): they cannot "
                              "be labelled")
         return np.argmin(d2, axis=1).astype(np.int64)
+
+    def _dropped(self, X: np.ndarray) -> np.ndarray | None:
+        """Labels with -1 for the rows with a missing cell (``missing='drop'``), else None."""
+        if self.transform.missing != "drop":
+            return None
+        keep = self.transform.complete_rows(X)
+        if keep.all():
+            return None
+        out = np.full(len(X), -1, dtype=np.int64)
+        if keep.any():
+            out[keep] = self.predict(X[keep])
+        return out
 
     def _predict_categorical(self, X: Any) -> np.ndarray:
         """Labels of a table with categorical columns (one-hot with the agreed levels)."""
@@ -478,6 +501,12 @@ class ClusteringModel:
         if len(X.X) == 0:
             return np.empty(0, dtype=np.int64)
         Z = transform.apply(X)
+        if transform.missing == "drop":  # a row with a missing cell: -1, as at the sites
+            keep = transform.complete_rows(Z)
+            out = np.full(len(Z), -1, dtype=np.int64)
+            if keep.any():
+                out[keep] = nearest_labels(Z[keep], self.centroids)
+            return out
         if not np.isfinite(Z).all():
             raise ValueError("the data hold NaN or inf in a numeric feature: impute or drop "
                              "those rows")

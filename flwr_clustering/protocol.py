@@ -83,8 +83,8 @@ SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
     REFINE_PHASE: ("refine-sums", "refine-counts", "refine-sse"),
 }
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
-MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-min",
-                                "moment-max")
+MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-rows",
+                                "moment-min", "moment-max")
 #: Message-config key of a search's train message (:mod:`flwr_clustering.strategies.choose_k`):
 #: JSON, one entry per candidate model, ``{"config": {...}, "arrays": n}``; the message's
 #: arrays are the candidates' in order. The client answers each candidate as a message of

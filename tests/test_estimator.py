@@ -186,7 +186,7 @@ def test_get_set_params_and_clone_carry_the_algorithm_options():
                       "min_nodes": None, "early_stop": True, "evaluate": True,
                       "scaling": "standard", "feature_columns": None,
                       "index_column": None, "categorical_columns": None,
-                      "split_check": True, "refine_rounds": 0, "k_min": 2, "k_max": 10,
+                      "missing": "auto", "unit_check": "warn", "split_check": True, "refine_rounds": 0, "k_min": 2, "k_max": 10,
                       "k_rule": "silhouette",
                       "max_rounds": 5, "tol": 1e-3}
     copy = clone(est)
@@ -274,7 +274,7 @@ def test_predict_before_fit_and_bad_input():
     bad = [P.copy() for P in parts]
     bad[2][0, 1] = np.nan
     with pytest.raises(ValueError, match="client 2 data contains NaN"):
-        est.fit(bad)
+        clone(est).set_params(missing="refuse").fit(bad)
     with pytest.raises(ValueError, match=r"labels\[0\] has shape"):
         est.fit(parts, [np.zeros(3, int)] * 4)
     est.fit(parts)
@@ -282,8 +282,11 @@ def test_predict_before_fit_and_bad_input():
     with pytest.raises(ValueError, match="X has 2 features, but FederatedClustering is "
                                          "fitted with 4"):
         est.predict(np.zeros((3, 2)))
-    with pytest.raises(ValueError, match="NaN"):
-        est.predict(np.full((1, 4), np.nan))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        est.predict(np.full((1, 4), np.inf))
+    # missing='mean' (the default): a new row's missing cell is the federation's mean
+    mean = np.asarray(est.feature_transform_.fill)
+    np.testing.assert_array_equal(est.predict(np.full((1, 4), np.nan)), est.predict(mean[None]))
     with pytest.raises(ValueError, match=r"client must be a client index in \[0, 4\)"):
         est.predict(parts[0], client=4)
     assert "labels_" not in clone(est).__dict__  # clone gives an unfitted estimator

@@ -330,11 +330,19 @@ def test_the_app_refuses_missing_values_only_where_the_algorithm_needs_complete_
     holes = tmp_path / "holes.csv"
     holes.write_text("a,b,c\n1,2,\n3,4,\n4,7,\n")  # this site does not measure c
     context = _context({"partition-id": 1, "data-path": str(holes)})
-    context.run_config.update({"algorithm": algorithm})
+    context.run_config.update({"algorithm": algorithm, "missing": "refuse"})
     if refused:
         with pytest.raises(ValueError, match=r"client 1: .*holes.csv: missing value .* column "
                                              r"'c' at data row 1"):
             client_fn(context)
+        # the default (missing='auto', here 'mean'): the rows wait for the federation's
+        # transform; a phase that needs complete rows before it is refused, naming the fix
+        context.run_config.update({"missing": "auto"})
+        client = client_fn(context)
+        assert client.missing_cells == 3
+        with pytest.raises(ValueError, match=r"client 1: its file .*holes.csv has 3 missing "
+                                             r"cell\(s\) .* in 'c' \(3\), .*missing='mean'"):
+            client.require_complete("round 1 train")
     else:  # the masked algorithms read NaN as an unobserved feature
         client = client_fn(context)
         assert np.isnan(client.X).sum() == 3 and client.mask.tolist() == [True, True, False]

@@ -71,8 +71,8 @@ def test_round_trip_keeps_every_field_and_exact_centroids(model, tmp_path):
     data = json.loads(path.read_text())
     assert data["format"] == MODEL_FORMAT
     assert set(data) == {"format", "algorithm", "k", "feature_names", "scaling", "center",
-                         "scale", "categories", "centroids", "model-centroids", "labelling",
-                         "options", "library-version"}
+                         "scale", "categories", "missing", "fill", "centroids",
+                         "model-centroids", "labelling", "options", "library-version"}
     assert np.array_equal(np.array(data["centroids"]), model.centroids_original)
     assert np.array_equal(np.array(data["model-centroids"]), model.centroids)
     assert not np.allclose(np.array(data["centroids"]), model.centroids)  # really unscaled

@@ -260,8 +260,9 @@ def test_categories_rare_values_never_leave_a_site_and_fold_into_other():
     b = FeatureTable.from_frame(pd.DataFrame({"x": np.arange(4.0), "city": ["A", "D", "D", "C"]}))
     counts = {"client 0": category_counts(a, ["city"], 2),
               "client 1": category_counts(b, ["city"], 2)}
-    # "C" (one row at each site) and client 1's single "A" are sent only as "other"
-    assert counts["client 0"] == {"city": {"A": 2, "B": 2, OTHER: 1}}
+    # "C" (one row at each site), client 0's single missing cell (the level "missing")
+    # and client 1's single "A" are sent only as "other"
+    assert counts["client 0"] == {"city": {"A": 2, "B": 2, OTHER: 2}}
     assert counts["client 1"] == {"city": {"D": 2, OTHER: 2}}
     # no value reaches 3 rows in the federation: only the "other" level remains
     assert agree_categories(counts, ["city"], 3) == (("city", (OTHER,)),)
@@ -270,7 +271,31 @@ def test_categories_rare_values_never_leave_a_site_and_fold_into_other():
     encoded = one_hot(b.values("city"), levels)
     np.testing.assert_array_equal(encoded, [[1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0],
                                             [0, 0, 0, 1]])
-    np.testing.assert_array_equal(one_hot(a.values("city"), levels)[-1], 0)  # missing
+    # a missing cell is "other" where the federation agreed on no "missing" level...
+    np.testing.assert_array_equal(one_hot(a.values("city"), levels)[-1], [0, 0, 0, 1])
+
+
+def test_a_missing_category_is_a_level_of_its_own():
+    from flwr_clustering.data.schema import (
+        MISSING_LEVEL,
+        agree_categories,
+        category_counts,
+        one_hot,
+    )
+
+    a = FeatureTable.from_frame(pd.DataFrame({"x": np.arange(5.0),
+                                              "smoker": ["yes", None, "no", None, np.nan]}))
+    b = FeatureTable.from_frame(pd.DataFrame({"x": np.arange(3.0),
+                                              "smoker": ["no", "yes", None]}))
+    counts = {"client 0": category_counts(a, ["smoker"], 1),
+              "client 1": category_counts(b, ["smoker"], 1)}
+    assert counts["client 0"] == {"smoker": {"yes": 1, MISSING_LEVEL: 3, "no": 1}}
+    levels = dict(agree_categories(counts, ["smoker"], 2))["smoker"]
+    assert levels == (MISSING_LEVEL, "no", "yes", "other")
+    # ... and its own level where it did: never a row of zeros
+    encoded = one_hot(a.values("smoker"), levels)
+    np.testing.assert_array_equal(encoded.sum(axis=1), 1)
+    np.testing.assert_array_equal(encoded[:, 0], [0, 1, 0, 1, 1])
 
 
 def test_declared_categorical_columns_leave_the_numeric_schema():

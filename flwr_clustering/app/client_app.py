@@ -157,10 +157,13 @@ def client_fn(context: Context) -> ClusteringClient:
     check_server_config(dict(context.run_config), dict(context.node_config), cid)
     cfg = merged_config(context.run_config)
     if "data-path" in context.node_config:
-        # algorithms that read NaN as an unobserved feature (masked) keep it; for the
-        # others a missing value is an error naming the file, the column and the row
+        # a missing cell is kept as NaN: the masked algorithms read it as unobserved, the
+        # others have it filled or its row dropped by the federation's transform (the
+        # run's missing option); with missing='refuse' it is an error naming the file,
+        # the column and the row
         accepts = getattr(registry.get(str(cfg["algorithm"])).client, "accepts_missing", False)
-        loaded = load_node_file(context.node_config, cid, allow_nan=bool(accepts),
+        loaded = load_node_file(context.node_config, cid,
+                                allow_nan=bool(accepts) or cfg.get("missing") != "refuse",
                                 dtype=run_dtype(cfg))
         X, y = loaded.X, loaded.y
         source = {"local": True, "path": str(loaded.path)}

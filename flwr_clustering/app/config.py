@@ -19,10 +19,11 @@ import numpy as np
 
 from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
-from ..data.schema import SCALINGS
+from ..data.schema import MISSING, SCALINGS
 from ..options import Options, option
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
 from ..strategies.choose_k import search_problem, search_strategy
+from ..strategies.features import UNIT_CHECKS
 
 __all__ = [
     "AppOptions",
@@ -88,6 +89,16 @@ class AppOptions(Options):
                                       "comma-separated: one-hot encoded with the levels "
                                       "agreed across the sites (rarer than "
                                       "privacy-threshold: 'other')")
+    missing: str = option("auto", choices=MISSING, help="a missing (empty, NaN) cell of a "
+                          "numeric feature: mean (the federation's mean, from the scaling's "
+                          "sums), drop (the row is left out, labelled -1), partial (the row "
+                          "clustered on its observed features: masked algorithms), refuse; "
+                          "auto: partial for the masked algorithms, else mean; see "
+                          "docs/data.md")
+    unit_check: str = option("warn", choices=UNIT_CHECKS, help="a site whose feature looks "
+                             "recorded in other units than the other sites' (a factor near a "
+                             "power of ten in both size and spread; plain runs): warn, "
+                             "refuse the run, or off")
     k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
     k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
     k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
@@ -291,6 +302,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "scaling": app.scaling, "feature_columns": app.feature_columns,
            "index_column": app.index_column,
            "categorical_columns": app.categorical_columns,
+           "missing": app.missing, "unit_check": app.unit_check,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)
@@ -319,9 +331,12 @@ def build_client(cfg: dict[str, Any], X: np.ndarray, y: np.ndarray | None, clien
         The client class registered with the algorithm.
     """
     spec = registry.get(str(cfg["algorithm"]))
+    # rows with missing cells wait for the federation's transform to fill or drop them
+    # (the run's missing option); with missing='refuse' they are an error here
+    kwargs: dict[str, Any] = {"missing_cells": cfg.get("missing", "auto") != "refuse"}
     if _has_dtype(spec):  # the rows are converted once, on arrival
-        return spec.client(X, y, client_id=client_id, dtype=run_dtype(cfg))
-    return spec.client(X, y, client_id=client_id)
+        kwargs["dtype"] = run_dtype(cfg)
+    return spec.client(X, y, client_id=client_id, **kwargs)
 
 
 def dataset_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -242,9 +242,11 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
     """The reply to the ``feature-moments`` phase: per-feature sums for the scaling.
 
     ``[count, sum, sumsq]`` of the client's rows in the federation's features (NaN left
-    out), each value divided by ``2**e`` of the config's ``moment-exponents`` (a secure
-    exchange keeps its totals in the fixed-point range); with ``scaling='minmax'`` also
-    ``[min, max]`` (one row's value each: refused under secure aggregation by the server).
+    out; with ``missing='drop'`` the complete rows only), each value divided by ``2**e``
+    of the config's ``moment-exponents`` (a secure exchange keeps its totals in the
+    fixed-point range), then ``rows``: the rows as read and the rows with a missing cell
+    (two counts); with ``scaling='minmax'`` also ``[min, max]`` (one row's value each:
+    refused under secure aggregation by the server).
 
     Raises
     ------
@@ -280,7 +282,12 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
             "a centroid's squared distance) can be computed in these units. Rescale that "
             "column before the run (for example divide it by a power of ten), with the "
             "same factor at every site")
-    arrays = [m["count"], m["sum"], m["sumsq"]]
+    mask = getattr(client, "row_mask", None)
+    if mask is not None:  # missing='drop': the rows as read, those left out
+        rows = [len(mask), int(len(mask) - np.count_nonzero(mask))]
+    else:
+        rows = [len(X), int(np.count_nonzero(np.isnan(X).any(axis=1))) if X.size else 0]
+    arrays = [m["count"], m["sum"], m["sumsq"], np.asarray(rows, dtype=np.float64)]
     if config.get("scaling") == "minmax":
         arrays += [m["min"], m["max"]]
     return arrays
@@ -375,13 +382,17 @@ class ClusteringClient(NumPyClient):
 
         ``text`` is a :class:`~flwr_clustering.data.schema.FeatureTransform` as JSON (the
         ``feature-transform`` key of every message of a run that agreed on one): the
-        columns are taken by name, in the federation's order, and scaled. Applied once per
-        transform; the rows as read stay in :meth:`table`.
+        columns are taken by name, in the federation's order, filled or dropped where a
+        cell is missing (``missing='mean'``, ``'drop'``) and scaled. Applied once per
+        transform; the rows as read stay in :meth:`table`. Rows that still hold a missing
+        cell (round 0's transform, before the federation's means are known) are kept as
+        they are, and :meth:`require_complete` refuses any later phase on them.
 
         Raises
         ------
         ValueError
-            If this client lacks a feature (naming it).
+            If this client lacks a feature (naming it), or ``missing='drop'`` leaves it
+            no row.
         """
         if text == getattr(self, "_features_key", None):
             return
@@ -391,10 +402,33 @@ class ClusteringClient(NumPyClient):
         except SchemaError as ex:
             raise ValueError(f"client {self.client_id}: the federation's features: "
                              f"{ex}") from ex
-        if X is not self.X:
+        self.row_mask, self.y = None, self._y_read
+        if transform.missing == "drop":
+            keep = transform.complete_rows(X)
+            if not keep.any():
+                raise ValueError(
+                    f"client {self.client_id}: every one of its {len(X)} rows has a missing "
+                    "cell, so missing='drop' leaves it no row: run with missing='mean' (each "
+                    "missing cell filled with the federation's mean of its feature)")
+            if not keep.all():
+                X, self.row_mask = np.ascontiguousarray(X[keep]), keep
+                self.y = None if self._y_read is None else self._y_read[keep]
+        self.missing_cells = 0 if self.accepts_missing else int(np.count_nonzero(np.isnan(X)))
+        if self.missing_cells:
+            X = np.ascontiguousarray(X, dtype=self.dtype)
+        elif X is not self.X:
             X = self.validated(X)
         self.X = X
         self._features_key = text
+
+    def labels_of_rows_read(self, labels: np.ndarray) -> np.ndarray:
+        """Labels of the rows as read: -1 for a row left out (``missing='drop'``)."""
+        labels = np.asarray(labels, dtype=np.int64)
+        if self.row_mask is None:
+            return labels
+        full = np.full(len(self.row_mask), -1, dtype=np.int64)
+        full[self.row_mask] = labels
+        return full
 
     def consent_to_raw_rows(self, option: str, what: str) -> None:
         """Refuse a step that sends raw rows unless this node allows it.
@@ -418,10 +452,23 @@ class ClusteringClient(NumPyClient):
                 f"--node-config \"... {RAW_ROWS_KEY}=true\"), or run without {option}")
 
     def __init__(self, X: np.ndarray, y: np.ndarray | None = None, *, client_id: int = 0,
-                 dtype: str | None = None):
+                 dtype: str | None = None, missing_cells: bool = False):
         self.client_id = int(client_id)
         self.dtype = self._checked_dtype(self.dtypes[0] if dtype is None else dtype)
-        self.X = self.validated(X)
+        #: rows kept of those read (``missing='drop'``); ``None``: every row
+        self.row_mask: np.ndarray | None = None
+        #: the rows hold missing cells that the federation's transform has yet to fill
+        #: or drop (:meth:`use_features`); until then only round 0's phases are answered
+        self.missing_cells = 0
+        if missing_cells and not self.accepts_missing:
+            X = np.ascontiguousarray(X, dtype=self.dtype)
+            holes = np.isnan(X)
+            self.missing_cells = int(np.count_nonzero(holes))
+            if self.missing_cells:  # every other value checked (finite, 2-D) as usual
+                self.validated(np.where(holes, 0.0, X))
+                self.X = X
+        if not self.missing_cells:
+            self.X = self.validated(X)
         if len(self.X) == 0:
             raise ValueError(f"client {self.client_id} data is empty")
         self.y = None
@@ -432,6 +479,35 @@ class ClusteringClient(NumPyClient):
                     f"client {self.client_id}: labels have shape {self.y.shape}, "
                     f"expected ({len(self.X)},)"
                 )
+        self._y_read = self.y
+
+    def require_complete(self, phase: str) -> None:
+        """Refuse a phase while the rows still hold missing cells (naming the fix).
+
+        Raises
+        ------
+        ValueError
+            Naming the client, the columns and counts (never a value) and the options.
+        """
+        if not self.missing_cells:
+            return
+        key = getattr(self, "_features_key", None)
+        transform = FeatureTransform.from_json(key) if key else None
+        holes = np.isnan(np.asarray(self.X, dtype=np.float64)).sum(axis=0)
+        names = transform.features if transform is not None else self.table().names
+        where = ", ".join(f"{names[j]!r} ({int(holes[j])})" for j in np.flatnonzero(holes)[:10]
+                          if j < len(names))
+        source = getattr(self, "data_source", None) or {}
+        what = f"its file {source['path']}" if source.get("path") else "its rows"
+        why = ("the run sent no federation means to fill them (a differentially private "
+               "run sends no per-feature sums): run with missing='drop'"
+               if transform is not None and transform.missing == "mean" else
+               "run with missing='mean' (each missing cell filled with the federation's "
+               "mean of its feature) or missing='drop' (rows with a missing cell left "
+               "out), or fill them at the site")
+        raise ValueError(f"client {self.client_id}: {what} has {int(holes.sum())} missing "
+                         f"cell(s) (NaN or empty) in {where}, which {phase} cannot use: "
+                         f"{why}")
 
     def validated(self, X: np.ndarray) -> np.ndarray:
         """Check the local data and return it as float64 (override for other data models).
@@ -682,6 +758,17 @@ def _keep_labels(context: Context, labels: np.ndarray, cid: int) -> None:
         logger.info("client %d: wrote the labels of its %d rows to %s", cid, len(labels), path)
 
 
+#: The phases a client answers while its rows still hold missing cells (round 0: the
+#: federation's means are computed from their answers).
+_ROUND_ZERO_PHASES = (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
+
+
+def _rows_read(client: Any, labels: np.ndarray) -> np.ndarray:
+    """A client's labels of the rows as read (-1 where ``missing='drop'`` left one out)."""
+    expand = getattr(client, "labels_of_rows_read", None)
+    return labels if expand is None else expand(labels)
+
+
 def _refuse_without_noise(client: Any, cid: int, phase: str) -> None:
     """A node that takes part only in DP runs answers no phase of exact sums."""
     if getattr(client, "dp_max_epsilon", None) is not None:
@@ -728,6 +815,9 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             check_declared_rows(context, client, cid)
         if FEATURES_KEY in config and hasattr(client, "use_features"):
             client.use_features(str(config[FEATURES_KEY]))
+        if config.get("phase") not in _ROUND_ZERO_PHASES and hasattr(client,
+                                                                     "require_complete"):
+            client.require_complete(_phase_name(msg, config))
         if (config.get("phase") in (CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
                 and getattr(client, "dp_max_epsilon", None) is not None):
             raise PermissionError(
@@ -746,10 +836,11 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             return reply
         if config.get("phase") == FEATURE_MOMENTS_PHASE:  # the library's phase, any client
             arrays = feature_moments_arrays(client, config)
+            read = int(arrays[3][0])  # the rows as read, as in the data-source reply
             if config.get("moments-secure"):  # summed by the secure aggregation mod
-                reply = pack_reply(msg, arrays, len(client.X), {}, cid)
+                reply = pack_reply(msg, arrays, read, {}, cid)
             else:
-                reply = pack_reply(msg, None, len(client.X),
+                reply = pack_reply(msg, None, read,
                                    dict(zip(MOMENT_KEYS, arrays, strict=False)), cid)
             logger.info("client %d %s: %s", cid, FEATURE_MOMENTS_PHASE, sent_summary(reply))
             return reply
@@ -788,7 +879,8 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             return reply
         if kind == "evaluate":
             if config.get("final") and hasattr(client, "local_labels"):
-                _keep_labels(context, client.local_labels(params, config), cid)
+                _keep_labels(context, _rows_read(client, client.local_labels(params, config)),
+                             cid)
             if not config.get("evaluate", True):
                 n = len(getattr(client, "X", ()))
                 return pack_reply(msg, None, n, {}, cid)
@@ -806,7 +898,7 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             arrays, n, metrics = step(params, config)
         final = getattr(client, "final_labels", None)
         if final is not None:  # a protocol whose last train round labels the rows (KDC)
-            _keep_labels(context, final, cid)
+            _keep_labels(context, _rows_read(client, final), cid)
         reply = pack_reply(msg, arrays, n, metrics, cid)
         if errors:
             reply.content[CANDIDATE_ERRORS_RECORD] = ConfigRecord(errors)

@@ -38,7 +38,10 @@ __all__ = [
     "OTHER",
     "ID_NAME_TOKENS",
     "KINDS",
+    "MAX_MISSING_SHARE",
     "MIN_ID_ROWS",
+    "MISSING",
+    "MISSING_LEVEL",
     "SCALINGS",
     "SPREAD_RATIO",
     "ColumnInfo",
@@ -57,6 +60,7 @@ __all__ = [
     "scaling_from_moments",
     "self_scaled_warning",
     "spread_warning",
+    "unit_mismatches",
 ]
 
 #: Column kinds a site declares.
@@ -65,6 +69,18 @@ KINDS: tuple[str, ...] = ("numeric", "integer", "text")
 #: Values of the ``scaling`` option: z-scores (``StandardScaler``), ``[0, 1]``
 #: (``MinMaxScaler``), the rows as they are.
 SCALINGS: tuple[str, ...] = ("standard", "minmax", "none")
+
+#: Values of the ``missing`` option (what a missing cell of a numeric feature becomes):
+#: ``mean`` the federation's mean of the feature (from the scaling's sums), ``drop`` the
+#: row is left out (labelled -1), ``partial`` the row is clustered on its observed
+#: features (algorithms that read NaN as unobserved), ``refuse`` an error naming the file,
+#: the column and the count. ``auto``: ``partial`` where the algorithm reads NaN as
+#: unobserved (masked algorithms), else ``mean``.
+MISSING: tuple[str, ...] = ("auto", "mean", "drop", "partial", "refuse")
+
+#: A feature missing at more than this share of the rows of every site is refused under
+#: ``missing='mean'``: more than half of its values would be the federation's mean.
+MAX_MISSING_SHARE = 0.5
 
 #: Name tokens of an identifier column (``patient_id``, ``PatientID``, ``uuid``, ``MRN``).
 ID_NAME_TOKENS: frozenset[str] = frozenset({"id", "ids", "uuid", "guid", "mrn", "ssn"})
@@ -233,6 +249,10 @@ class FeatureTable:
 #: agree on (a value rarer than the privacy threshold at a site, or new at prediction).
 OTHER = "other"
 
+#: The level of a categorical column that stands for a missing cell (an empty cell, NaN,
+#: None): a level of its own, agreed like any value.
+MISSING_LEVEL = "missing"
+
 
 def one_hot_name(column: str, level: str) -> str:
     """The feature of one level of a categorical column: ``"city=Leiden"``."""
@@ -255,17 +275,16 @@ def _as_levels(values: np.ndarray) -> np.ndarray:
 def one_hot(values: np.ndarray, levels: Sequence[str]) -> np.ndarray:
     """One-hot rows of a categorical column over the agreed ``levels``.
 
-    A value outside the levels counts as :data:`OTHER` (the last level); a missing value
-    is a row of zeros.
+    A missing value (empty cell, NaN, None) is the level :data:`MISSING_LEVEL`; a value
+    outside the levels (a missing one included, where the federation did not agree on a
+    ``missing`` level) counts as :data:`OTHER` (the last level).
     """
     text = _as_levels(values)
     index = {level: j for j, level in enumerate(levels)}
     other = index.get(OTHER)
     out = np.zeros((len(text), len(levels)))
     for i, v in enumerate(text):
-        if v is None:
-            continue
-        j = index.get(v, other)
+        j = index.get(MISSING_LEVEL if v is None else v, other)
         if j is not None:
             out[i, j] = 1.0
     return out
@@ -276,14 +295,15 @@ def category_counts(table: FeatureTable, columns: Sequence[str], min_rows: int
     """A site's values of its categorical columns with their counts (for the agreement).
 
     A value held by fewer than ``min_rows`` rows of the site is reported as :data:`OTHER`
-    only, so the server never learns a value that identifies fewer rows.
+    only, so the server never learns a value that identifies fewer rows. Missing cells are
+    counted as the level :data:`MISSING_LEVEL`.
     """
     out = {}
     for column in columns:
         counts: dict[str, int] = {}
         for v in _as_levels(table.values(column)):
-            if v is not None:
-                counts[v] = counts.get(v, 0) + 1
+            v = MISSING_LEVEL if v is None else v
+            counts[v] = counts.get(v, 0) + 1
         kept = {v: n for v, n in counts.items() if n >= max(int(min_rows), 1)}
         rare = sum(n for v, n in counts.items() if v not in kept)
         if rare:
@@ -620,6 +640,7 @@ def scaling_from_moments(
     sumsq: np.ndarray,
     minimum: np.ndarray | None = None,
     maximum: np.ndarray | None = None,
+    rows: np.ndarray | float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The centre and scale of every feature, from the federation's totals.
 
@@ -628,6 +649,12 @@ def scaling_from_moments(
     secure aggregation can sum; its relative error is about ``1e-16 * mean**2 / var``).
     ``minmax``: minimum and range (``MinMaxScaler``). ``none``: 0 and 1. A scale of zero
     (a constant feature) becomes 1.
+
+    ``rows`` (``missing='mean'``): the rows after the missing cells are filled with the
+    mean, ``count`` of them observed. The filled cells add nothing to the sum of squared
+    deviations, so the variance is ``(sumsq - count * mean**2) / rows``: scikit-learn's
+    ``SimpleImputer(strategy="mean")`` then ``StandardScaler`` on the pooled rows (the
+    mean, and the extremes of ``minmax``, do not change).
 
     Raises
     ------
@@ -650,7 +677,12 @@ def scaling_from_moments(
         hi = np.where(seen, np.asarray(maximum, dtype=np.float64), 1.0)
         return lo, _scale_or_one(hi - lo)
     mean = np.where(seen, np.asarray(total, dtype=np.float64) / safe, 0.0)
-    var = np.maximum(np.asarray(sumsq, dtype=np.float64) / safe - mean * mean, 0.0)
+    if rows is None:
+        var = np.maximum(np.asarray(sumsq, dtype=np.float64) / safe - mean * mean, 0.0)
+    else:
+        n = np.broadcast_to(np.asarray(rows, dtype=np.float64), count.shape)
+        var = np.maximum((np.asarray(sumsq, dtype=np.float64) - count * mean * mean)
+                         / np.where(n > 0, n, 1.0), 0.0)
     return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
 
 
@@ -708,6 +740,72 @@ def self_scaled_warning(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.nda
             "(scaling='standard', computed from every site's sums)")
 
 
+#: A site's feature is suspected of other units when its size differs from the other
+#: sites' by at least this factor (log10: 1.5, about 32x; a g/L vs mg/L export is 1000x)...
+UNIT_FACTOR_LOG10 = 1.5
+#: ... and its size and its spread differ by the same power of ten within this margin
+#: (log10; a factor of about 3), as a value multiplied by a constant does.
+UNIT_AGREEMENT_LOG10 = 0.5
+
+
+def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                    names: Sequence[str], *, min_factor_log10: float = UNIT_FACTOR_LOG10,
+                    agreement_log10: float = UNIT_AGREEMENT_LOG10) -> list[str]:
+    """Sentences naming the sites whose feature looks recorded in other units.
+
+    ``sites`` maps a site to its per-feature (count, sum, sum of squares) of the rows as
+    read (before scaling). For every site and feature, the site's size (root mean square)
+    and spread (standard deviation) are compared with the pooled other sites'. A value
+    exported in other units (g/L where the others have mg/L) is the same data times a
+    constant ``c``: both its size and its spread differ by ``c``. The check flags a site
+    whose size differs by at least ``10**min_factor_log10`` and whose spread differs by the
+    same factor within ``10**agreement_log10``; a site that merely holds other rows (a
+    non-IID split: one class, a population of other means) moves its mean without scaling
+    its spread with it. The nearest power of ten is named (the likely unit prefix).
+
+    Needs at least two sites; a feature that a site does not observe, or that is constant
+    at the other sites, is skipped.
+
+    Returns
+    -------
+    list of str
+        One sentence per (site, feature) flagged, e.g. ``"client 2's 'proline' is about
+        1/1000 of the other sites' (mean 0.75 vs 746, standard deviation 0.31 vs 315): a
+        unit mismatch? ..."``.
+    """
+    if len(sites) < 2:
+        return []
+    parts = {site: tuple(np.asarray(a, dtype=np.float64) for a in sums)
+             for site, sums in sites.items()}
+    totals = [np.sum([p[i] for p in parts.values()], axis=0) for i in range(3)]
+    out = []
+    for site, (count, total, sumsq) in parts.items():
+        n_o = totals[0] - count
+        with np.errstate(all="ignore"):
+            mean_s, mean_o = total / count, (totals[1] - total) / n_o
+            rms_s, rms_o = np.sqrt(sumsq / count), np.sqrt((totals[2] - sumsq) / n_o)
+            sd_s = np.sqrt(np.maximum(sumsq / count - mean_s ** 2, 0.0))
+            sd_o = np.sqrt(np.maximum((totals[2] - sumsq) / n_o - mean_o ** 2, 0.0))
+            size = np.log10(rms_s / rms_o)
+            spread = np.log10(sd_s / sd_o)
+        for j, name in enumerate(names):
+            if not (count[j] >= 2 and n_o[j] >= 2 and np.isfinite(size[j])
+                    and np.isfinite(spread[j]) and sd_o[j] > 0 and rms_o[j] > 0):
+                continue
+            if abs(size[j]) < min_factor_log10 or abs(spread[j] - size[j]) > agreement_log10:
+                continue
+            power = int(np.round(size[j]))
+            factor = f"{10 ** power:g}" if power > 0 else f"1/{10 ** -power:g}"
+            out.append(
+                f"{site}'s {name!r} is about {factor} of the other sites' (mean "
+                f"{mean_s[j]:.3g} vs {mean_o[j]:.3g}, standard deviation {sd_s[j]:.3g} vs "
+                f"{sd_o[j]:.3g}): a unit mismatch? Its rows would sit apart from every "
+                "other site's after the scaling: export that column in the other sites' "
+                "units (unit-check='refuse' makes this an error, unit-check='off' silences "
+                "it)")
+    return out
+
+
 # ---------------------------------------------------------------------------- transform
 
 
@@ -732,8 +830,23 @@ class FeatureTransform:
     #: Categorical columns and their agreed levels (the last is :data:`OTHER`): each is
     #: one-hot encoded as the features ``"<column>=<level>"``, after the numeric ones.
     categories: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: What a missing cell (NaN) of a numeric feature becomes: ``"keep"`` (NaN stays: the
+    #: algorithms that read it as unobserved, and a transform whose ``fill`` is not known
+    #: yet), ``"mean"`` (``fill``, the federation's mean, before scaling), ``"drop"`` (the
+    #: row is left out: :meth:`complete_rows`), ``"refuse"`` (an error).
+    missing: str = "keep"
+    #: Per feature the value of a missing cell in the original units (``missing='mean'``:
+    #: the federation's mean); ``()``: none yet.
+    fill: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.missing not in ("keep", "mean", "drop", "refuse"):
+            raise ValueError(f"a feature transform's missing is keep, mean, drop or refuse, "
+                             f"got {self.missing!r}")
+        if self.fill and (len(self.fill) != len(self.features)
+                          or not all(np.isfinite(self.fill))):
+            raise ValueError(f"a fill of {len(self.fill)} values for {len(self.features)} "
+                             "features (finite values)")
         encoded = [one_hot_name(c, level) for c, levels in self.categories for level in levels]
         if encoded and tuple(self.features[-len(encoded):]) != tuple(encoded):
             raise ValueError("a feature transform lists its one-hot features last, in the "
@@ -765,7 +878,8 @@ class FeatureTransform:
         """The transform as a JSON string (exact floats: Python's shortest repr)."""
         return json.dumps({"features": list(self.features), "scaling": self.scaling,
                            "center": list(self.center), "scale": list(self.scale),
-                           "categories": [[c, list(levels)] for c, levels in self.categories]},
+                           "categories": [[c, list(levels)] for c, levels in self.categories],
+                           "missing": self.missing, "fill": list(self.fill)},
                           separators=(",", ":"))
 
     @classmethod
@@ -783,12 +897,19 @@ class FeatureTransform:
                        tuple(float(c) for c in data["center"]),
                        tuple(float(s) for s in data["scale"]),
                        tuple((str(c), tuple(str(v) for v in levels))
-                             for c, levels in data.get("categories", [])))
+                             for c, levels in data.get("categories", [])),
+                       str(data.get("missing", "keep")),
+                       tuple(float(v) for v in data.get("fill", [])))
         except (TypeError, KeyError, json.JSONDecodeError) as ex:
             raise ValueError(f"malformed feature transform: {ex}") from ex
 
     def apply(self, table: FeatureTable, dtype: Any = np.float64) -> np.ndarray:
         """The client's rows in the federation's features and units.
+
+        Every row of the table, in the federation's order: a missing cell is filled with
+        :attr:`fill` (``missing='mean'``) before scaling, else stays NaN (a ``drop``
+        transform's rows with a missing cell are left out by the caller,
+        :meth:`complete_rows`).
 
         Raises
         ------
@@ -801,15 +922,30 @@ class FeatureTransform:
             for column, levels in self.categories:
                 blocks.append(one_hot(table.values(column), levels))
             X = np.hstack(blocks)
+        X = self._filled(X)
         if not self.scaled:
             return X if X.dtype == dtype else np.ascontiguousarray(X, dtype=dtype)
         out = (np.asarray(X, dtype=np.float64) - np.asarray(self.center)) / np.asarray(
             self.scale)
         return np.ascontiguousarray(out, dtype=dtype)
 
+    def _filled(self, X: np.ndarray) -> np.ndarray:
+        """``X`` with its missing cells filled (``missing='mean'`` with a fill), else as is."""
+        if self.missing != "mean" or not self.fill:
+            return X
+        missing = np.isnan(X)
+        if not missing.any():
+            return X
+        return np.where(missing, np.asarray(self.fill, dtype=np.float64), X)
+
+    @staticmethod
+    def complete_rows(X: np.ndarray) -> np.ndarray:
+        """The rows without a missing cell (a boolean mask; ``missing='drop'`` keeps these)."""
+        return ~np.isnan(np.asarray(X, dtype=np.float64)).any(axis=1)
+
     def transform(self, X: np.ndarray) -> np.ndarray:
-        """Scale rows already in the federation's feature order."""
-        X = np.asarray(X, dtype=np.float64)
+        """Fill (``missing='mean'``) and scale rows already in the federation's order."""
+        X = self._filled(np.asarray(X, dtype=np.float64))
         if not self.scaled:
             return X
         return (X - np.asarray(self.center)) / np.asarray(self.scale)

@@ -115,7 +115,18 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         A declared identifier column (never a feature).
     categorical_columns : sequence of str or str, optional
         Columns of categories, one-hot encoded with the levels agreed across the sites
-        (a level rarer than ``privacy_threshold`` folds into ``other``).
+        (a level rarer than ``privacy_threshold`` folds into ``other``; a missing cell is
+        the level ``missing``).
+    missing : {"auto", "mean", "drop", "partial", "refuse"}, default "auto"
+        What a missing cell of a numeric feature becomes, with a features step
+        (``scaling`` given): the federation's mean of the feature, from the scaling's
+        sums (``mean``; ``auto`` for algorithms that need complete rows); the row left
+        out of training and labelled -1 (``drop``); the row clustered on its observed
+        features (``partial``; ``auto`` for the masked algorithms); an error
+        (``refuse``). See :mod:`~flwr_clustering.strategies.features`.
+    unit_check : {"warn", "refuse", "off"}, default "warn"
+        With a features step: warn (or refuse the run) when a site's feature looks
+        recorded in other units than the other sites' (plain runs, from their sums).
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups (two more messages per node; :mod:`~flwr_clustering.strategies.split_check`):
@@ -193,6 +204,11 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
 
     scales_features_why: str = ""
 
+    #: Whether the algorithm clusters a row on its observed features (NaN read as
+    #: unobserved: the masked algorithms), the ``missing='auto'`` policy ``partial``;
+    #: else its rows must be complete (``auto``: ``mean``).
+    reads_missing: bool = False
+
     #: How the model labels a row (``model.json``'s ``labelling``): the nearest centre;
     #: masked algorithms on each row's observed features; KDC its kernel, DeepFeCA its
     #: network (their own artifacts hold those models).
@@ -252,6 +268,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         feature_columns: Any = None,
         index_column: str | None = None,
         categorical_columns: Any = None,
+        missing: str = "auto",
+        unit_check: str = "warn",
         split_check: bool = True,
         refine_rounds: int = 0,
         **kwargs: Any,
@@ -307,7 +325,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
                              f"{refine_rounds!r}")
         self.refine_rounds = int(refine_rounds)
         self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
-                                                          index_column, categorical_columns)
+                                                          index_column, categorical_columns,
+                                                          missing, unit_check)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
             raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
                              "minimum and maximum (one row's value each), which secure "

@@ -25,6 +25,7 @@ it is refused under secure aggregation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
 from ..data.schema import (
+    MAX_MISSING_SHARE,
+    MISSING,
     SCALINGS,
     ColumnInfo,
     FeatureTransform,
@@ -44,6 +47,7 @@ from ..data.schema import (
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
+    unit_mismatches,
 )
 from ..log import logger
 from ..protocol import (
@@ -54,8 +58,16 @@ from ..protocol import (
     MOMENT_KEYS,
 )
 
-__all__ = ["FeatureOptions", "columns_of", "data_source_config", "prepare_features",
-           "with_features"]
+__all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
+           "prepare_features", "with_features"]
+
+#: Values of the ``unit-check`` option: warn about a site whose feature looks recorded in
+#: other units (:func:`~flwr_clustering.data.schema.unit_mismatches`), refuse the run, or
+#: do not check.
+UNIT_CHECKS: tuple[str, ...] = ("warn", "refuse", "off")
+
+#: What a missing cell becomes in the clients' transform, per ``missing`` policy.
+_TRANSFORM_MISSING = {"mean": "mean", "drop": "drop", "partial": "keep", "refuse": "refuse"}
 
 
 @dataclass(frozen=True)
@@ -78,12 +90,23 @@ class FeatureOptions:
     categorical_columns : tuple of str
         Columns of categories (text or codes), one-hot encoded with the levels agreed
         across the sites (one more message per node; not under secure aggregation).
+    missing : str
+        What a missing cell of a numeric feature becomes (:data:`~flwr_clustering.data.
+        schema.MISSING`): ``mean`` (the federation's mean, from the scaling's sums),
+        ``drop`` (the row is left out and labelled -1), ``partial`` (the row is clustered
+        on its observed features: the masked algorithms), ``refuse``; ``auto``:
+        ``partial`` for an algorithm that reads NaN as unobserved, else ``mean``.
+    unit_check : str
+        ``warn`` (default), ``refuse`` or ``off``: a site whose feature looks recorded in
+        other units than the other sites' (plain runs, from the sites' sums).
     """
 
     scaling: str | None = None
     feature_columns: tuple[str, ...] | None = None
     index_column: str | None = None
     categorical_columns: tuple[str, ...] = ()
+    missing: str = "auto"
+    unit_check: str = "warn"
 
     @property
     def active(self) -> bool:
@@ -95,11 +118,23 @@ class FeatureOptions:
         if self.scaling is not None and self.scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
                              f"got {self.scaling!r}")
+        if self.missing not in MISSING:
+            raise ValueError(f"missing must be one of {', '.join(MISSING)}, "
+                             f"got {self.missing!r}")
+        if self.unit_check not in UNIT_CHECKS:
+            raise ValueError(f"unit-check must be one of {', '.join(UNIT_CHECKS)}, "
+                             f"got {self.unit_check!r}")
+
+    def policy(self, reads_missing: bool) -> str:
+        """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
+        if self.missing == "auto":
+            return "partial" if reads_missing else "mean"
+        return self.missing
 
     @classmethod
     def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
-                    index_column: Any = None, categorical_columns: Any = None
-                    ) -> FeatureOptions:
+                    index_column: Any = None, categorical_columns: Any = None,
+                    missing: str = "auto", unit_check: str = "warn") -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -108,7 +143,8 @@ class FeatureOptions:
 
         index = None if index_column in (None, "", "none") else str(index_column)
         return cls(None if scaling is None else str(scaling),
-                   names(feature_columns) or None, index, names(categorical_columns))
+                   names(feature_columns) or None, index, names(categorical_columns),
+                   str(missing), str(unit_check))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +207,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     if not options.active:
         return None
     if options.scaling is None:  # columns named, rows not scaled (no spread check)
-        options = FeatureOptions("none", options.feature_columns, options.index_column,
-                                 options.categorical_columns)
+        options = dataclasses.replace(options, scaling="none")
     if not strategy.scales_features:
         if options.scaling != "none":
             logger.info("%s: scaling=%r does not apply (%s); its rows are used as they are",
@@ -208,34 +243,54 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     for note in schema.notes:
         logger.warning("%s", note)
         strategy.run_warnings.append(note)
+    policy = _missing_policy(strategy, options)
     if getattr(strategy, "dp", False):
-        return _names_only_under_dp(strategy, schema, options, len(described))
+        return _names_only_under_dp(strategy, schema, options, len(described), policy)
     categories = _categories(strategy, grid, schema, timeout) if schema.categorical else ()
     encoded = tuple(one_hot_name(c, level) for c, levels in categories for level in levels)
     features = schema.features + encoded
-    _set(strategy, FeatureTransform(features, categories=categories))
-    count, total, sumsq, lo, hi, sites = _moments(strategy, grid, features, records, timeout,
-                                                  options.scaling)
-    center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi)
+    missing = _TRANSFORM_MISSING[policy]
+    # the moments' transform: the columns, no fill yet (a missing cell stays NaN and is
+    # left out of the sums; with 'drop' its row is left out)
+    _set(strategy, FeatureTransform(features, categories=categories, missing=missing))
+    count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
+                                                        timeout, options.scaling)
+    fill, imputed_rows = _missing_cells(strategy, policy, features, count, total, rows)
+    if policy == "drop":
+        _declare_kept_rows(strategy, rows)
+    center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi,
+                                         rows=imputed_rows)
     if options.scaling == "none":
         warning = spread_warning(count, total, sumsq, features)
         if warning is not None:
             logger.warning("%s", warning)
             strategy.run_warnings.append(warning)
-        transform = FeatureTransform(features, categories=categories)
+        transform = FeatureTransform(features, categories=categories, missing=missing,
+                                     fill=fill)
     else:
         transform = FeatureTransform(features, options.scaling,
                                      tuple(map(float, center)), tuple(map(float, scale)),
-                                     categories)
+                                     categories, missing, fill)
+    _unit_check(strategy, options, schema.features)
     _set(strategy, transform)
+    # each client's sums of its rows as it holds them from now on (filled cells included):
+    # they bound the means it may send (check_means_within_rows)
     strategy.client_moments = {
-        cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
+        cid: RowMoments.from_sums(*_filled_sums(sums, fill, strategy, cid), transform.center,
+                                  transform.scale)
         for cid, sums in getattr(strategy, "client_sums", {}).items()}
     strategy.feature_summary = {
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
         "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
-        "sites": sites, "center": list(transform.center), "scale": list(transform.scale)}
+        "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
+        "missing": policy, "fill": list(transform.fill),
+        "missing-cells": {f: int(m) for f, m in zip(features, rows.read - count,
+                                                    strict=True) if m > 0}
+        if policy != "drop" else {},
+        "rows-read": int(rows.read.sum()) if rows.read.size else 0,
+        "incomplete-rows": int(rows.incomplete.sum()),
+        "incomplete-rows-per-site": dict(rows.per_site)}
     names = ", ".join(features[:8]) + (", ..." if len(features) > 8 else "")
     logger.info("features: %d agreed by %d clients [%s]; scaling %s from %d rows of %d "
                 "sites", len(features), len(described), names, options.scaling,
@@ -243,8 +298,167 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     return transform
 
 
+def _missing_policy(strategy: Any, options: FeatureOptions) -> str:
+    """The run's ``missing`` policy, checked against its algorithm.
+
+    Raises
+    ------
+    ValueError
+        ``missing='partial'`` for an algorithm that needs complete rows (naming the ones
+        that cluster on observed features, and the other policies).
+    """
+    reads = bool(getattr(strategy, "reads_missing", False))
+    policy = options.policy(reads)
+    if policy == "partial" and not reads:
+        raise ValueError(
+            f"missing='partial' clusters each row on its observed features, which "
+            f"{strategy.name} does not do (it needs complete rows): run with missing='mean' "
+            "(the federation's mean of each feature) or missing='drop' (rows with a "
+            "missing cell left out), or with a masked algorithm (masked-federated, "
+            "masked-oneshot)")
+    return policy
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows behind the feature moments: as read, and with a missing cell."""
+
+    read: np.ndarray  # per feature: the rows of the sites that sent moments
+    incomplete: np.ndarray  # 0-d: the rows with a missing cell (federation)
+    per_site: tuple[tuple[str, int], ...] = ()  # plain runs: each site's
+
+
+def _missing_cells(strategy: Any, policy: str, features: tuple[str, ...], count: np.ndarray,
+                   total: np.ndarray, rows: _Rows
+                   ) -> tuple[tuple[float, ...], np.ndarray | None]:
+    """The fill of ``missing='mean'`` (and the rows it scales over), checks and warnings.
+
+    Raises
+    ------
+    ValueError
+        A feature without any observed value, a feature missing at more than
+        :data:`MAX_MISSING_SHARE` of the rows at every site (``mean``), or no complete row
+        (``drop``), naming the feature or the option.
+    """
+    incomplete = int(rows.incomplete)
+    per_site = ", ".join(f"{site}: {n}" for site, n in rows.per_site if n)
+    if policy == "drop":
+        if count.size and int(count.max()) == 0:
+            raise ValueError(
+                "missing='drop': every row at every site has a missing cell, so no row is "
+                "left: run with missing='mean' (the federation's mean of each feature)")
+        if incomplete:
+            text = (f"missing='drop': {incomplete} of {int(rows.read.max())} rows have a "
+                    f"missing cell and are left out of the training (labelled -1)"
+                    + (f" ({per_site})" if per_site else ""))
+            logger.warning("%s", text)
+            strategy.run_warnings.append(text)
+        return (), None
+    if policy not in ("mean", "partial"):
+        return (), None
+    missing = rows.read - count
+    unseen = [f for f, c in zip(features, count, strict=True) if c == 0]
+    if unseen and policy == "mean":
+        raise ValueError(
+            f"no site observes the feature(s) {_names(unseen)} (every cell missing): leave "
+            "them out (list the other columns in feature-columns)")
+    share = np.where(rows.read > 0, missing / np.maximum(rows.read, 1), 0.0)
+    too_many = _mostly_missing(strategy, features, share)
+    if too_many and policy == "mean":
+        raise ValueError(
+            f"the feature(s) {_names(too_many)} are missing at more than "
+            f"{MAX_MISSING_SHARE:.0%} of the rows of every site: most of their values "
+            "would be the federation's mean, not data. Leave them out (list the other "
+            "columns in feature-columns), or run with missing='drop' to use only the rows "
+            "that have them")
+    if policy == "partial":
+        return (), None
+    # the fill is kept even where no cell is missing: predict and model.json use it
+    fill = tuple(float(v) for v in np.where(count > 0, total / np.maximum(count, 1), 0.0))
+    if not missing.any():
+        return fill, None
+    shares = "; ".join(f"{f!r} {s:.1%} ({int(m)} of {int(n)} rows)"
+                       for f, s, m, n in zip(features, share, missing, rows.read, strict=True)
+                       if m > 0)
+    text = (f"missing cells filled with the federation's mean of the feature "
+            f"(missing='mean'): {shares}; {incomplete} rows had a missing cell"
+            + (f" ({per_site})" if per_site else ""))
+    logger.warning("%s", text)
+    strategy.run_warnings.append(text)
+    return fill, rows.read
+
+
+def _declare_kept_rows(strategy: Any, rows: _Rows) -> None:
+    """With ``missing='drop'`` a client's replies count its complete rows from now on.
+
+    Plain runs know each site's (rows read minus rows with a missing cell); under secure
+    aggregation the next reply of each client declares them.
+    """
+    incomplete = {int(site.split()[-1]): n for site, n in rows.per_site}
+    for key in list(strategy.client_rows):
+        cid = key[0]
+        read = getattr(strategy, "client_read_rows", {}).get(cid)
+        if read is None or cid not in incomplete:
+            del strategy.client_rows[key]
+        else:
+            strategy.client_rows[key] = int(read) - incomplete[cid]
+
+
+def _filled_sums(sums: tuple[np.ndarray, ...], fill: tuple[float, ...], strategy: Any,
+                 cid: int) -> tuple[np.ndarray, ...]:
+    """A site's (count, sum, sumsq) after its missing cells are filled with ``fill``."""
+    count, total, sumsq = sums[:3]
+    if not fill:
+        return count, total, sumsq
+    holes = strategy.client_read_rows[cid] - count
+    value = np.asarray(fill, dtype=np.float64)
+    return count + holes, total + holes * value, sumsq + holes * value * value
+
+
+def _mostly_missing(strategy: Any, features: tuple[str, ...], share: np.ndarray) -> list[str]:
+    """Features missing at more than :data:`MAX_MISSING_SHARE` of every site's rows.
+
+    Plain runs test every site (a feature one site records well is kept); under secure
+    aggregation, where only the federation's totals are known, the federation's share.
+    """
+    sites = getattr(strategy, "client_read_rows", {})
+    sums = getattr(strategy, "client_sums", {})
+    if sites and sums:
+        mostly = np.ones(len(features), dtype=bool)
+        for cid, read in sites.items():
+            count = np.asarray(sums[cid][0], dtype=np.float64)
+            mostly &= (read - count) > MAX_MISSING_SHARE * read
+        return [f for f, m in zip(features, mostly, strict=True) if m]
+    return [f for f, s in zip(features, share, strict=True) if s > MAX_MISSING_SHARE]
+
+
+def _unit_check(strategy: Any, options: FeatureOptions, numeric: tuple[str, ...]) -> None:
+    """Warn (or refuse, ``unit-check='refuse'``) where a site's feature looks in other units.
+
+    From each site's sums of the rows as read (plain runs: the server has them); under
+    secure aggregation the server has only the totals and does not check.
+    """
+    sums = getattr(strategy, "client_sums", {})
+    if options.unit_check == "off" or len(sums) < 2:
+        return
+    d = len(numeric)
+    found = unit_mismatches({f"client {cid}": tuple(a[:d] for a in parts)
+                             for cid, parts in sorted(sums.items())}, numeric)
+    if not found:
+        return
+    if options.unit_check == "refuse":
+        raise ValueError("unit-check='refuse': " + " ".join(found))
+    for text in found:
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+
+
+def _names(features: list[str]) -> str:
+    return ", ".join(repr(f) for f in features[:10]) + (", ..." if len(features) > 10 else "")
+
+
 def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
-                         clients: int) -> FeatureTransform:
+                         clients: int, policy: str) -> FeatureTransform:
     """A differentially private run: the columns by name, no per-site statistic.
 
     The scaling's per-feature sums (and the category counts) would leave the sites without
@@ -263,7 +477,14 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
             "dp-epsilon > 0 with categorical-columns: agreeing on the levels needs each "
             "site's category counts, which the differential-privacy guarantee does not "
             "cover; encode those columns at the sites beforehand")
-    transform = FeatureTransform(schema.features)
+    if options.missing == "mean":
+        raise ValueError(
+            "dp-epsilon > 0 with missing='mean': the federation's means would need each "
+            "site's per-feature sums without noise, which the differential-privacy "
+            "guarantee does not cover; run with missing='drop' (rows with a missing cell "
+            "left out at their site)")
+    # missing='auto' under DP: a site with a missing cell refuses (no federation mean)
+    transform = FeatureTransform(schema.features, missing=_TRANSFORM_MISSING[policy])
     _set(strategy, transform)
     strategy.client_moments = {
         cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
@@ -317,7 +538,11 @@ def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
 
 def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[int, Any],
              timeout: float, scaling: str) -> tuple[Any, ...]:
-    """The federation's per-feature totals (count, sum, sumsq, min, max) and its sites."""
+    """The federation's per-feature totals (count, sum, sumsq, min, max), its sites, rows.
+
+    Each reply's counts are checked against the rows the site says it read (a count above
+    them is a malformed reply).
+    """
     config: dict[str, Any] = {"scaling": scaling,
                               "privacy-threshold": int(getattr(strategy, "privacy_threshold",
                                                                2))}
@@ -340,10 +565,14 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
         if len(totals.sums) < 3:
             raise ValueError("secure feature moments: fewer than 3 totals came back")
         power = np.exp2(np.asarray(exponents, dtype=np.float64))
+        if len(totals.sums) < 4 or np.shape(totals.sums[3]) != (2,):
+            raise ValueError("secure feature moments: the rows' totals did not come back")
         count = np.round(np.asarray(totals.sums[0], dtype=np.float64))
         total = np.asarray(totals.sums[1], dtype=np.float64) * power
         sumsq = np.asarray(totals.sums[2], dtype=np.float64) * power * power
-        return count, total, sumsq, None, None, len(totals.nodes)
+        read, incomplete = np.round(np.asarray(totals.sums[3], dtype=np.float64))
+        rows = _Rows(np.full(d, read), np.asarray(incomplete))
+        return count, total, sumsq, None, None, len(totals.nodes), rows
     # a site with fewer rows than the privacy threshold withholds its sums; its rows are
     # scaled with the others' totals (it takes part in every later round)
     before = dict(getattr(strategy, "run_absent", {}))
@@ -357,20 +586,28 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
             + ": the scaling comes from the other sites' sums")
         logger.warning("%s", text)
         strategy.run_warnings.append(text)
-    parts = []
+    parts, read = [], {}
     for r in replies:
         try:
             arrays = [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[:3]]
             if any(a.shape != (d,) for a in arrays) or not all(
                     np.isfinite(a).all() for a in arrays) or (arrays[0] < 0).any():
                 raise ValueError(f"expected 3 finite arrays of {d} values")
+            counted = np.asarray(r.stats[MOMENT_KEYS[3]], dtype=np.float64)
+            if counted.shape != (2,) or not np.isfinite(counted).all() or not (
+                    0 <= counted[1] <= counted[0]) or (arrays[0] > counted[0]).any():
+                raise ValueError("expected the rows read and the rows with a missing cell, "
+                                 "at least every feature's count")
             if scaling == "minmax":
-                arrays += [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[3:]]
+                arrays += [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[4:]]
         except (KeyError, ValueError) as ex:
             raise ValueError(f"client {r.client_id}: malformed feature moments: {ex}") from ex
         parts.append(arrays)
+        read[int(r.client_id)] = counted
     if not parts:
         raise ValueError("no client sent its feature moments")
+    # each site's rows as read, for the share of missing cells per site
+    strategy.client_read_rows = {cid: float(c[0]) for cid, c in read.items()}
     # each client's own sums bound the means it may send later (check_means_within_rows)
     strategy.client_sums = {int(r.client_id): tuple(p[:3])
                             for r, p in zip(replies, parts, strict=True)}
@@ -387,4 +624,7 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
         with np.errstate(all="ignore"):
             lo = np.nanmin([p[3] for p in parts], axis=0)
             hi = np.nanmax([p[4] for p in parts], axis=0)
-    return count, total, sumsq, lo, hi, len(parts)
+    counted = np.sum(list(read.values()), axis=0)
+    rows = _Rows(np.full(d, counted[0]), np.asarray(counted[1]),
+                 tuple((f"client {cid}", int(c[1])) for cid, c in sorted(read.items())))
+    return count, total, sumsq, lo, hi, len(parts), rows

@@ -80,6 +80,7 @@ class MaskedFederated(ClusteringStrategy):
     """
 
     name = "masked-federated"
+    reads_missing = True
     labelling = "masked-nearest-centroid"
     Options = MaskedFederatedOptions
     #: A global centre gets NaN where no client observed the feature in its cluster.
@@ -241,6 +242,7 @@ class MaskedOneShot(ClusteringStrategy):
     """
 
     name = "masked-oneshot"
+    reads_missing = True
     labelling = "masked-nearest-centroid"
     Options = MaskedOneShotOptions
     advice = {**ClusteringStrategy.advice, "non-finite": ("k", "k_local")}
