@@ -498,14 +498,15 @@ class ClusteringClient(NumPyClient):
         where = ", ".join(f"{names[j]!r} ({int(holes[j])})" for j in np.flatnonzero(holes)[:10]
                           if j < len(names))
         source = getattr(self, "data_source", None) or {}
-        what = f"its file {source['path']}" if source.get("path") else "its rows"
+        what = (f"its file {source['path']} has" if source.get("path")
+                else "its rows have")
         why = ("the run sent no federation means to fill them (a differentially private "
                "run sends no per-feature sums): run with missing='drop'"
                if transform is not None and transform.missing == "mean" else
                "run with missing='mean' (each missing cell filled with the federation's "
                "mean of its feature) or missing='drop' (rows with a missing cell left "
                "out), or fill them at the site")
-        raise ValueError(f"client {self.client_id}: {what} has {int(holes.sum())} missing "
+        raise ValueError(f"client {self.client_id}: {what} {int(holes.sum())} missing "
                          f"cell(s) (NaN or empty) in {where}, which {phase} cannot use: "
                          f"{why}")
 

@@ -392,16 +392,12 @@ def _declare_kept_rows(strategy: Any, rows: _Rows) -> None:
     """With ``missing='drop'`` a client's replies count its complete rows from now on.
 
     Plain runs know each site's (rows read minus rows with a missing cell); under secure
-    aggregation the next reply of each client declares them.
+    aggregation (and differential privacy) the first training reply declares them.
     """
     incomplete = {int(site.split()[-1]): n for site, n in rows.per_site}
-    for key in list(strategy.client_rows):
-        cid = key[0]
-        read = getattr(strategy, "client_read_rows", {}).get(cid)
-        if read is None or cid not in incomplete:
-            del strategy.client_rows[key]
-        else:
-            strategy.client_rows[key] = int(read) - incomplete[cid]
+    for cid, read in getattr(strategy, "client_read_rows", {}).items():
+        if cid in incomplete:
+            strategy.client_rows[(cid, False)] = int(read) - incomplete[cid]
 
 
 def _filled_sums(sums: tuple[np.ndarray, ...], fill: tuple[float, ...], strategy: Any,

@@ -23,6 +23,11 @@ from ..algorithms.local_centroids import (
     check_means_within_rows,
 )
 from ..evaluation import check_evaluation_stats
+from ..protocol import CATEGORIES_PHASE, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE
+
+#: Round 0's phases: their replies count the rows as read (with ``missing='drop'`` the
+#: later replies count the complete rows only).
+_ROWS_READ_PHASES = (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
 
 
 class ReplyValidation:
@@ -56,7 +61,8 @@ class ReplyValidation:
 
         * ``num-examples`` is a non-negative integer, and a client's replies repeat the row
           count of its first one (evaluation replies are tracked apart, for clients that
-          evaluate on other rows);
+          evaluate on other rows; round 0's replies count the rows as read, which the
+          later ones repeat unless ``missing='drop'`` left rows out);
         * the upload's counts (:meth:`payload_counts`) are finite, non-negative and sum to
           at most ``num-examples``;
         * each local mean (:meth:`payload_means`) lies where the rows behind it can put it,
@@ -74,8 +80,15 @@ class ReplyValidation:
         if rows is not None:
             if isinstance(rows, bool) or not float(rows).is_integer() or float(rows) < 0:
                 raise ValueError(f"num-examples must be a non-negative integer, got {rows!r}")
-            rows = int(rows)
-            first = self.client_rows.setdefault((int(client_id), kind == "evaluate"), rows)
+            rows, cid = int(rows), int(client_id)
+            key: tuple[int, Any] = (cid, "read" if kind in _ROWS_READ_PHASES
+                                    else kind == "evaluate")
+            transform = getattr(self, "feature_transform", None)
+            if key == (cid, False) and key not in self.client_rows and (
+                    cid, "read") in self.client_rows and (
+                    transform is None or transform.missing != "drop"):
+                self.client_rows[key] = self.client_rows[(cid, "read")]
+            first = self.client_rows.setdefault(key, rows)
             if rows != first:
                 raise ValueError(f"its row count changed: num-examples={rows}, but {first} in "
                                  "its first reply (a client's rows may not change during a "
