@@ -213,6 +213,13 @@ def test_missing_cells_are_counted_per_column_and_judged_by_the_federations_poli
         code, out = _check(capsys, path, "--schema", other)
         assert code == 0, out
         assert f"accepted with missing={policy!r}" in out
+    # a file that does not fit is told both: its columns, and its gaps in the features
+    path_renamed = tmp_path / "renamed.csv"
+    mine.rename(columns={"proline": "Proline"}).to_csv(path_renamed, index=False)
+    code, out = _check(capsys, path_renamed, "--schema", schema_path)
+    refusals = [line for line in out.splitlines() if line.startswith("refused:")]
+    assert code == 1 and len(refusals) == 2
+    assert "lacks 'proline'" in refusals[0] and refusals[1].startswith("refused: 4 missing")
     # every row with a gap and missing='drop': nothing left to cluster
     mine.loc[:, "ash"] = np.nan
     mine.to_csv(path, index=False)

@@ -473,11 +473,15 @@ def check_file(
         features = ()
 
     counts = _missing_per_column(loaded)
-    in_features = {f: counts.get(f, 0) for f in features}
+    # the features' missing cells; where the file does not fit, those of the federation's
+    # features it has (so that one check says both)
+    judged = features or (tuple(f for f in schema.features if f in table.names)
+                          if schema is not None else ())
+    in_features = {f: counts.get(f, 0) for f in judged}
     cells = sum(in_features.values())
     if cells:
         where = ", ".join(f"{f!r}: {n}" for f, n in in_features.items() if n)
-        rows = int(np.isnan(table.columns(features)).any(axis=1).sum())
+        rows = int(np.isnan(table.columns(judged)).any(axis=1).sum())
         if policy not in ACCEPTS_MISSING:
             problems.append(f"{cells} missing cell(s) in the features ({where}; {rows} "
                             f"row(s)): the federation runs with missing={policy!r}, so "
