@@ -125,8 +125,8 @@ def test_a_clean_file_is_described_by_rows_columns_and_kinds(federation, capsys)
     code, out = _check(capsys, paths[1], "--schema", folder / "run" / "schema.json")
     lines = out.splitlines()
     assert code == 0
-    assert lines[0] == (f"{paths[1]}: {len(frames[1])} rows, 14 columns (header row; label "
-                        "column none (not a feature))")
+    assert lines[0] == (f"{paths[1]}: {len(frames[1])} rows, 14 columns (header row; no "
+                        "label column)")
     row = _table(out)
     assert len(row) == 14
     assert row["patient_id"] == ["integer", "0", "index,", "identifier-like"]
@@ -308,3 +308,27 @@ def test_check_file_takes_the_schema_object_too(federation):
     report = check_file(paths[0], load_schema(folder / "run" / "schema.json"))
     assert report.accepted and report.rows == 60 and report.missing == "refuse"
     assert report.features[0] == "alcohol" and "patient_id" not in report.features
+
+
+def test_the_missing_policy_of_a_run_is_its_option_else_partial_for_masked_else_refuse():
+    from flwr_clustering.data.site_check import missing_policy
+
+    assert missing_policy({"missing": "mean"}) == "mean"
+    assert missing_policy({"missing": "drop"}, "masked-nearest-centroid") == "drop"
+    assert missing_policy({}, "masked-nearest-centroid") == "partial"
+    assert missing_policy({"missing": ""}) == "refuse"
+    assert missing_policy({}, "nearest-centroid") == "refuse"
+
+
+def test_files_without_column_names_are_matched_by_position(tmp_path, capsys):
+    schema = FederationSchema(tuple(str(j) for j in range(4)),
+                              scaling="standard").save(tmp_path / "schema.json")
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "four.npy", rng.normal(size=(40, 4)))
+    np.save(tmp_path / "three.npy", rng.normal(size=(40, 3)))
+    code, out = _check(capsys, tmp_path / "four.npy", "--schema", schema)
+    assert code == 0 and "features a run would take: 4 [0, 1, 2, 3]" in out
+    code, out = _check(capsys, tmp_path / "three.npy", "--schema", schema)
+    assert code == 1
+    assert ("refused: files without column names are matched by position, so every site "
+            "needs the same number of columns: most have 4, this site has 3") in out

@@ -288,8 +288,8 @@ class SiteCheck:
         how = []
         if self.header is not None:
             how.append("header row" if self.header else "no header row (columns by position)")
-        how.append("label column " + (repr(self.label_column) if self.label_column
-                                      else "none") + " (not a feature)")
+        how.append(f"label column {self.label_column!r} (not a feature)"
+                   if self.label_column else "no label column")
         if self.dropped_index is not None:
             how.append(f"index column {self.dropped_index!r} dropped")
         out = [f"{self.path}: {self.rows} rows, {len(self.columns)} columns "
@@ -466,12 +466,6 @@ def check_file(
         notes.extend(agreed.notes)
     except SchemaError as ex:
         problems.append(str(ex))
-    if schema is not None and features and tuple(features) != tuple(schema.features):
-        # only a positional federation can agree on other names; never silently
-        problems.append(f"the federation's features {list(schema.features)} are not this "
-                        f"file's {list(features)}")
-        features = ()
-
     counts = _missing_per_column(loaded)
     # the features' missing cells; where the file does not fit, those of the federation's
     # features it has (so that one check says both)
