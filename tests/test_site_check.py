@@ -301,6 +301,14 @@ def test_the_command_runs_as_a_process(federation):
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("verdict: this file would be accepted")
     assert "federation: " in done.stdout and "missing='refuse'" in done.stdout
+    # nothing leaves the machine: the check loads neither Flower nor anything that talks
+    script = ("import sys; from flwr_clustering.__main__ import main; "
+              f"code = main(['check', {str(paths[2])!r}]); "
+              "print(code, sorted({m.split('.')[0] for m in sys.modules} & "
+              "{'flwr', 'ray', 'grpc', 'requests', 'urllib3', 'http'}))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert done.stdout.splitlines()[-1] == "1 []", done.stdout + done.stderr
 
 
 def test_check_file_takes_the_schema_object_too(federation):
