@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -723,6 +725,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                 else transform.inverse(A)
 
         self.strategy_ = strategy
+        self._fit_config = cfg  # the run config, for save_model (the App's model.json)
         self.seed_ = seed
         self.n_clients_ = len(parts)
         self.feature_transform_ = transform
@@ -956,3 +959,35 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         if masked:
             return pooled_masked_squared_distances(Z, C).argmin(axis=1).astype(np.int64)
         return nearest_labels(Z, C).astype(np.int64)
+
+    def save_model(self, path: str | os.PathLike[str]) -> Path:
+        """Write the fitted model as the App writes its ``model.json``.
+
+        The same file as an App run on the same data: feature names, scaling, centroids
+        and the run's settings; :func:`flwr_clustering.load_model` reads it to label new
+        rows at any site, and ``python -m flwr_clustering check <file> --schema <path>``
+        checks a site's file against it.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file, conventionally ``model.json``; its directory must exist.
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+
+        Raises
+        ------
+        ValueError
+            For a model that is not centroids (DeepFeCA's network).
+        """
+        from .app.results import run_model
+
+        check_is_fitted(self, "strategy_")
+        model = run_model(self.strategy_, self._fit_config)
+        if model is None:
+            raise ValueError(f"{self.algorithm!r}: the model is not centroids over the "
+                             "features, so it has no model.json")
+        return model.save(path)

@@ -22,7 +22,7 @@ from ..log import logger
 from ..reporting import atomic_write_text, plot_curves, plot_k_scores, save_run, to_jsonable
 from .checkpoint import centroid_arrays
 
-__all__ = ["save_results"]
+__all__ = ["run_model", "save_results"]
 
 
 def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
@@ -156,6 +156,30 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
     return profile
 
 
+def run_model(strategy, run_config: dict[str, Any]):
+    """The model a site keeps (``model.json``) of a finished strategy, or ``None``.
+
+    ``None`` where the model is not centroids (a network) or its names do not fit them.
+    """
+    from .. import __version__
+    from ..data.schema import FeatureTransform
+    from ..model import ClusteringModel
+
+    C = strategy.centroids
+    transform = strategy.feature_transform
+    if C is None or np.ndim(C) != 2 or strategy.labelling == "network":
+        return None
+    names = (transform.features if transform is not None
+             else tuple(str(j) for j in range(np.shape(C)[1])))
+    if len(names) != np.shape(C)[1]:
+        return None
+    return ClusteringModel(
+        algorithm=strategy.name, k=int(np.shape(C)[0]), feature_names=tuple(names),
+        transform=transform if transform is not None else FeatureTransform(names),
+        centroids=np.asarray(C, dtype=np.float64), options=to_jsonable(run_config),
+        library_version=__version__, labelling=strategy.labelling)
+
+
 def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
                     paths: dict[str, str]) -> dict[str, str]:
     """The results in the data's own terms: ``model.json``, the profile, ``report.html``.
@@ -167,8 +191,7 @@ def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
     the settings, warnings, profile, rows per site and convergence.
     """
     from .. import __version__
-    from ..data.schema import FeatureTransform
-    from ..model import ClusteringModel
+    from ..data.site_check import FederationSchema
     from ..profile import plot_profile, write_report
 
     out = Path(out_dir)
@@ -178,16 +201,16 @@ def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
     run_config = summary.get("run-config") or {}
     threshold = int(run_config.get("privacy-threshold", getattr(strategy, "privacy_threshold",
                                                                  2)))
-    if C is not None and np.ndim(C) == 2 and strategy.labelling != "network":
-        names = (transform.features if transform is not None
-                 else tuple(str(j) for j in range(np.shape(C)[1])))
-        if len(names) == np.shape(C)[1]:
-            model = ClusteringModel(
-                algorithm=strategy.name, k=int(np.shape(C)[0]), feature_names=tuple(names),
-                transform=transform if transform is not None else FeatureTransform(names),
-                centroids=np.asarray(C, dtype=np.float64), options=to_jsonable(run_config),
-                library_version=__version__, labelling=strategy.labelling)
-            written["model"] = str(model.save(out / "model.json"))
+    model = run_model(strategy, run_config)
+    if model is not None:
+        written["model"] = str(model.save(out / "model.json"))
+    if transform is not None or model is not None:
+        # what a site needs to check its file before it joins (python -m flwr_clustering
+        # check <file> --schema schema.json): the features, levels, index column, policies
+        schema = FederationSchema.from_run(
+            transform if transform is not None else model.transform, run_config,
+            labelling=strategy.labelling, library_version=__version__)
+        written["schema"] = str(schema.save(out / "schema.json"))
     profile = None
     try:
         profile = cluster_profile_of(strategy, threshold)
