@@ -40,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--label-column", default="label",
                        help="the label column ('none': every column is data)")
     check.add_argument("--header", default="auto", help="true, false or auto (CSV)")
-    check.add_argument("--missing", default="refuse",
+    check.add_argument("--missing", default="auto",
                        help="the run's missing-cell policy, without --schema "
-                       "(mean, drop, partial, refuse)")
+                       "(auto, the App's default: mean, or partial for the masked "
+                       "algorithms; mean, drop, partial, refuse)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as ex:  # argparse: 2 for bad arguments, 0 for --help

@@ -110,7 +110,7 @@ def test_an_app_run_writes_schema_json_and_its_sites_files_fit_it(federation, ca
     features = [c for c in frames[0].columns if c != "patient_id"]
     assert data == {"format": SCHEMA_FORMAT, "features": features, "categorical-columns": {},
                     "feature-columns": False, "index-column": "patient_id",
-                    "scaling": "standard", "missing": "refuse", "algorithm": "fkm",
+                    "scaling": "standard", "missing": "mean", "algorithm": "fkm",
                     "library-version": flwr_clustering.__version__}
     for path in paths:
         code, out = _check(capsys, path, "--schema", folder / "run" / "schema.json")
@@ -204,10 +204,13 @@ def test_missing_cells_are_counted_per_column_and_judged_by_the_federations_poli
     assert rows["hue"][:2] == ["numeric", "3"] and rows["ash"][:2] == ["numeric", "1"]
     assert rows["alcohol"][:2] == ["numeric", "0"]
     assert "missing cells: 4 in 2 column(s) ('ash', 'hue')" in out
+    assert code == 0 and "accepted with missing='mean'" in out  # the App's default
+    schema = load_schema(schema_path)
+    refusing = dataclasses.replace(schema, missing="refuse").save(tmp_path / "refuse.json")
+    code, out = _check(capsys, path, "--schema", refusing)
     assert code == 1
     assert ("refused: 4 missing cell(s) in the features ('ash': 1, 'hue': 3; 3 row(s)): the "
             "federation runs with missing='refuse', so this file would be refused") in out
-    schema = load_schema(schema_path)
     for policy in ("mean", "drop", "partial"):
         other = dataclasses.replace(schema, missing=policy).save(tmp_path / f"{policy}.json")
         code, out = _check(capsys, path, "--schema", other)
@@ -216,7 +219,7 @@ def test_missing_cells_are_counted_per_column_and_judged_by_the_federations_poli
     # a file that does not fit is told both: its columns, and its gaps in the features
     path_renamed = tmp_path / "renamed.csv"
     mine.rename(columns={"proline": "Proline"}).to_csv(path_renamed, index=False)
-    code, out = _check(capsys, path_renamed, "--schema", schema_path)
+    code, out = _check(capsys, path_renamed, "--schema", refusing)
     refusals = [line for line in out.splitlines() if line.startswith("refused:")]
     assert code == 1 and len(refusals) == 2
     assert "lacks 'proline'" in refusals[0] and refusals[1].startswith("refused: 4 missing")
@@ -300,7 +303,7 @@ def test_the_command_runs_as_a_process(federation):
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith("verdict: this file would be accepted")
-    assert "federation: " in done.stdout and "missing='refuse'" in done.stdout
+    assert "federation: " in done.stdout and "missing='mean'" in done.stdout
     # nothing leaves the machine: the check loads neither Flower nor anything that talks
     script = ("import sys; from flwr_clustering.__main__ import main; "
               f"code = main(['check', {str(paths[2])!r}]); "
@@ -314,18 +317,19 @@ def test_the_command_runs_as_a_process(federation):
 def test_check_file_takes_the_schema_object_too(federation):
     folder, _, paths = federation
     report = check_file(paths[0], load_schema(folder / "run" / "schema.json"))
-    assert report.accepted and report.rows == 60 and report.missing == "refuse"
+    assert report.accepted and report.rows == 60 and report.missing == "mean"
     assert report.features[0] == "alcohol" and "patient_id" not in report.features
 
 
-def test_the_missing_policy_of_a_run_is_its_option_else_partial_for_masked_else_refuse():
+def test_the_missing_policy_of_a_run_is_its_transforms_else_partial_for_masked_else_refuse():
+    from flwr_clustering.data.schema import FeatureTransform
     from flwr_clustering.data.site_check import missing_policy
 
-    assert missing_policy({"missing": "mean"}) == "mean"
-    assert missing_policy({"missing": "drop"}, "masked-nearest-centroid") == "drop"
-    assert missing_policy({}, "masked-nearest-centroid") == "partial"
-    assert missing_policy({"missing": ""}) == "refuse"
-    assert missing_policy({}, "nearest-centroid") == "refuse"
+    assert missing_policy(FeatureTransform(("a",), missing="mean")) == "mean"
+    assert missing_policy(FeatureTransform(("a",), missing="drop"),
+                          "masked-nearest-centroid") == "drop"
+    assert missing_policy(FeatureTransform(("a",)), "masked-nearest-centroid") == "partial"
+    assert missing_policy(FeatureTransform(("a",)), "nearest-centroid") == "refuse"
 
 
 def test_files_without_column_names_are_matched_by_position(tmp_path, capsys):

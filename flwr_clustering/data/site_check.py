@@ -34,6 +34,7 @@ from flwr_clustering import __version__
 from flwr_clustering.data.local_file import DEFAULT_LABEL_COLUMN, LocalFile, read_local_file
 from flwr_clustering.data.schema import (
     MIN_ID_ROWS,
+    MISSING,
     OTHER,
     ColumnInfo,
     SchemaError,
@@ -61,9 +62,10 @@ __all__ = [
 SCHEMA_FORMAT = "flwr-clustering-schema/1"
 
 #: Values of the run's ``missing`` option (what a missing cell of a feature becomes).
-MISSING_POLICIES: tuple[str, ...] = ("mean", "drop", "partial", "refuse")
-#: The policies under which a file with missing cells in its features joins.
-ACCEPTS_MISSING: frozenset[str] = frozenset({"mean", "drop", "partial"})
+MISSING_POLICIES: tuple[str, ...] = MISSING
+#: The policies under which a file with missing cells in its features joins (``auto``:
+#: ``mean`` or, for the masked algorithms, ``partial``).
+ACCEPTS_MISSING: frozenset[str] = frozenset(MISSING) - {"refuse"}
 
 #: How the file is named in the server's messages: as one site among the federation's.
 SITE = "this site"
@@ -73,15 +75,16 @@ SITE = "this site"
 _FEDERATION = ("the federation", "the federation's other sites")
 
 
-def missing_policy(options: Mapping[str, Any], labelling: str = "") -> str:
-    """The missing-cell policy of a run, from its run config (or a model's options).
+def missing_policy(transform: Any, labelling: str = "") -> str:
+    """The missing-cell policy of a run, from its agreed ``FeatureTransform``.
 
-    The run config's ``missing`` when it has one; else ``"partial"`` for the masked
-    algorithms (their labelling ``masked-nearest-centroid``: a missing cell is a feature
-    the row does not observe), else ``"refuse"``.
+    ``mean``, ``drop`` and ``refuse`` as the transform says; a transform that keeps NaN is
+    ``partial`` for the masked algorithms (their labelling ``masked-nearest-centroid``: a
+    missing cell is a feature the row does not observe) and ``refuse`` for the others (a
+    model of a version without the ``missing`` option).
     """
-    value = options.get("missing")
-    if value not in (None, ""):
+    value = getattr(transform, "missing", "keep")
+    if value != "keep":
         return str(value)
     return "partial" if labelling == "masked-nearest-centroid" else "refuse"
 
@@ -131,7 +134,7 @@ class FederationSchema:
         return cls(tuple(transform.numeric_features), tuple(transform.categories),
                    _none_if_empty(options.get("index-column")),
                    bool(_none_if_empty(options.get("feature-columns"))), transform.scaling,
-                   missing_policy(options, labelling), str(options.get("algorithm", "")),
+                   missing_policy(transform, labelling), str(options.get("algorithm", "")),
                    library_version)
 
     @classmethod
