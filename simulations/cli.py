@@ -147,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "robust", help="one lying site against FKM: the mean bound and robust-trim "
         "(simulations.robust); arguments pass through", add_help=False,
     )
+    sub.add_parser(
+        "missing", help="missing cells (mean, drop, partial against the centralized "
+        "pipeline) and the unit check's hits and false alarms (simulations.missing_data); "
+        "arguments pass through", add_help=False,
+    )
     return parser
 
 
@@ -248,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.choose_k").main(argv[1:]) or 0)
     if argv and argv[0] == "robust":
         return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
+    if argv and argv[0] == "missing":
+        return int(importlib.import_module("simulations.missing_data").main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":

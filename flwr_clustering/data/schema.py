@@ -741,11 +741,14 @@ def self_scaled_warning(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.nda
 
 
 #: A site's feature is suspected of other units when its size differs from the other
-#: sites' by at least this factor (log10: 1.5, about 32x; a g/L vs mg/L export is 1000x)...
-UNIT_FACTOR_LOG10 = 1.5
-#: ... and its size and its spread differ by the same power of ten within this margin
-#: (log10; a factor of about 3), as a value multiplied by a constant does.
-UNIT_AGREEMENT_LOG10 = 0.5
+#: sites' by at least this factor (log10: 1.0, 10x; a g/L vs mg/L export is 1000x)...
+UNIT_FACTOR_LOG10 = 1.0
+#: ... and its size and its spread differ by the same factor within this margin (log10
+#: 0.75, a factor of about 5.6), as a value multiplied by a constant does. Measured
+#: (``python -m simulations missing --table units``): no false alarm in 16,920 (site,
+#: feature) checks of wine, breast cancer and iris over 3, 5 and 10 sites, IID and
+#: Dirichlet(0.3), 10 seeds; every site in units 100x or 1000x off found, 40 % at 10x.
+UNIT_AGREEMENT_LOG10 = 0.75
 
 
 def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
