@@ -233,7 +233,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         new row's missing cells the same way); ``"drop"`` leaves the row out of the
         training (its label in ``labels_`` is -1, and ``predict`` gives -1 to a row with a
         missing cell); ``"partial"`` clusters the row on its observed features (the masked
-        algorithms); ``"refuse"`` raises. ``"auto"``: ``"partial"`` for the masked
+        algorithms, and ``"fkm"`` with ``server_update="lloyd"``: the partial-distance
+        Lloyd step, ``predict`` labels a row with missing cells by its observed
+        features); ``"refuse"`` raises. ``"auto"``: ``"partial"`` for the masked
         algorithms, else ``"mean"``. The share of filled cells per feature is in
         ``warnings_``.
     unit_check : {"warn", "refuse", "off"}, default "warn"
@@ -792,7 +794,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     # -------------------------------------------------------------- predict
     def _masked(self) -> bool:
+        """Whether rows are labelled on their observed features.
+
+        The masked algorithms, and FKM with ``missing='partial'`` (the model's
+        ``masked-nearest-centroid`` labelling).
+        """
         from . import registry
+
+        fitted = getattr(self, "strategy_", None)
+        if getattr(fitted, "labelling", None) == "masked-nearest-centroid":
+            return True
         from .clients.masked import MaskedClient
 
         return issubclass(registry.get(self.algorithm).client, MaskedClient)
@@ -879,8 +890,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
         - FKM, k-FED, FeCA, M-Avg, FFCM: the nearest of ``cluster_centers_`` (FFCM: the
           hard label of the fuzzy model, the highest membership);
-        - masked algorithms: the nearest centroid on each row's observed (non-NaN)
-          features, as the clients label their own rows;
+        - masked algorithms, and FKM with ``missing="partial"``: the nearest centroid on
+          each row's observed (non-NaN) features, as the clients label their own rows;
         - KDC: the kernel model (Isolation Kernel and the clusters' kernel mean maps),
           as the sites label their rows, not ``cluster_centers_``;
         - DeepFeCA: the nearest ``C*`` to the row's feature under the final network;

@@ -153,8 +153,8 @@ def test_missing_cells_are_refused_where_they_cannot_be_handled_honestly():
         FederatedClustering("fkm", 3).fit(mostly)
     mostly[0]["sepal width (cm)"] = frames[0]["sepal width (cm)"]
     FederatedClustering("fkm", 3).fit(mostly)
-    # partial needs an algorithm that clusters on observed features
-    with pytest.raises(ValueError, match=r"missing='partial' .* fkm does not do"):
+    # partial needs an algorithm that clusters on observed features (FKM: federated Lloyd)
+    with pytest.raises(ValueError, match=r"missing='partial' with fkm: .*server-update='lloyd'"):
         FederatedClustering("fkm", 3, missing="partial").fit(mostly)
     # refuse: the client says where, never a value
     with pytest.raises(ValueError, match=r"client 1 data contains NaN or inf in 30 value"):

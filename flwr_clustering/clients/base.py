@@ -413,13 +413,23 @@ class ClusteringClient(NumPyClient):
             if not keep.all():
                 X, self.row_mask = np.ascontiguousarray(X[keep]), keep
                 self.y = None if self._y_read is None else self._y_read[keep]
-        self.missing_cells = 0 if self.accepts_missing else int(np.count_nonzero(np.isnan(X)))
+        self.missing_cells = (0 if self.reads_missing(transform)
+                              else int(np.count_nonzero(np.isnan(X))))
         if self.missing_cells:
             X = np.ascontiguousarray(X, dtype=self.dtype)
         elif X is not self.X:
             X = self.validated(X)
         self.X = X
         self._features_key = text
+
+    def reads_missing(self, transform: FeatureTransform) -> bool:
+        """Whether this client trains on rows with missing cells under ``transform``.
+
+        :attr:`accepts_missing` (the masked algorithms) by default; FKM when the run's
+        transform keeps them (``missing='partial'``). Its :meth:`validated` then takes
+        rows with NaN.
+        """
+        return self.accepts_missing
 
     def labels_of_rows_read(self, labels: np.ndarray) -> np.ndarray:
         """Labels of the rows as read: -1 for a row left out (``missing='drop'``)."""

@@ -81,6 +81,55 @@ class FedKMeansClient(ClusteringClient):
     #: node config answers no other train phase).
     dp_phases = ("dp-moments", "dp-candidates", "dp-update")
 
+    #: Whether the run's feature transform keeps missing cells (``missing='partial'``):
+    #: partial FKM, each row clustered on its observed features
+    #: (:mod:`~flwr_clustering.algorithms.fkm_partial`). Set by :meth:`reads_missing`.
+    partial = False
+
+    def reads_missing(self, transform) -> bool:
+        """Partial FKM trains on rows with missing cells (a transform that keeps them)."""
+        self.partial = transform.missing == "keep"
+        return self.partial
+
+    def validated(self, X: np.ndarray) -> np.ndarray:
+        """The base's checks; under partial FKM NaN is a missing cell (inf never)."""
+        if not self.partial:
+            return super().validated(X)
+        from ..algorithms.fkm_partial import check_partial_data
+
+        X = check_partial_data(X, name=f"client {self.client_id} data")
+        return np.ascontiguousarray(X, dtype=self.dtype)
+
+    def local_stats(self, C: np.ndarray, config: dict) -> dict:
+        """The base's statistics; partial FKM's from the rescaled partial distances.
+
+        Partial FKM sends the SSE, silhouette, counts and contingency of its rows by the
+        partial distance, and no residual or moment sums (they would need complete rows).
+        """
+        if not self.partial:
+            return super().local_stats(C, config)
+        from ..algorithms.fkm_partial import partial_distance_blocks
+        from ..evaluation import evaluation_stats_from_blocks
+
+        n_classes = int(config["n-classes"]) if config.get("n-classes") else None
+        stats, _ = evaluation_stats_from_blocks(
+            partial_distance_blocks(self.X, C), len(self.X), len(C), self.y, n_classes)
+        return stats
+
+    def local_labels(self, parameters, config) -> np.ndarray:
+        """The base's labels; partial FKM's nearest centre on each row's observed features."""
+        if not self.partial:
+            return super().local_labels(parameters, config)
+        from ..algorithms.fkm_partial import partial_labels
+
+        return partial_labels(self.X, self.centroids_from(parameters))
+
+    def _partial_phase(self, phase: str) -> None:
+        if not self.partial:
+            raise ValueError(f"client {self.client_id}: the {phase} phase is partial FKM's, "
+                             "and this run's feature transform does not keep missing cells "
+                             "(missing='partial')")
+
     def fit(self, parameters, config):
         """Run the FKM client step named by ``config["phase"]``.
 
@@ -174,6 +223,24 @@ class FedKMeansClient(ClusteringClient):
             C = self.centroids_from(parameters)
             upload = fkm_client_update(self.X, C, **opts)
             return list(dense_totals(upload, len(C), C.shape[1])), len(self.X), {}
+        elif phase == "partial-moments":
+            # partial FKM's start: per feature, the count, sum and sum of squares of the
+            # observed values (a feature seen in fewer than privacy-threshold rows: zeros)
+            from ..algorithms.fkm_partial import partial_moments
+
+            self._partial_phase(phase)
+            arrays = list(partial_moments(self.X, options.privacy_threshold))
+            return arrays, len(self.X), {}
+        elif phase == "partial-update":
+            from ..algorithms.fkm_partial import fkm_partial_client_update
+
+            self._partial_phase(phase)
+            C = self.centroids_from(parameters)
+            if config.get("evaluate", True):
+                metrics = self.local_stats(C, config)
+            upload = fkm_partial_client_update(
+                self.X, C, privacy_threshold=options.privacy_threshold,
+                local_iters=options.local_iterations)
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

@@ -209,6 +209,15 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
     #: else its rows must be complete (``auto``: ``mean``).
     reads_missing: bool = False
 
+    #: Whether the algorithm clusters rows with missing cells when ``missing='partial'`` is
+    #: asked for (FKM: the partial-distance Lloyd step; ``auto`` stays ``mean``); then
+    #: :meth:`partial_rows_problem` names options that cannot.
+    partial_rows: bool = False
+
+    def partial_rows_problem(self) -> str | None:
+        """Why this run's options cannot cluster rows with missing cells (``None``: they can)."""
+        return None
+
     #: How the model labels a row (``model.json``'s ``labelling``): the nearest centre;
     #: masked algorithms on each row's observed features; KDC its kernel, DeepFeCA its
     #: network (their own artifacts hold those models).

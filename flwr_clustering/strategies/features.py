@@ -94,7 +94,8 @@ class FeatureOptions:
         What a missing cell of a numeric feature becomes (:data:`~flwr_clustering.data.
         schema.MISSING`): ``mean`` (the federation's mean, from the scaling's sums),
         ``drop`` (the row is left out and labelled -1), ``partial`` (the row is clustered
-        on its observed features: the masked algorithms), ``refuse``; ``auto``:
+        on its observed features: the masked algorithms, and FKM with partial distances),
+        ``refuse``; ``auto``:
         ``partial`` for an algorithm that reads NaN as unobserved, else ``mean``.
     unit_check : str
         ``warn`` (default), ``refuse`` or ``off``: a site whose feature looks recorded in
@@ -310,12 +311,22 @@ def _missing_policy(strategy: Any, options: FeatureOptions) -> str:
     reads = bool(getattr(strategy, "reads_missing", False))
     policy = options.policy(reads)
     if policy == "partial" and not reads:
+        # an algorithm that clusters rows with NaN only when asked (FKM: partial distances)
+        if getattr(strategy, "partial_rows", False):
+            problem = strategy.partial_rows_problem()
+            if problem is not None:
+                raise ValueError(f"missing='partial' with {strategy.name}: {problem}")
+            return policy
+        if getattr(getattr(strategy, "inner", None), "partial_rows", False):
+            raise ValueError(
+                f"missing='partial' with {strategy.name} runs one start at a given k: run with "
+                "a number k and n-init=1 (a search over k or starts scores whole rows)")
         raise ValueError(
             f"missing='partial' clusters each row on its observed features, which "
             f"{strategy.name} does not do (it needs complete rows): run with missing='mean' "
             "(the federation's mean of each feature) or missing='drop' (rows with a "
             "missing cell left out), or with a masked algorithm (masked-federated, "
-            "masked-oneshot)")
+            "masked-oneshot) or fkm (server-update='lloyd')")
     return policy
 
 

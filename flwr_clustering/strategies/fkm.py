@@ -10,6 +10,7 @@ from flwr.serverapp import Grid
 
 from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.fkm import FKMOptions, as_run_dtype, fkm_server_aggregate, run_fkm
+from ..algorithms.fkm_partial import PartialCentroids
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..clients.fkm import FedKMeansClient
@@ -81,6 +82,41 @@ class FedKMeans(ClusteringStrategy):
     searches_k = True  # k='auto' and n-init starts (strategies/choose_k.py)
     searches_starts = True  # its n-init option is the search's federated starts
     resumable = True  # the base state (centroids, generators) is all it carries
+    #: ``missing='partial'`` (asked for: ``auto`` stays ``mean``) runs partial FKM: each
+    #: row clustered on its observed features by the partial-distance Lloyd step
+    #: (:mod:`~flwr_clustering.algorithms.fkm_partial`), with server-update 'lloyd'
+    partial_rows = True
+
+    @property
+    def partial(self) -> bool:
+        """Whether this run is partial FKM (its feature transform keeps missing cells)."""
+        transform = getattr(self, "feature_transform", None)
+        return transform is not None and transform.missing == "keep"
+
+    def partial_rows_problem(self) -> str | None:
+        """Why these options cannot run ``missing='partial'`` (``None``: they can)."""
+        o = self.options
+        if o.server_update != "lloyd":
+            return ("partial FKM updates each coordinate of a centre from the clients' per "
+                    "cluster and feature counts and means (federated Lloyd); the paper's "
+                    f"server-update={o.server_update!r} clusters whole local centroids: run "
+                    "with server-update='lloyd'")
+        if o.robust_trim > 0:
+            return "robust-trim is not implemented for per-feature means: set robust-trim=0"
+        if o.recount:
+            return "recount is the paper's scikit-learn semantics of whole rows: recount=False"
+        if o.init != "private":
+            return ("partial FKM starts from the federation's per-feature moments (no row "
+                    f"leaves a client): init={o.init!r} does not apply, use init='private'")
+        if o.dp_epsilon > 0:
+            return ("differential privacy clips whole rows: run with missing='drop' (rows "
+                    "with a missing cell left out)")
+        if self.secure_aggregation:
+            return ("secure aggregation's evaluation sums per-cluster residuals of complete "
+                    "rows (the cluster profile, the Lloyd-step check), which rows with "
+                    "missing cells do not give: run without secure-aggregation, or with "
+                    "missing='mean' or 'drop'")
+        return None
 
     def raw_rows_option(self) -> str | None:
         """``init='paper'`` uploads the k-means++ seeds, raw rows (not with DP)."""
@@ -139,6 +175,11 @@ class FedKMeans(ClusteringStrategy):
         federation's per-feature mean +- 2 std, from moments summed securely
         (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
+        # partial FKM labels rows by the masked rule (model.json, predict)
+        self.labelling = "masked-nearest-centroid" if self.partial else type(self).labelling
+        if self.partial and not self.dp and not self.secure_aggregation:
+            self._partial_start(grid, timeout)
+            return
         if not (self.dp or self.secure_aggregation):
             return
         from ..algorithms.dp_lloyd import dp_initial_centroids
@@ -184,6 +225,37 @@ class FedKMeans(ClusteringStrategy):
                     self.options.dp_epsilon, self.options.dp_delta, self.max_rounds,
                     self.options.data_bound, self.noise_multiplier, self.sigma,
                     self.options.dp_placement, self.dp_clients)
+
+    def _partial_start(self, grid: Grid, timeout: float) -> None:
+        """Partial FKM's start: ``k`` centres in each feature's mean +- 2 std of its values.
+
+        From every client's per-feature count, sum and sum of squares of its observed
+        values (``partial-moments``; a feature seen in fewer than ``privacy-threshold``
+        of a client's rows withheld), added in client-id order, unless centroids are
+        given (:func:`~flwr_clustering.algorithms.fkm_partial.partial_moment_init`).
+        """
+        from ..algorithms.fkm_partial import partial_moment_init, sum_moments
+
+        if self.centroids is not None:
+            return
+        d = len(self.feature_transform.features)
+        p = max(int(self.privacy_threshold), 1)
+
+        def parse(arrays):
+            count, total, sumsq = _dp_arrays(arrays, [(d,), (d,), (d,)],
+                                             "per-feature counts, sums, sums of squares")
+            if (count < 0).any() or not np.array_equal(count, np.rint(count)) or (
+                    (count > 0) & (count < p)).any() or (sumsq < 0).any():
+                raise ValueError("per-feature counts must be whole, 0 or at least the privacy "
+                                 f"threshold {p}, and the sums of squares non-negative")
+            return [count, total, sumsq]
+
+        valid = self.exchange(grid, 0, "partial-moments", config=self.options.to_config(),
+                              parse=parse, min_replies=self.min_nodes, timeout=timeout)
+        count, total, sumsq = sum_moments([r.payload for r in valid])
+        self.centroids = partial_moment_init(count, total, sumsq, self.k, self.rng)
+        logger.info("partial FKM: %d starting centroids drawn in the federation's per-feature "
+                    "mean +- 2 std of the observed values (%d clients)", self.k, len(valid))
 
     def _dp_init_exchange(self, grid: Grid, phase: str, arrays: list[np.ndarray],
                           parse, timeout: float) -> list[np.ndarray]:
@@ -342,6 +414,8 @@ class FedKMeans(ClusteringStrategy):
                     "dp-init": getattr(self, "dp_init_used", self.options.dp_init)}
         if self.secure_aggregation:
             return {"phase": "secure-update", **self.options.to_config()}
+        if self.partial:
+            return {"phase": "partial-update", **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",
                 **self.options.to_config()}
 
@@ -361,6 +435,13 @@ class FedKMeans(ClusteringStrategy):
                     np.isfinite(sums).all() and np.isfinite(counts).all()):
                 raise ValueError("noisy sums and counts must be finite floats")
             return sums.astype(np.float64), counts.astype(np.float64)
+        if self.partial:
+            from ..algorithms.fkm_partial import check_partial_upload
+
+            return check_partial_upload(
+                PartialCentroids.from_arrays(arrays), n_features=self.n_features,
+                privacy_threshold=self.privacy_threshold, k=len(self.centroids),
+                dtype=self.options.dtype)
         return check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
             privacy_threshold=self.privacy_threshold,
@@ -371,8 +452,15 @@ class FedKMeans(ClusteringStrategy):
         )
 
     def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """The rows behind each local centroid (DP: noisy, so none to check)."""
-        return None if self.dp else payload.counts
+        """The rows behind each local centroid (DP: noisy, so none to check).
+
+        Partial FKM's start: the per-feature counts (each at most the client's rows).
+        """
+        if self.dp:
+            return None
+        if isinstance(payload, list):  # partial-moments: count, sum, sum of squares
+            return np.asarray(payload[0]).reshape(1, -1)
+        return payload.counts
 
     def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """The local means and the rows behind each (DP: noisy sums, none to check).
@@ -382,6 +470,8 @@ class FedKMeans(ClusteringStrategy):
         ``recount`` (counted after the means moved): those are held to the bound of a
         single row (``m = 1``), which every row and every mean of rows keeps.
         """
+        if isinstance(payload, PartialCentroids):  # per cluster and feature
+            return payload.means, payload.feature_counts
         if self.dp or not isinstance(payload, LocalCentroids):
             return None
         if self.options.recount or (self.centroids is None and self.options.init == "paper"):
@@ -396,6 +486,8 @@ class FedKMeans(ClusteringStrategy):
             if getattr(self, "_dp_collecting", None) == "dp-candidates":
                 return None  # in the candidates' subspace
             return int(payload[0].shape[1])
+        if isinstance(payload, list):  # partial-moments
+            return int(payload[0].shape[0])
         return int(payload.means.shape[1]) if len(payload.means) else None
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
@@ -409,6 +501,11 @@ class FedKMeans(ClusteringStrategy):
             central = self.options.dp_placement == "central"
             return dp_server_step(sums, counts, previous, bound=self.options.data_bound,
                                   sigma=self.sigma if central else 0.0, rng=self.rng)
+        if self.partial:
+            from ..algorithms.fkm_partial import partial_server_step
+
+            new = partial_server_step([r.payload for r in replies], previous)
+            return as_run_dtype(new, self.options.dtype)
         update = self.server_update if previous is not None else "kmeans"
         new = fkm_server_aggregate(
             [r.payload for r in replies], self.k, self.rng, seeding=self.server_seeding,
@@ -537,6 +634,38 @@ register(AlgorithmSpec(
               reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
               notes="With `evaluate` true the reply also scores the received centroids "
                     "(before the local step), so the rounds need no evaluation message."),
+        Phase("partial-moments", "query", "round 0, with missing='partial' and no given "
+              "centroids",
+              sends=("none",),
+              reply_arrays=("`count` (d,) float64: per feature, the rows that observe it",
+                            "`sum-x` (d,) float64: the sum of its observed values",
+                            "`sum-sq` (d,) float64: the sum of their squares (all three zero "
+                            "for a feature observed in fewer than privacy-threshold rows)"),
+              notes="Partial FKM's start (no row sent): the server adds the replies in "
+                    "client-id order and draws k centroids uniformly in each feature's mean "
+                    "+- 2 std of its observed values."),
+        Phase("partial-update", "train", "every round, with missing='partial' "
+              "(server-update 'lloyd')",
+              sends=("`centroids` (k, d) float64 (`dtype` float32: float32): the global "
+                     "centroids",),
+              reply_arrays=("`means` (k_i, d) float64 (`dtype` float32: float32): per local "
+                            "cluster, the mean of the observed values of each feature after "
+                            "local-iterations partial-distance Lloyd steps (0 where the count "
+                            "is 0)",
+                            "`counts` (k_i,) int64: rows of each local cluster, each >= "
+                            "privacy-threshold",
+                            "`index` (k_i,) int64: the global centroid (0..k-1) each grew from",
+                            "`feature-counts` (k_i, d) int64: the observed values behind each "
+                            "mean, 0 or >= privacy-threshold, at most the cluster's rows"),
+              reply_metrics=("with `evaluate` true:", *EVALUATION_METRICS),
+              reply_stats=("with `evaluate` true: `sse`, `silhouette-sum`, `cluster-counts`, "
+                           "`contingency` of the rescaled partial distances (no residual or "
+                           "moment sums)",),
+              notes="A row's squared distance to a centre is the sum over its observed "
+                    "features, times d / (features observed); its nearest centre is the "
+                    "model's masked-nearest-centroid labelling. The server sets each "
+                    "coordinate to the count-weighted mean of the clients' means "
+                    "(`fkm_partial.partial_server_step`); a coordinate nobody sent stays."),
         Phase("data-source (DP, secure)", "query", "round 0, with dp-epsilon > 0 or "
               "secure-aggregation",
               sends=("none",),

@@ -1,0 +1,138 @@
+"""Partial FKM (missing='partial') through Flower: the estimator and the strategy on the
+in-process grid equal the pure loop ``run_fkm_partial`` bit for bit; refusals; predict."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_wine
+
+from flwr_clustering import FederatedClustering, load_model
+from flwr_clustering.algorithms.fkm_partial import partial_labels, run_fkm_partial
+from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.strategies import FedKMeans
+from flwr_clustering.testing import InProcessGrid
+
+
+def _sites(share=0.15, n_sites=3, seed=0):
+    data = load_wine(as_frame=True)
+    frame = data.frame.drop(columns="target")
+    rng = np.random.default_rng(seed)
+    frame = frame.mask(rng.random(frame.shape) < share)
+    idx = np.array_split(rng.permutation(len(frame)), n_sites)
+    return ([frame.iloc[i].reset_index(drop=True) for i in idx],
+            [data.target.to_numpy()[i] for i in idx])
+
+
+def _rows(est, frames):
+    """Each site's rows as its client holds them (the federation's transform)."""
+    return [est.feature_transform_.transform(f.to_numpy(dtype=np.float64)) for f in frames]
+
+
+def test_the_estimator_equals_the_pure_loop_bit_for_bit():
+    frames, ys = _sites()
+    est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
+                              random_state=4, max_rounds=12, tol=-1.0, min_nodes=3
+                              ).fit(frames, ys)
+    clients = _rows(est, frames)
+    assert all(np.isnan(X).any() for X in clients)  # the rows keep their missing cells
+    ref = run_fkm_partial(clients, 3, seed=4, max_rounds=12, tol=-1.0)
+    assert len(est.strategy_.centroid_history) == len(ref.history) == 12
+    for ours, theirs in zip(est.strategy_.centroid_history, ref.history, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(est.strategy_.centroids, ref.centroids)
+    for i, X in enumerate(clients):
+        np.testing.assert_array_equal(est.labels_[i], partial_labels(X, ref.centroids))
+        np.testing.assert_array_equal(est.predict(frames[i]), est.labels_[i])
+    assert est.strategy_.labelling == "masked-nearest-centroid"
+    summary = est.strategy_.feature_summary
+    assert summary["missing"] == "partial" and summary["fill"] == []
+    # the federation's scale: each feature's observed values (no fill), as StandardScaler
+    # on the pooled rows with NaN left out
+    pooled = pd.concat(frames, ignore_index=True).to_numpy()
+    np.testing.assert_allclose(est.feature_transform_.center, np.nanmean(pooled, axis=0),
+                               rtol=1e-12)
+    np.testing.assert_allclose(est.feature_transform_.scale, np.nanstd(pooled, axis=0),
+                               rtol=1e-12)
+    # a better clustering than chance on wine, with 15 % of the cells missing
+    from sklearn.metrics import adjusted_rand_score
+
+    ari = adjusted_rand_score(np.concatenate(ys), np.concatenate(est.labels_))
+    assert ari > 0.6, ari
+
+
+def test_the_strategy_on_the_grid_equals_the_pure_loop_with_options(tmp_path):
+    frames, ys = _sites(share=0.25, seed=2)
+    data = [(f.to_numpy(dtype=np.float64), y) for f, y in zip(frames, ys, strict=True)]
+    names = list(frames[0].columns)
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        client = FedKMeansClient(*data[i], client_id=i, missing_cells=True)
+        from flwr_clustering.data.schema import FeatureTable
+
+        client.feature_table = FeatureTable.from_frame(frames[i])
+        return client
+
+    grid = InProcessGrid(client_app(client_fn), 3, shuffle_seed=3)
+    strategy = FedKMeans(4, min_nodes=3, seed=9, max_rounds=6, tol=-1.0,
+                         server_update="lloyd", local_iterations=2, privacy_threshold=5,
+                         scaling="standard", missing="partial")
+    strategy.start(grid=grid)
+    transform = strategy.feature_transform
+    assert transform.missing == "keep" and list(transform.features) == names
+    clients = [transform.transform(X) for X, _ in data]
+    ref = run_fkm_partial(clients, 4, seed=9, max_rounds=6, tol=-1.0, local_iters=2,
+                          privacy_threshold=5)
+    for ours, theirs in zip(strategy.centroid_history, ref.history, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    # the per-round evaluation ran on the partial distances: finite SSE every round
+    sse = [h["metrics"]["sse"] for h in strategy.history]
+    assert len(sse) == 6 and np.isfinite(sse).all() and sse[-1] <= sse[0]
+
+
+@pytest.mark.parametrize("option, match", [
+    ({}, r"server-update='kmeans'.*server-update='lloyd'"),
+    ({"server_update": "lloyd", "robust_trim": 0.2}, "robust-trim"),
+    ({"server_update": "lloyd", "init": "paper"}, "init='private'"),
+    ({"server_update": "lloyd", "n_init": 3}, "n-init=1"),
+])
+def test_refusals_name_the_option(option, match):
+    frames, _ = _sites(share=0.05)
+    with pytest.raises(ValueError, match=match):
+        FederatedClustering("fkm", 3, missing="partial", min_nodes=3, **option).fit(frames)
+
+
+def test_secure_aggregation_is_refused_naming_why():
+    frames, _ = _sites(share=0.05)
+    data = [f.to_numpy(dtype=np.float64) for f in frames]
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return FedKMeansClient(data[i], client_id=i, missing_cells=True)
+
+    strategy = FedKMeans(3, min_nodes=3, server_update="lloyd", scaling="standard",
+                         missing="partial", secure_aggregation=True)
+    with pytest.raises(ValueError, match=r"missing='partial' with fkm: secure aggregation"):
+        strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
+
+
+def test_other_algorithms_still_refuse_partial_and_auto_stays_mean():
+    frames, _ = _sites(share=0.05)
+    with pytest.raises(ValueError, match=r"missing='partial' .* kfed does not do.*fkm"):
+        FederatedClustering("kfed", 3, missing="partial", min_nodes=3).fit(frames)
+    est = FederatedClustering("fkm", 3, min_nodes=3, server_update="lloyd").fit(frames)
+    assert est.feature_transform_.missing == "mean"
+    assert est.strategy_.labelling == "nearest-centroid"
+
+
+def test_the_saved_model_labels_new_rows_by_their_observed_features(tmp_path):
+    frames, _ = _sites()
+    est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
+                              random_state=1, min_nodes=3).fit(frames)
+    path = est.save_model(tmp_path / "model.json")
+    assert json.loads(path.read_text())["labelling"] == "masked-nearest-centroid"
+    model = load_model(path)
+    for frame, labels in zip(frames, est.labels_, strict=True):
+        np.testing.assert_array_equal(model.predict(frame), labels)
