@@ -1,16 +1,17 @@
-"""Missing cells and units as sites hold them: what each ``missing`` policy costs, and how
-often the unit check is right (``python -m simulations missing``).
+"""Missing cells and units as sites hold them (``python -m simulations missing``).
 
-Two tables (docs/data.md, "Missing cells" and "Units that differ by site"):
+What each ``missing`` policy costs, and how often the unit check is right. Two tables
+(docs/data.md, "Missing cells" and "Units that differ by site"):
 
-* ``--table missing``: ARI and SSE of FKM with ``missing='mean'`` and ``'drop'``, and of
-  masked-federated (Algorithm 1) with ``'partial'``, against the centralized pipeline
-  (``SimpleImputer(strategy="mean")`` then ``StandardScaler`` then ``KMeans(n_init=10)``;
-  for ``drop``: the complete rows, ``StandardScaler``, ``KMeans``), at 5, 10 and 20 % of
-  the cells missing completely at random and at 20 % missing not at random (one site misses
-  the values above its median of one feature), on wine, breast cancer and iris over 3 and
-  10 sites, IID and Dirichlet(0.3). The SSE is the model's on the centralized pipeline's
-  rows (the federated centres mapped into them), as a ratio to k-means' SSE there.
+* ``--table missing``: ARI and SSE of FKM with ``missing='mean'`` and ``'drop'``, of FKM
+  (``server-update='lloyd'``) and masked-federated (Algorithm 1) with ``'partial'``,
+  against the centralized pipeline (``SimpleImputer(strategy="mean")`` then
+  ``StandardScaler`` then ``KMeans(n_init=10)``; for ``drop``: the complete rows,
+  ``StandardScaler``, ``KMeans``), at 5, 10 and 20 % of the cells missing completely at
+  random and at 20 % missing not at random (one site misses the values above its median
+  of one feature), on wine, breast cancer and iris over 3 and 10 sites, IID and
+  Dirichlet(0.3). The SSE is the model's on the centralized pipeline's rows (the
+  federated centres mapped into them), as a ratio to k-means' SSE there.
 * ``--table units``: the unit check (:func:`~flwr_clustering.data.schema.unit_mismatches`,
   on the per-site sums the server receives) on non-IID splits without any unit change
   (false alarms), and with one site's feature multiplied by 1/1000, 1/100, 1/10 and 1000
@@ -121,15 +122,16 @@ def _run_missing(name: str, sites: int, split: str, share: float, mnar: bool,
     else:
         rows.append({**base, "method": "centralized drop",
                      "error": f"{int(complete.sum())} complete rows"})
-    runs = (("fkm mean", "fkm", "mean"), ("fkm drop", "fkm", "drop"),
-            ("masked-federated partial", "masked-federated", "partial"))
-    for method, algorithm, policy in runs:
+    runs = (("fkm mean", "fkm", "mean", {}), ("fkm drop", "fkm", "drop", {}),
+            ("fkm partial", "fkm", "partial", {"server_update": "lloyd"}),
+            ("masked-federated partial", "masked-federated", "partial", {}))
+    for method, algorithm, policy, options in runs:
         t0 = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 est = FederatedClustering(algorithm, n_clusters=k, random_state=seed,
-                                          missing=policy).fit(frames, labels)
+                                          missing=policy, **options).fit(frames, labels)
         except (ValueError, RuntimeError) as ex:
             rows.append({**base, "method": method, "error": str(ex)[:200]})
             continue
@@ -212,7 +214,7 @@ def _markdown_missing(rows: list[dict[str, Any]]) -> str:
     table = frame.pivot_table(index=["data", "sites", "split", "missing"], columns="method",
                               values="cell", aggfunc="first", sort=False)
     methods = ["centralized mean", "fkm mean", "centralized drop", "fkm drop",
-               "masked-federated partial"]
+               "fkm partial", "masked-federated partial"]
     lines = ["| data | sites | split | missing | " + " | ".join(methods) + " |",
              "|" + "---|" * (4 + len(methods))]
     for key, row in table.iterrows():

@@ -30,24 +30,29 @@ def _rows(est, frames):
     return [est.feature_transform_.transform(f.to_numpy(dtype=np.float64)) for f in frames]
 
 
-def test_the_estimator_equals_the_pure_loop_bit_for_bit():
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_estimator_equals_the_pure_loop_bit_for_bit(dtype):
     frames, ys = _sites()
     est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
-                              random_state=4, max_rounds=12, tol=-1.0, min_nodes=3
-                              ).fit(frames, ys)
+                              random_state=4, max_rounds=12, tol=-1.0, min_nodes=3,
+                              dtype=dtype).fit(frames, ys)
     clients = _rows(est, frames)
     assert all(np.isnan(X).any() for X in clients)  # the rows keep their missing cells
-    ref = run_fkm_partial(clients, 3, seed=4, max_rounds=12, tol=-1.0)
+    ref = run_fkm_partial(clients, 3, seed=4, max_rounds=12, tol=-1.0, dtype=dtype)
+    assert ref.centroids.dtype == dtype
     assert len(est.strategy_.centroid_history) == len(ref.history) == 12
     for ours, theirs in zip(est.strategy_.centroid_history, ref.history, strict=True):
         np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(est.strategy_.centroids, ref.centroids)
     for i, X in enumerate(clients):
-        np.testing.assert_array_equal(est.labels_[i], partial_labels(X, ref.centroids))
+        np.testing.assert_array_equal(est.labels_[i],
+                                      partial_labels(X.astype(dtype), ref.centroids))
         np.testing.assert_array_equal(est.predict(frames[i]), est.labels_[i])
     assert est.strategy_.labelling == "masked-nearest-centroid"
     summary = est.strategy_.feature_summary
     assert summary["missing"] == "partial" and summary["fill"] == []
+    if dtype == "float32":  # (the sites' sums are of their float32 rows)
+        return
     # the federation's scale: each feature's observed values (no fill), as StandardScaler
     # on the pooled rows with NaN left out
     pooled = pd.concat(frames, ignore_index=True).to_numpy()
@@ -102,6 +107,32 @@ def test_refusals_name_the_option(option, match):
     frames, _ = _sites(share=0.05)
     with pytest.raises(ValueError, match=match):
         FederatedClustering("fkm", 3, missing="partial", min_nodes=3, **option).fit(frames)
+
+
+class _LyingClient(FedKMeansClient):
+    """Sends a per-feature count below the privacy threshold (one value's mean)."""
+
+    def fit(self, parameters, config):
+        arrays, n, metrics = super().fit(parameters, config)
+        if config.get("phase") == "partial-update" and self.client_id == 1:
+            arrays[3] = arrays[3].copy()
+            arrays[3][0, 0] = 1
+        return arrays, n, metrics
+
+
+def test_a_reply_breaking_the_per_feature_contract_is_refused():
+    frames, _ = _sites(share=0.1)
+    data = [f.to_numpy(dtype=np.float64) for f in frames]
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return _LyingClient(data[i], client_id=i, missing_cells=True)
+
+    strategy = FedKMeans(3, min_nodes=3, server_update="lloyd", scaling="standard",
+                         missing="partial", max_rounds=2)
+    with pytest.raises(RuntimeError, match=r"client 1.*feature count is below the privacy "
+                                           r"threshold 2"):
+        strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
 
 
 def test_secure_aggregation_is_refused_naming_why():
