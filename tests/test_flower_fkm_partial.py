@@ -9,7 +9,11 @@ import pytest
 from sklearn.datasets import load_wine
 
 from flwr_clustering import FederatedClustering, load_model
-from flwr_clustering.algorithms.fkm_partial import partial_labels, run_fkm_partial
+from flwr_clustering.algorithms.fkm_partial import (
+    partial_distance_blocks,
+    partial_labels,
+    run_fkm_partial,
+)
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.testing import InProcessGrid
@@ -135,18 +139,41 @@ def test_a_reply_breaking_the_per_feature_contract_is_refused():
         strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
 
 
-def test_secure_aggregation_is_refused_naming_why():
-    frames, _ = _sites(share=0.05)
+@pytest.mark.parametrize("keys", ["run", "exchange"])
+def test_secure_aggregation_equals_the_pure_loop_from_totals_only(keys):
+    frames, _ = _sites(share=0.15)
+    names = list(frames[0].columns)
     data = [f.to_numpy(dtype=np.float64) for f in frames]
 
     def client_fn(ctx):
         i = int(ctx.node_config["partition-id"])
         return FedKMeansClient(data[i], client_id=i, missing_cells=True)
 
-    strategy = FedKMeans(3, min_nodes=3, server_update="lloyd", scaling="standard",
-                         missing="partial", secure_aggregation=True)
-    with pytest.raises(ValueError, match=r"missing='partial' with fkm: secure aggregation"):
-        strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
+    strategy = FedKMeans(3, min_nodes=3, seed=2, max_rounds=8, tol=-1.0,
+                         server_update="lloyd", scaling="standard", missing="partial",
+                         secure_aggregation=True, secagg_keys=keys)
+    strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
+    phases = [t["phase"] for t in strategy.secure_totals]
+    assert phases[:2] == ["feature-moments", "secure-partial-moments"]
+    assert set(phases[2:10]) == {"secure-partial-update"}
+    assert phases[-1] == "secure-evaluate"
+    # the pure loop on the rows the clients held, from the federation's scale: the secure
+    # sums are fixed point (within n 2**-33), so equal up to that, with the same labels
+    transform = strategy.feature_transform
+    assert transform.missing == "keep" and len(transform.features) == len(names)
+    clients = [transform.transform(X) for X in data]
+    ref = run_fkm_partial(clients, 3, seed=2, max_rounds=8, tol=-1.0)
+    for ours, theirs in zip(strategy.centroid_history, ref.history, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-7)
+    for X in clients:
+        np.testing.assert_array_equal(partial_labels(X, strategy.centroids),
+                                      partial_labels(X, ref.centroids))
+    # the secure evaluation: the partial distances' SSE, no row moments or residuals
+    stats = strategy._secure_stats
+    assert "sum-x" not in stats and "cluster-residuals" not in stats
+    sse = sum(d2.min(axis=1).sum() for X in clients
+              for _, d2 in partial_distance_blocks(X, strategy.centroids))
+    np.testing.assert_allclose(stats["sse"], sse, rtol=1e-9)
 
 
 def test_other_algorithms_still_refuse_partial_and_auto_stays_mean():

@@ -223,7 +223,7 @@ class FedKMeansClient(ClusteringClient):
             C = self.centroids_from(parameters)
             upload = fkm_client_update(self.X, C, **opts)
             return list(dense_totals(upload, len(C), C.shape[1])), len(self.X), {}
-        elif phase == "partial-moments":
+        elif phase in ("partial-moments", "secure-partial-moments"):
             # partial FKM's start: per feature, the count, sum and sum of squares of the
             # observed values (a feature seen in fewer than privacy-threshold rows: zeros)
             from ..algorithms.fkm_partial import partial_moments
@@ -231,16 +231,18 @@ class FedKMeansClient(ClusteringClient):
             self._partial_phase(phase)
             arrays = list(partial_moments(self.X, options.privacy_threshold))
             return arrays, len(self.X), {}
-        elif phase == "partial-update":
-            from ..algorithms.fkm_partial import fkm_partial_client_update
+        elif phase in ("partial-update", "secure-partial-update"):
+            from ..algorithms.fkm_partial import fkm_partial_client_update, partial_dense_totals
 
             self._partial_phase(phase)
             C = self.centroids_from(parameters)
-            if config.get("evaluate", True):
+            if phase == "partial-update" and config.get("evaluate", True):
                 metrics = self.local_stats(C, config)
             upload = fkm_partial_client_update(
                 self.X, C, privacy_threshold=options.privacy_threshold,
                 local_iters=options.local_iterations)
+            if phase == "secure-partial-update":  # summed by secure aggregation
+                return list(partial_dense_totals(upload, len(C), C.shape[1])), len(self.X), {}
         elif phase == "update":
             C = self.centroids_from(parameters)
             if config.get("evaluate", True):

@@ -111,12 +111,12 @@ class FedKMeans(ClusteringStrategy):
         if o.dp_epsilon > 0:
             return ("differential privacy clips whole rows: run with missing='drop' (rows "
                     "with a missing cell left out)")
-        if self.secure_aggregation:
-            return ("secure aggregation's evaluation sums per-cluster residuals of complete "
-                    "rows (the cluster profile, the Lloyd-step check), which rows with "
-                    "missing cells do not give: run without secure-aggregation, or with "
-                    "missing='mean' or 'drop'")
         return None
+
+    @property
+    def secure_row_moments(self) -> bool:
+        """Partial FKM's secure evaluation sums no row moments (rows miss cells)."""
+        return not self.partial
 
     def raw_rows_option(self) -> str | None:
         """``init='paper'`` uploads the k-means++ seeds, raw rows (not with DP)."""
@@ -196,6 +196,20 @@ class FedKMeans(ClusteringStrategy):
         self.dp_clients = int(shared["clients"])
         self.n_features = int(shared["features"])
         self.shared_start = shared
+        if not self.dp and self.partial:
+            if self.centroids is None:
+                from ..algorithms.fkm_partial import partial_moment_init
+
+                totals = self.secure_exchange(grid, 0, "secure-partial-moments",
+                                              config=self.options.to_config(),
+                                              timeout=timeout)
+                count, total, sumsq = totals.sums
+                self.centroids = partial_moment_init(np.rint(count), total, sumsq, self.k,
+                                                     self.rng)
+                logger.info("secure aggregation: %d starting centroids drawn in the "
+                            "federation's per-feature mean +- 2 std of the observed values",
+                            self.k)
+            return
         if not self.dp:
             if self.centroids is None:
                 if "moments" not in shared:
@@ -413,7 +427,8 @@ class FedKMeans(ClusteringStrategy):
                     "dp-clients": int(self.dp_clients), **self.options.to_config(),
                     "dp-init": getattr(self, "dp_init_used", self.options.dp_init)}
         if self.secure_aggregation:
-            return {"phase": "secure-update", **self.options.to_config()}
+            phase = "secure-partial-update" if self.partial else "secure-update"
+            return {"phase": phase, **self.options.to_config()}
         if self.partial:
             return {"phase": "partial-update", **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",
@@ -526,6 +541,14 @@ class FedKMeans(ClusteringStrategy):
 
         sums, counts = totals.sums
         previous = self.centroids
+        if self.partial:  # per centroid and feature: the sums and counts of observed values
+            from ..algorithms.fkm_partial import partial_lloyd_from_totals
+
+            if sums.shape != previous.shape or counts.shape != previous.shape:
+                raise RuntimeError(f"round {server_round}: the secure totals have shapes "
+                                   f"{sums.shape} and {counts.shape}, expected "
+                                   f"{previous.shape} twice")
+            return partial_lloyd_from_totals(sums, np.rint(counts), previous)
         if sums.shape != previous.shape or counts.shape != (len(previous),):
             raise RuntimeError(f"round {server_round}: the secure totals have shapes "
                                f"{sums.shape} and {counts.shape}, expected {previous.shape}")
@@ -666,6 +689,24 @@ register(AlgorithmSpec(
                     "model's masked-nearest-centroid labelling. The server sets each "
                     "coordinate to the count-weighted mean of the clients' means "
                     "(`fkm_partial.partial_server_step`); a coordinate nobody sent stays."),
+        Phase("secure-partial-moments", "train", "round 0, with missing='partial', "
+              "secure-aggregation and no given centroids",
+              sends=("none",),
+              reply_arrays=("as `partial-moments`",),
+              notes="Through secure aggregation as `secure-moments`: the server learns the "
+                    "federation's per-feature totals only, and draws the start from them."),
+        Phase("secure-partial-update", "train", "every round, with missing='partial' and "
+              "secure-aggregation",
+              sends=("`centroids` (k, d) float64: the global centroids",),
+              reply_arrays=("`sums` (k, d) float64: per global centroid and feature, the sum "
+                            "of the observed values of the local cluster that grew from it "
+                            "(the `partial-update` means times feature counts; zero where "
+                            "withheld under privacy-threshold)",
+                            "`counts` (k, d) float64: their counts"),
+              notes="Through SecAgg+ as `secure-update`: the server receives the totals "
+                    "only and sets each coordinate to total sum / total count where that "
+                    "is > 0. The evaluation is the common `secure-evaluate`, without row "
+                    "moments or residual sums."),
         Phase("data-source (DP, secure)", "query", "round 0, with dp-epsilon > 0 or "
               "secure-aggregation",
               sends=("none",),
