@@ -194,3 +194,19 @@ def test_the_saved_model_labels_new_rows_by_their_observed_features(tmp_path):
     model = load_model(path)
     for frame, labels in zip(frames, est.labels_, strict=True):
         np.testing.assert_array_equal(model.predict(frame), labels)
+
+
+def test_a_site_checks_a_file_with_missing_cells_against_the_partial_model(tmp_path, capsys):
+    from flwr_clustering.__main__ import main
+
+    frames, _ = _sites()
+    est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
+                              random_state=1, min_nodes=3).fit(frames)
+    model = est.save_model(tmp_path / "model.json")
+    path = tmp_path / "site.csv"
+    frames[0].to_csv(path, index=False)
+    assert frames[0].isna().any().any()
+    code = main(["check", str(path), "--schema", str(model)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "accepted with missing='partial'" in out

@@ -92,7 +92,8 @@ class AppOptions(Options):
     missing: str = option("auto", choices=MISSING, help="a missing (empty, NaN) cell of a "
                           "numeric feature: mean (the federation's mean, from the scaling's "
                           "sums), drop (the row is left out, labelled -1), partial (the row "
-                          "clustered on its observed features: masked algorithms), refuse; "
+                          "clustered on its observed features: masked algorithms, fkm with "
+                          "server-update='lloyd'), refuse; "
                           "auto: partial for the masked algorithms, else mean; see "
                           "docs/data.md")
     unit_check: str = option("warn", choices=UNIT_CHECKS, help="a site whose feature looks "

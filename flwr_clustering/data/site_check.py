@@ -79,9 +79,9 @@ def missing_policy(transform: Any, labelling: str = "") -> str:
     """The missing-cell policy of a run, from its agreed ``FeatureTransform``.
 
     ``mean``, ``drop`` and ``refuse`` as the transform says; a transform that keeps NaN is
-    ``partial`` for the masked algorithms (their labelling ``masked-nearest-centroid``: a
-    missing cell is a feature the row does not observe) and ``refuse`` for the others (a
-    model of a version without the ``missing`` option).
+    ``partial`` for the masked algorithms and partial FKM (their labelling
+    ``masked-nearest-centroid``: a missing cell is a feature the row does not observe)
+    and ``refuse`` for the others (a model of a version without the ``missing`` option).
     """
     value = getattr(transform, "missing", "keep")
     if value != "keep":

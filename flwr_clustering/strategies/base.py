@@ -122,7 +122,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         (``scaling`` given): the federation's mean of the feature, from the scaling's
         sums (``mean``; ``auto`` for algorithms that need complete rows); the row left
         out of training and labelled -1 (``drop``); the row clustered on its observed
-        features (``partial``; ``auto`` for the masked algorithms); an error
+        features (``partial``; ``auto`` for the masked algorithms; FKM with
+        ``server_update='lloyd'`` when asked: :attr:`partial_rows`); an error
         (``refuse``). See :mod:`~flwr_clustering.strategies.features`.
     unit_check : {"warn", "refuse", "off"}, default "warn"
         With a features step: warn (or refuse the run) when a site's feature looks
