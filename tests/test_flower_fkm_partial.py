@@ -210,3 +210,37 @@ def test_a_site_checks_a_file_with_missing_cells_against_the_partial_model(tmp_p
     out = capsys.readouterr().out
     assert code == 0, out
     assert "accepted with missing='partial'" in out
+
+
+def test_a_resumed_partial_run_equals_an_uninterrupted_one():
+    from flwr_clustering.app.checkpoint import pack, unpack
+
+    frames, _ = _sites(share=0.2, seed=5)
+    data = [f.to_numpy(dtype=np.float64) for f in frames]
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return FedKMeansClient(data[i], client_id=i, missing_cells=True)
+
+    options = dict(min_nodes=3, seed=6, max_rounds=6, tol=-1.0, server_update="lloyd",
+                   scaling="standard", missing="partial")
+    full = FedKMeans(3, **options)
+    full.start(grid=InProcessGrid(client_app(client_fn), 3))
+    saved = {}
+
+    def on_round(strategy, rnd):
+        if rnd == 3:
+            arrays: dict = {}
+            meta = json.loads(json.dumps(pack(strategy.state_dict(), arrays)))
+            saved["state"] = unpack(meta, arrays)
+            raise RuntimeError("SuperLink gone")
+
+    with pytest.raises(RuntimeError, match="SuperLink gone"):
+        FedKMeans(3, **options).start(grid=InProcessGrid(client_app(client_fn), 3),
+                                      on_round=on_round)
+    resumed = FedKMeans(3, **options)
+    resumed.start(grid=InProcessGrid(client_app(client_fn), 3), resume=saved["state"])
+    assert resumed.labelling == "masked-nearest-centroid"
+    np.testing.assert_array_equal(resumed.centroids, full.centroids)
+    for ours, theirs in zip(resumed.centroid_history, full.centroid_history, strict=True):
+        np.testing.assert_array_equal(ours, theirs)

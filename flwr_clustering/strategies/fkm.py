@@ -20,6 +20,20 @@ from .base import ClusteringStrategy, Reply, logger
 __all__ = ["FedKMeans"]
 
 
+class _Labelling:
+    """FKM's ``labelling``, from the run's feature transform (also in a resumed run).
+
+    The nearest centre; under ``missing='partial'`` the nearest on each row's observed
+    features (``masked-nearest-centroid``, as the masked algorithms). On the class: the
+    nearest centre.
+    """
+
+    def __get__(self, strategy, cls=None) -> str:
+        if strategy is not None and strategy.partial:
+            return "masked-nearest-centroid"
+        return "nearest-centroid"
+
+
 class FedKMeans(ClusteringStrategy):
     """Federated k-means (FKM), iterative; client side: ``FedKMeansClient``.
 
@@ -86,6 +100,7 @@ class FedKMeans(ClusteringStrategy):
     #: row clustered on its observed features by the partial-distance Lloyd step
     #: (:mod:`~flwr_clustering.algorithms.fkm_partial`), with server-update 'lloyd'
     partial_rows = True
+    labelling = _Labelling()
 
     @property
     def partial(self) -> bool:
@@ -175,8 +190,6 @@ class FedKMeans(ClusteringStrategy):
         federation's per-feature mean +- 2 std, from moments summed securely
         (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
-        # partial FKM labels rows by the masked rule (model.json, predict)
-        self.labelling = "masked-nearest-centroid" if self.partial else type(self).labelling
         if self.partial and not self.dp and not self.secure_aggregation:
             self._partial_start(grid, timeout)
             return
