@@ -15,6 +15,7 @@ from flwr_clustering.algorithms.fkm_partial import (
     check_partial_data,
     check_partial_upload,
     fkm_partial_client_update,
+    observed_squared_distances,
     partial_dense_totals,
     partial_distance_blocks,
     partial_labels,
@@ -117,6 +118,8 @@ def test_labels_are_the_masked_labelling_rule():
     clients = _blobs(seed=4, share=0.3)
     X = np.vstack(clients)
     C = _start(clients, seed=2)
+    np.testing.assert_array_equal(observed_squared_distances(X, C),
+                                  pooled_masked_squared_distances(X, C))
     np.testing.assert_array_equal(partial_labels(X, C),
                                   pooled_masked_squared_distances(X, C).argmin(axis=1))
 

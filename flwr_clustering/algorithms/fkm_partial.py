@@ -50,6 +50,7 @@ __all__ = [
     "check_partial_data",
     "check_partial_upload",
     "fkm_partial_client_update",
+    "observed_squared_distances",
     "partial_dense_totals",
     "partial_distance_blocks",
     "partial_labels",
@@ -130,13 +131,50 @@ def check_partial_data(X: np.ndarray, *, name: str = "data",
     return X
 
 
+def observed_squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Squared distances of rows with NaN to full centres, over each row's observed features.
+
+    The values of :func:`~flwr_clustering.algorithms.masked.pooled_masked_squared_distances`
+    for centres without NaN, bit for bit (SciPy's ``cdist`` per pattern of observed
+    features), with the rows grouped by one sort instead of one scan per pattern.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+        Rows, each observing at least one feature.
+    C : numpy.ndarray of shape (k, d)
+        Centres, float64, no NaN.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, k), float64
+    """
+    from scipy.spatial.distance import cdist
+
+    X = np.asarray(X, dtype=np.float64)
+    C = np.asarray(C, dtype=np.float64)
+    out = np.empty((len(X), len(C)))
+    if not len(X):
+        return out
+    patterns, group = np.unique(~np.isnan(X), axis=0, return_inverse=True)
+    group = group.ravel()
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(len(patterns) + 1))
+    for p, mask in enumerate(patterns):
+        rows = order[bounds[p]:bounds[p + 1]]
+        out[rows] = cdist(X[rows][:, mask], C[:, mask], metric="sqeuclidean")
+    return out
+
+
 def partial_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """The nearest centre of every row on its observed features (int64).
 
     Complete rows: :func:`~flwr_clustering.algorithms.lloyd.nearest_labels_unchecked`
     (the labels of ``argmin`` of the squared distances); rows with a missing cell:
-    ``argmin`` of :func:`~flwr_clustering.algorithms.masked.pooled_masked_squared_distances`
-    (the squared distance over the row's observed features; ties to the lowest index).
+    ``argmin`` of :func:`observed_squared_distances` (the squared distance over the row's
+    observed features, the values of
+    :func:`~flwr_clustering.algorithms.masked.pooled_masked_squared_distances`; ties to the
+    lowest index).
     The same rule as the model's ``masked-nearest-centroid`` labelling.
 
     Parameters
@@ -146,8 +184,6 @@ def partial_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     C : numpy.ndarray of shape (k, d)
         Centres, float64, no NaN.
     """
-    from .masked import pooled_masked_squared_distances
-
     C = np.asarray(C, dtype=np.float64)
     holes = np.isnan(X).any(axis=1)
     if not holes.any():
@@ -155,7 +191,7 @@ def partial_labels(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     labels = np.empty(len(X), dtype=np.int64)
     if not holes.all():
         labels[~holes] = nearest_labels_unchecked(np.ascontiguousarray(X[~holes]), C)
-    labels[holes] = np.argmin(pooled_masked_squared_distances(X[holes], C), axis=1)
+    labels[holes] = np.argmin(observed_squared_distances(X[holes], C), axis=1)
     return labels
 
 
@@ -170,15 +206,13 @@ def partial_distance_blocks(X: np.ndarray, C: np.ndarray, block: int = 4096):
     rows : slice
     d2 : numpy.ndarray of shape (rows, k)
     """
-    from .masked import pooled_masked_squared_distances
-
     C = np.asarray(C, dtype=np.float64)
     d = X.shape[1]
     for start in range(0, len(X), block):
         rows = slice(start, min(len(X), start + block))
         Xb = np.asarray(X[rows], dtype=np.float64)
         seen = (~np.isnan(Xb)).sum(axis=1)
-        yield rows, pooled_masked_squared_distances(Xb, C) * (d / seen)[:, None]
+        yield rows, observed_squared_distances(Xb, C) * (d / seen)[:, None]
 
 
 def _observed_sums(X: np.ndarray, labels: np.ndarray, k: int
