@@ -51,6 +51,7 @@ from ..algorithms.cluster_split import (
 )
 from ..algorithms.lloyd import check_data, check_features, nearest_labels
 from ..data.schema import (
+    DROP_LEAVES_NO_ROW,
     FeatureTable,
     FeatureTransform,
     SchemaError,
@@ -408,8 +409,8 @@ class ClusteringClient(NumPyClient):
             if not keep.any():
                 raise ValueError(
                     f"client {self.client_id}: every one of its {len(X)} rows has a missing "
-                    "cell, so missing='drop' leaves it no row: run with missing='mean' (each "
-                    "missing cell filled with the federation's mean of its feature)")
+                    f"cell, {DROP_LEAVES_NO_ROW}: run with missing='mean' (each missing cell "
+                    "filled with the federation's mean of its feature)")
             if not keep.all():
                 X, self.row_mask = np.ascontiguousarray(X[keep]), keep
                 self.y = None if self._y_read is None else self._y_read[keep]

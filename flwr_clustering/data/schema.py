@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DROP_LEAVES_NO_ROW",
     "OTHER",
     "ID_NAME_TOKENS",
     "KINDS",
@@ -77,6 +78,10 @@ SCALINGS: tuple[str, ...] = ("standard", "minmax", "none")
 #: the column and the count. ``auto``: ``partial`` where the algorithm reads NaN as
 #: unobserved (masked algorithms), else ``mean``.
 MISSING: tuple[str, ...] = ("auto", "mean", "drop", "partial", "refuse")
+
+#: Part of a client's error when ``missing='drop'`` leaves it no row (the server refuses
+#: the run on it, naming the option, rather than go on without the site).
+DROP_LEAVES_NO_ROW = "so missing='drop' leaves it no row"
 
 #: A feature missing at more than this share of the rows of every site is refused under
 #: ``missing='mean'``: more than half of its values would be the federation's mean.

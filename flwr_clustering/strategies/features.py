@@ -34,6 +34,7 @@ import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
 from ..data.schema import (
+    DROP_LEAVES_NO_ROW,
     MAX_MISSING_SHARE,
     MISSING,
     SCALINGS,
@@ -255,6 +256,11 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     _set(strategy, FeatureTransform(features, categories=categories, missing=missing))
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
                                                         timeout, options.scaling)
+    if policy == "drop":  # a site left without rows is refused, never silently dropped
+        empty = [why for why in getattr(strategy, "last_absent", {}).values()
+                 if DROP_LEAVES_NO_ROW in why]
+        if empty:
+            raise ValueError("missing='drop' leaves a site without rows: " + "; ".join(empty))
     fill, imputed_rows = _missing_cells(strategy, policy, features, count, total, rows)
     if policy == "drop":
         _declare_kept_rows(strategy, rows)
