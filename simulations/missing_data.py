@@ -1,5 +1,6 @@
-"""Missing cells and units as sites hold them: what each ``missing`` policy costs, and how
-often the unit check is right (``python -m simulations missing``).
+"""Missing cells and units as sites hold them (``python -m simulations missing``).
+
+What each ``missing`` policy costs, and how often the unit check is right.
 
 Two tables (docs/data.md, "Missing cells" and "Units that differ by site"):
 
