@@ -278,3 +278,38 @@ def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fi
     assert secure["missing-cells"] == plain["missing-cells"]
     assert secure["incomplete-rows"] == plain["incomplete-rows"] > 0
     assert secure["incomplete-rows-per-site"] == {}  # only the federation's totals
+
+
+def test_under_secure_aggregation_each_site_checks_its_units_and_the_server_counts(tmp_path):
+    frames, _ = _unit_sites(1e-3)
+    configs = []
+    for i, frame in enumerate(frames):
+        path = tmp_path / f"s{i}.csv"
+        frame.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    base = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
+            "server-update": "lloyd", "max-rounds": 2, "split-check": False,
+            "secure-aggregation": True}
+    rc = {**base, "out-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(app, 3, run_config=rc, node_configs=configs)
+    run_server(grid, rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    [text] = [w for w in result["warnings"] if "unit mismatch" in w]
+    assert text.startswith("1 site's 'proline' is about 1/1000 of the federation's")
+    ledger = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert [t["phase"] for t in ledger["secure-totals"]][:2] == ["feature-moments",
+                                                                  "unit-check"]
+    # only the totals reached the server: no plain reply of the unit check
+    assert not [m for m in ledger["messages"] if m["phase"] == "unit-check"]
+    rc = {**base, "unit-check": "refuse", "out-dir": str(tmp_path / "refused")}
+    with pytest.raises(ValueError, match=r"unit-check='refuse': 1 site's 'proline'"):
+        run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    # sites in the same units: no flag, no warning
+    frames, _ = _unit_sites(1.0)
+    for i, frame in enumerate(frames):  # new files (a process caches what it read)
+        frame.to_csv(tmp_path / f"same{i}.csv", index=False)
+        configs[i] = {"data-path": str(tmp_path / f"same{i}.csv")}
+    rc = {**base, "out-dir": str(tmp_path / "same")}
+    run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    result = json.loads((tmp_path / "same" / "result.json").read_text())
+    assert not [w for w in result["warnings"] if "unit mismatch" in w]

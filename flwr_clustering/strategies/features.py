@@ -48,6 +48,7 @@ from ..data.schema import (
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
+    unit_factor,
     unit_mismatches,
 )
 from ..log import logger
@@ -57,6 +58,7 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     FEATURES_KEY,
     MOMENT_KEYS,
+    UNIT_CHECK_PHASE,
 )
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
@@ -279,6 +281,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                      categories, missing, fill)
     _unit_check(strategy, options, schema.features)
     _set(strategy, transform)
+    _secure_unit_check(strategy, grid, options, schema.features, timeout)
     # each client's sums of its rows as it holds them from now on (filled cells included):
     # they bound the means it may send (check_means_within_rows)
     strategy.client_moments = {
@@ -449,6 +452,45 @@ def _unit_check(strategy: Any, options: FeatureOptions, numeric: tuple[str, ...]
     if not found:
         return
     if options.unit_check == "refuse":
+        raise ValueError("unit-check='refuse': " + " ".join(found))
+    for text in found:
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+
+
+def _secure_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
+                       numeric: tuple[str, ...], timeout: float) -> None:
+    """The unit check under secure aggregation: each site flags itself, the server sums.
+
+    One more secure exchange (phase ``unit-check``): every client compares its rows with
+    the federation's mean and spread, which its feature transform carries, and sends per
+    feature a flag and the power of ten (:func:`~flwr_clustering.data.schema.
+    site_unit_powers`); the server learns how many sites flagged each feature, never which.
+    """
+    transform = strategy.feature_transform
+    if (options.unit_check == "off" or not strategy.secure_aggregation
+            or transform is None or transform.scaling != "standard"):
+        return
+    totals = strategy.secure_exchange(grid, 0, UNIT_CHECK_PHASE, (), {}, timeout=timeout)
+    d = len(numeric)
+    if len(totals.sums) < 2 or any(np.shape(a) != (len(transform.features),)
+                                   for a in totals.sums[:2]):
+        raise ValueError("secure unit check: the flags' totals did not come back")
+    flags = np.round(np.asarray(totals.sums[0], dtype=np.float64))[:d]
+    powers = np.asarray(totals.sums[1], dtype=np.float64)[:d]
+    found = []
+    for j in np.flatnonzero(flags > 0):
+        n = int(flags[j])
+        power = int(np.round(powers[j] / n))
+        found.append(
+            f"{n} site{'s' if n > 1 else ''}{chr(39)}{'' if n > 1 else 's'} {numeric[j]!r} "
+            f"{'are' if n > 1 else 'is'} about "
+            f"{unit_factor(power)} of the federation's (each site compared its rows with the "
+            "federation's mean and spread; under secure aggregation the server does not "
+            "know which site: its own log names it): a unit mismatch? Export that column in "
+            "the other sites' units (unit-check='refuse' makes this an error, "
+            "unit-check='off' silences it)")
+    if found and options.unit_check == "refuse":
         raise ValueError("unit-check='refuse': " + " ".join(found))
     for text in found:
         logger.warning("%s", text)
