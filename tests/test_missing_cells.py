@@ -221,15 +221,19 @@ def test_a_site_in_other_units_is_named_with_the_feature_and_the_factor():
     assert any(w.startswith("client 2's 'proline' is about 1000 of") for w in est.warnings_)
 
 
-def test_the_app_fills_missing_cells_from_csv_files_as_the_estimator_does(tmp_path):
+def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator_does(
+        tmp_path):
     frames, ys = _sites(load_wine, n_sites=3, share=0.08)
     for f, y in zip(frames, ys, strict=True):
         f["smoker"] = np.where(y == 0, "yes", "no").astype(object)
         f.loc[f.index[::7], "smoker"] = None  # empty cells in the text column too
     configs = []
-    for i, frame in enumerate(frames):
-        path = tmp_path / f"s{i}.csv"
-        frame.to_csv(path, index=False)
+    for i, frame in enumerate(frames):  # two CSV files and one Parquet file
+        path = tmp_path / (f"s{i}.parquet" if i == 2 else f"s{i}.csv")
+        if i == 2:
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_csv(path, index=False)
         configs.append({"data-path": str(path)})
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "categorical-columns": "smoker", "out-dir": str(tmp_path / "run")}
@@ -249,9 +253,11 @@ def test_the_app_fills_missing_cells_from_csv_files_as_the_estimator_does(tmp_pa
     model = load_model(tmp_path / "run" / "model.json")
     assert model.transform.missing == "mean" and model.transform.fill == \
         est.feature_transform_.fill
-    frame = pd.read_csv(configs[1]["data-path"])
-    np.testing.assert_array_equal(model.predict(frame), est.labels_[1])
-    np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
+    for i, frame in enumerate([pd.read_csv(configs[0]["data-path"]),
+                               pd.read_csv(configs[1]["data-path"]),
+                               pd.read_parquet(configs[2]["data-path"])]):
+        np.testing.assert_array_equal(model.predict(frame), est.labels_[i])
+        np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
 
 
 def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fill(tmp_path):
