@@ -147,3 +147,61 @@ def test_categorical_columns_stay_refused_under_secure_aggregation(tmp_path):
           "categorical-columns": "smoker,region", "out-dir": str(tmp_path / "run")}
     with pytest.raises(ValueError, match="categorical-columns needs each site's category"):
         run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+
+
+def test_dominant_categories_needs_pure_clusters_that_split_the_levels():
+    from flwr_clustering.diagnostics import dominant_categories
+
+    cats = [("sex", ("f", "m", "other")), ("region", ("e", "w", "other"))]
+    shares = np.array([[0.95, 0.05, 0.0, 0.5, 0.5, 0.0],
+                       [0.02, 0.98, 0.0, 0.4, 0.6, 0.0],
+                       [0.91, 0.09, 0.0, 0.97, 0.03, 0.0]])
+    assert dominant_categories(cats, shares, [10, 10, 10]) == {"sex": [0.95, 0.98, 0.91]}
+    # a cluster at 90% or less: not pure
+    mixed = shares.copy()
+    mixed[2, :2] = [0.9, 0.1]
+    assert dominant_categories(cats, mixed, [10, 10, 10]) == {}
+    # pure, but all in the same level: the column does not split the clusters
+    same = shares.copy()
+    same[1, :2] = [0.93, 0.07]
+    assert dominant_categories(cats, same, [10, 10, 10]) == {}
+    # an empty cluster or one whose shares are unknown is left out
+    unknown = shares.copy()
+    unknown[2] = np.nan
+    assert dominant_categories(cats, unknown, [10, 10, 10]) == {"sex": [0.95, 0.98]}
+    assert dominant_categories(cats, shares, [10, 0, 10]) == {}
+
+
+def _warned(est):
+    return [w for w in est.warnings_ if "the clusters follow the categorical column" in w]
+
+
+def test_a_category_that_decides_the_clusters_is_warned_about():
+    rng = np.random.default_rng(1)
+    # measurements without groups, a 3-level column: the clusters can only be its levels
+    n = 300
+    frame = pd.DataFrame(rng.normal(size=(n, 4)), columns=list("abcd"))
+    frame["site_kind"] = np.array(["x", "y", "z"])[rng.integers(0, 3, n)]
+    frames = [frame.iloc[i::3].reset_index(drop=True) for i in range(3)]
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0, categorical_weight="standard",
+                              categorical_columns=["site_kind"]).fit(frames)
+    warned = _warned(est)
+    assert len(warned) == 1 and "'site_kind'" in warned[0]
+    assert "categorical-weight='balanced'" in warned[0]
+    assert set(est.strategy_.diagnostics["categorical-dominance"]) == {"site_kind"}
+    # no level (a value of the data) in the sentence
+    assert not any(f"'{v}'" in warned[0] for v in "xyz")
+
+
+def test_wine_measurements_with_an_unrelated_category_are_not_warned_about():
+    data = load_wine(as_frame=True)
+    frame = data.frame.drop(columns="target")
+    frame["sex"] = np.where(np.random.default_rng(2).random(len(frame)) < 0.5, "f", "m")
+    frames = [frame.iloc[i::3].reset_index(drop=True) for i in range(3)]
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0,
+                              categorical_columns=["sex"]).fit(frames)
+    assert _warned(est) == []
+    assert est.strategy_.diagnostics["categorical-dominance"] == {}
+    plain = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(
+        [f.drop(columns="sex") for f in frames])
+    assert _warned(plain) == [] and "categorical-dominance" not in plain.strategy_.diagnostics
