@@ -5,6 +5,8 @@ with level shares ``p_l`` by ``sqrt(sum_l p_l (1 - p_l))``, from the same federa
 the scaling; ``'standard'`` keeps the former behaviour (each one-hot feature standardised).
 """
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -88,16 +90,15 @@ def test_the_one_hot_scales_equal_the_formula_on_the_pooled_rows():
 
 def test_minmax_and_none_leave_the_one_hot_features_zero_or_one():
     frames = _frames()
-    for scaling in ("minmax", "none"):
-        est = FederatedClustering("fkm", n_clusters=3, random_state=0, max_rounds=5,
-                                  scaling=scaling,
-                                  categorical_columns=["smoker", "region"]).fit(frames)
-        transform = est.strategy_.feature_transform
-        d = len(transform.numeric_features)
-        # 'other' holds no row: a constant feature, centre 0, scale 1 as well
-        assert not transform.scaled or (
-            transform.center[d:] == (0.0,) * (len(transform.features) - d)
-            and transform.scale[d:] == (1.0,) * (len(transform.features) - d))
+    kw = dict(n_clusters=3, random_state=0, max_rounds=5,
+              categorical_columns=["smoker", "region"])
+    none = FederatedClustering("fkm", scaling="none", **kw).fit(frames)
+    assert not none.strategy_.feature_transform.scaled
+    transform = FederatedClustering("fkm", scaling="minmax", **kw).fit(
+        frames).strategy_.feature_transform
+    d, n = len(transform.numeric_features), len(transform.features)
+    # 'other' holds no row: a constant feature, centre 0, scale 1 as well
+    assert transform.center[d:] == (0.0,) * (n - d) and transform.scale[d:] == (1.0,) * (n - d)
 
 
 # FKM on _frames() with categorical_columns=["smoker", "region"], random_state=0,
@@ -205,3 +206,23 @@ def test_wine_measurements_with_an_unrelated_category_are_not_warned_about():
     plain = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(
         [f.drop(columns="sex") for f in frames])
     assert _warned(plain) == [] and "categorical-dominance" not in plain.strategy_.diagnostics
+
+
+def test_the_categorical_benchmark_writes_its_table(tmp_path):
+    from simulations import categorical
+    from simulations.cli import main
+
+    frame, y, _ = categorical.datasets()["iris"]
+    data = frame.copy()
+    data["code"] = categorical.derived_column("noise", frame, y, np.random.default_rng(0))
+    Z = categorical.central_rows(data, list(frame.columns), "code", "balanced")
+    # the one-hot block's total variance is one standardised feature's
+    assert Z.shape[1] == 4 + 6
+    assert Z[:, 4:].var(axis=0).sum() == pytest.approx(1.0, rel=1e-12)
+    assert main(["categorical", "--seeds", "1", "--clients", "3", "--data", "iris",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "categorical.json").read_text())
+    assert len(rows) == 1 + 2 * len(categorical.CASES)
+    assert all(-1 <= r["fkm-ari"] <= 1 and -1 <= r["kmeans-ari"] <= 1 for r in rows)
+    table = (tmp_path / "categorical.md").read_text()
+    assert table.count("\n| iris |") == len(categorical.CASES)
