@@ -465,7 +465,7 @@ def dominant_categories(
             continue
         main = block[known].max(axis=1)
         if np.all(main > purity) and len(set(block[known].argmax(axis=1).tolist())) > 1:
-            out[str(column)] = [float(m) for m in main]
+            out[str(column)] = [float(m) for m in np.minimum(main, 1.0)]
     return out
 
 
