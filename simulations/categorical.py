@@ -9,8 +9,8 @@ the same way:
 
 * ``sex``: 2 levels partly following the class (``"f"`` for 80 % of class 0's rows and
   30 % of the others'), like a demographic column in a clinical export;
-* ``sex, 20 % empty``: the same with a fifth of its cells empty (a row of zeros in the
-  one-hot features);
+* ``sex, 20 % empty``: the same with a fifth of its cells empty (its own level
+  ``missing``);
 * ``quartile``: the quartile of the first measurement, 4 equal levels (information the
   measurements already hold);
 * ``noise``: 6 levels of shares 50/20/10/10/5/5 %, independent of everything (a column
@@ -21,7 +21,8 @@ the same way:
 Each with (a) the measurements only, (b) ``categorical_weight='standard'`` (each one-hot
 feature standardised: the former behaviour), (c) ``'balanced'`` (the default: the column
 weighs like one standardised feature). Centralized, the measurements are standardised with
-``StandardScaler`` and the one-hot features (``pandas.get_dummies``) with ``StandardScaler``
+``StandardScaler`` and the one-hot features (``pandas.get_dummies``, an empty cell a level
+of its own) with ``StandardScaler``
 (b) or centred at their shares and divided by
 :func:`~flwr_clustering.data.schema.categorical_scales` (c). Written: ``categorical.json``
 and ``categorical.md``: ARI against the classes, mean over the seeds (the derived column,
@@ -93,7 +94,8 @@ def central_rows(frame, numeric: list[str], column: str | None, weight: str) -> 
     X = StandardScaler().fit_transform(frame[numeric].to_numpy(dtype=np.float64))
     if column is None:
         return X
-    H = pd.get_dummies(frame[column]).to_numpy(dtype=np.float64)  # empty cell: zeros
+    # an empty cell is a level of its own, as the federation's level 'missing'
+    H = pd.get_dummies(frame[column], dummy_na=True).to_numpy(dtype=np.float64)
     if weight == "standard":
         H = StandardScaler().fit_transform(H)
     else:

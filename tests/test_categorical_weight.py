@@ -18,7 +18,7 @@ from flwr_clustering.data.schema import categorical_scales, one_hot
 from flwr_clustering.strategies.features import FeatureOptions
 
 
-def _frames(n_sites=3):
+def _frames(n_sites=3, empty=False):
     """Every second wine row, with a 2-level and a 3-level column partly from the class."""
     data = load_wine(as_frame=True)
     frame = data.frame.drop(columns="target").iloc[::2].reset_index(drop=True)
@@ -26,6 +26,8 @@ def _frames(n_sites=3):
     row = np.arange(len(y))
     frame["smoker"] = np.where((y == 0) ^ (row % 5 == 0), "yes", "no")
     frame["region"] = np.array(["north", "south", "east"])[(y + (row % 7 == 0)) % 3]
+    if empty:  # a missing cell is the level 'missing'
+        frame["region"] = frame["region"].astype(object).where(row % 4 != 0, None)
     return [frame.iloc[i::n_sites].reset_index(drop=True) for i in range(n_sites)]
 
 
@@ -67,8 +69,9 @@ def test_an_unknown_weight_is_refused_naming_the_choices():
         FeatureOptions("standard", categorical_weight="equal")
 
 
-def test_the_one_hot_scales_equal_the_formula_on_the_pooled_rows():
-    frames = _frames()
+@pytest.mark.parametrize("empty", [False, True])
+def test_the_one_hot_scales_equal_the_formula_on_the_pooled_rows(empty):
+    frames = _frames(empty=empty)
     est = FederatedClustering("fkm", n_clusters=3, random_state=0, max_rounds=5,
                               categorical_columns=["smoker", "region"]).fit(frames)
     transform = est.strategy_.feature_transform
@@ -86,6 +89,8 @@ def test_the_one_hot_scales_equal_the_formula_on_the_pooled_rows():
         np.testing.assert_allclose(transform.center[block], p, rtol=1e-12, atol=1e-15)
         start += len(levels)
     assert est.strategy_.feature_summary["categorical-weight"] == "balanced"
+    assert ("region", ("east", "missing", "north", "south", "other") if empty
+            else ("east", "north", "south", "other")) in transform.categories
 
 
 def test_minmax_and_none_leave_the_one_hot_features_zero_or_one():
@@ -217,7 +222,7 @@ def test_the_categorical_benchmark_writes_its_table(tmp_path):
     data["code"] = categorical.derived_column("noise", frame, y, np.random.default_rng(0))
     Z = categorical.central_rows(data, list(frame.columns), "code", "balanced")
     # the one-hot block's total variance is one standardised feature's
-    assert Z.shape[1] == 4 + 6
+    assert Z.shape[1] == 4 + 6 + 1  # 6 levels and the empty cell
     assert Z[:, 4:].var(axis=0).sum() == pytest.approx(1.0, rel=1e-12)
     assert main(["categorical", "--seeds", "1", "--clients", "3", "--data", "iris",
                  "--out", str(tmp_path)]) == 0

@@ -723,9 +723,9 @@ def categorical_scales(levels_per_column: Sequence[int], shares: Any) -> np.ndar
     levels_per_column : sequence of int
         The number of levels (one-hot features) of each categorical column, in order.
     shares : array-like of shape (sum(levels_per_column),)
-        Each one-hot feature's share of the rows, ``sum / count`` of the feature (a row
-        without a value is a row of zeros, so the shares of a column may sum to less
-        than 1).
+        Each one-hot feature's share of the rows, ``sum / count`` of the feature (they sum
+        to 1 per column when every row has a level; a row of zeros, if any, is counted by
+        the general form).
 
     Returns
     -------
