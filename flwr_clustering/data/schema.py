@@ -50,8 +50,10 @@ __all__ = [
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "CATEGORICAL_WEIGHTS",
     "agree_categories",
     "agree_schema",
+    "categorical_scales",
     "category_counts",
     "column_moments",
     "describe_columns",
@@ -89,6 +91,10 @@ DROP_LEAVES_NO_ROW = "so missing='drop' leaves it no row"
 #: A feature missing at more than this share of the rows of every site is refused under
 #: ``missing='mean'``: more than half of its values would be the federation's mean.
 MAX_MISSING_SHARE = 0.5
+#: Values of the ``categorical-weight`` option: ``balanced`` (each categorical variable
+#: weighs like one standardised numeric feature, :func:`categorical_scales`), ``standard``
+#: (each one-hot column standardised like a measurement).
+CATEGORICAL_WEIGHTS: tuple[str, ...] = ("balanced", "standard")
 
 #: Name tokens of an identifier column (``patient_id``, ``PatientID``, ``uuid``, ``MRN``).
 ID_NAME_TOKENS: frozenset[str] = frozenset({"id", "ids", "uuid", "guid", "mrn", "ssn"})
@@ -692,6 +698,62 @@ def scaling_from_moments(
         var = np.maximum((np.asarray(sumsq, dtype=np.float64) - count * mean * mean)
                          / np.where(n > 0, n, 1.0), 0.0)
     return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
+
+
+def categorical_scales(levels_per_column: Sequence[int], shares: Any) -> np.ndarray:
+    """The scale of every one-hot feature with ``categorical-weight='balanced'``.
+
+    Each categorical variable weighs like one standardised numeric feature (as the gamma
+    of k-prototypes): two random rows differ in a standardised feature by an expected
+    squared difference of 2 (twice its variance of 1). In a variable's one-hot columns,
+    with level shares ``p_l``, the expected squared difference is twice the sum of the
+    columns' variances, ``2 * sum_l p_l (1 - p_l)`` (``2 (1 - sum_l p_l**2)`` when every row
+    has a level: 2 when the rows differ in level, 0 when not). Dividing every one-hot
+    column of the variable by
+
+        ``s = sqrt(sum_l p_l (1 - p_l))``
+
+    makes that expectation 2 whatever the number of levels or their shares (a rare level
+    gets no larger weight than a common one, unlike standardising each column by
+    ``sqrt(p_l (1 - p_l))``). A variable with a single observed level (``s = 0``) keeps
+    scale 1, as a constant feature does.
+
+    Parameters
+    ----------
+    levels_per_column : sequence of int
+        The number of levels (one-hot features) of each categorical column, in order.
+    shares : array-like of shape (sum(levels_per_column),)
+        Each one-hot feature's share of the rows, ``sum / count`` of the feature (they sum
+        to 1 per column when every row has a level; a row of zeros, if any, is counted by
+        the general form).
+
+    Returns
+    -------
+    numpy.ndarray of shape (sum(levels_per_column),)
+        The scale ``s`` of each one-hot feature (the same for the columns of one variable).
+
+    Raises
+    ------
+    ValueError
+        When the lengths disagree, a share lies outside ``[0, 1]`` or a column's shares
+        sum to more than 1.
+    """
+    sizes = [int(n) for n in levels_per_column]
+    p = np.asarray(shares, dtype=np.float64).ravel()
+    if any(n < 1 for n in sizes) or p.shape != (sum(sizes),):
+        raise ValueError(f"categorical_scales: {p.size} shares for columns of {sizes} levels")
+    if not np.all((p >= 0) & (p <= 1)):
+        raise ValueError("categorical_scales: a share outside [0, 1]")
+    out = np.empty_like(p)
+    start = 0
+    for n in sizes:
+        block = p[start:start + n]
+        if block.sum() > 1 + 1e-9:
+            raise ValueError("categorical_scales: the shares of a column's levels sum to "
+                             "more than 1")
+        out[start:start + n] = np.sqrt(np.sum(block * (1.0 - block)))
+        start += n
+    return _scale_or_one(out)
 
 
 def spread_warning(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,

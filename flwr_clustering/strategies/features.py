@@ -34,6 +34,7 @@ import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
 from ..data.schema import (
+    CATEGORICAL_WEIGHTS,
     DROP_LEAVES_NO_ROW,
     MAX_MISSING_SHARE,
     MISSING,
@@ -44,6 +45,7 @@ from ..data.schema import (
     SchemaError,
     agree_categories,
     agree_schema,
+    categorical_scales,
     one_hot_name,
     scaling_from_moments,
     self_scaled_warning,
@@ -102,6 +104,12 @@ class FeatureOptions:
     unit_check : str
         ``warn`` (default), ``refuse`` or ``off``: a site whose feature looks recorded in
         other units than the other sites' (plain runs, from the sites' sums).
+    categorical_weight : str
+        How the one-hot features are scaled with ``scaling='standard'``: ``"balanced"``
+        (each categorical variable weighs like one standardised numeric feature,
+        :func:`~flwr_clustering.data.schema.categorical_scales`) or ``"standard"`` (each
+        one-hot column standardised like a measurement). ``minmax`` and ``none`` leave
+        the one-hot features 0/1 either way.
     """
 
     scaling: str | None = None
@@ -110,6 +118,7 @@ class FeatureOptions:
     categorical_columns: tuple[str, ...] = ()
     missing: str = "auto"
     unit_check: str = "warn"
+    categorical_weight: str = "balanced"
 
     @property
     def active(self) -> bool:
@@ -127,6 +136,9 @@ class FeatureOptions:
         if self.unit_check not in UNIT_CHECKS:
             raise ValueError(f"unit-check must be one of {', '.join(UNIT_CHECKS)}, "
                              f"got {self.unit_check!r}")
+        if self.categorical_weight not in CATEGORICAL_WEIGHTS:
+            raise ValueError(f"categorical_weight must be one of "
+                             f"{', '.join(CATEGORICAL_WEIGHTS)}, got {self.categorical_weight!r}")
 
     def policy(self, reads_missing: bool) -> str:
         """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
@@ -137,7 +149,8 @@ class FeatureOptions:
     @classmethod
     def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
                     index_column: Any = None, categorical_columns: Any = None,
-                    missing: str = "auto", unit_check: str = "warn") -> FeatureOptions:
+                    missing: str = "auto", unit_check: str = "warn",
+                    categorical_weight: str = "balanced") -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -147,7 +160,7 @@ class FeatureOptions:
         index = None if index_column in (None, "", "none") else str(index_column)
         return cls(None if scaling is None else str(scaling),
                    names(feature_columns) or None, index, names(categorical_columns),
-                   str(missing), str(unit_check))
+                   str(missing), str(unit_check), str(categorical_weight))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -268,6 +281,15 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         _declare_kept_rows(strategy, rows)
     center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi,
                                          rows=imputed_rows)
+    if categories and options.scaling == "standard" and options.categorical_weight == "balanced":
+        # each categorical variable weighs like one standardised feature; its one-hot
+        # features keep their centre (the level's share), the variable's scale from the
+        # same sums (sum / count of a one-hot feature is its level's share)
+        numeric = len(schema.features)
+        shares = np.divide(total[numeric:], count[numeric:],
+                           out=np.zeros(len(encoded)), where=count[numeric:] > 0)
+        scale = np.concatenate([scale[:numeric], categorical_scales(
+            [len(levels) for _, levels in categories], shares)])
     if options.scaling == "none":
         warning = spread_warning(count, total, sumsq, features)
         if warning is not None:
@@ -291,6 +313,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     strategy.feature_summary = {
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
+        **({"categorical-weight": options.categorical_weight} if categories else {}),
         "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
         "missing": policy, "fill": list(transform.fill),
