@@ -160,6 +160,18 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "(`data.schema.scaling_from_moments`); with `none` it only warns when the "
               "spreads differ by more than 10x."),
     Phase(
+        "unit-check", "train", "round 0, after `feature-moments`, under secure aggregation "
+        "with `scaling='standard'` and `unit-check` not `off`",
+        sends=("none",),
+        config=("`feature-transform` str: the federation's features with their mean "
+                "(`center`) and standard deviation (`scale`)",),
+        reply_arrays=("`flags` (d,) float64: 1 where the site's feature looks recorded in "
+                      "other units than the federation's, `powers` (d,) float64: that "
+                      "power of ten (summed by SecAgg+)",),
+        notes="Answered by the library (`data.schema.site_unit_powers`) on the site's rows "
+              "in original units. The server learns only how many sites flagged each "
+              "feature and the sum of their powers; a flagged site's own log names it."),
+    Phase(
         "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
         sends=("`centroids` (k, d) float64: the final global model",),
         config=("no `phase` and no `seed`: only what the caller passed as `evaluate_config`",

@@ -36,6 +36,11 @@ What is checked, and the rule of each check:
   nodes' versions of one centre) relative to the data's scale; above
   ``CONSENSUS_RTOL`` the nodes disagree.
 - **cores** (KDC): the kBCC cores found, with the (psi, tau) used; fewer than ``k`` warns.
+- **a categorical column that decides the clusters**: from the per-cluster means of its
+  one-hot features (each cluster's share of each level, :func:`pooled_cluster_means`),
+  every non-empty cluster has more than ``CATEGORY_PURITY`` of its rows in one level and
+  the clusters do not all share that level (:func:`dominant_categories`): the clusters
+  are that column's levels, whatever the measurements say.
 
 :func:`warnings_from` turns anomalies into one sentence each, naming the cause and the
 run-config option(s) that address it.
@@ -54,10 +59,14 @@ __all__ = [
     "DISTINCT_RTOL",
     "LLOYD_GAIN_RTOL",
     "data_scale",
+    "CATEGORY_PURITY",
+    "categorical_warning",
     "distinct_centres",
+    "dominant_categories",
     "lloyd_gain",
     "non_finite_entries",
     "nonempty_clusters",
+    "pooled_cluster_means",
     "pooled_counts",
     "total_sum_of_squares",
     "warnings_from",
@@ -76,6 +85,10 @@ LLOYD_GAIN_RTOL = 0.05
 #: is a near-empty one: a centre that won almost no row (FeCA on breast cancer: clusters of
 #: 566 and 3 rows).
 TINY_SHARE = 0.05
+#: A cluster with more than this share of its rows in one level of a categorical column is
+#: pure in that column; when every cluster is, and not all in the same level, the column
+#: decides the clustering (:func:`dominant_categories`).
+CATEGORY_PURITY = 0.9
 
 
 def non_finite_entries(C: np.ndarray | None) -> int:
@@ -373,3 +386,101 @@ def warnings_from(diag: Mapping[str, Any], advice: Mapping[str, Sequence[str]],
                 "optimum (a centre between two groups while another group has two "
                 "centres), or k is too small", "split")
     return out
+
+
+def pooled_cluster_means(stats: Sequence[Mapping[str, Any]], centroids: Any
+                         ) -> np.ndarray | None:
+    """Every cluster's mean in the model's space, from the clients' per-cluster sums.
+
+    ``c_j + R_j / n_j`` with ``R_j`` the summed ``cluster-residuals`` and ``n_j`` the
+    summed ``cluster-counts`` of the clients that sent cluster ``j``'s residuals (a client
+    withholds a cluster under the privacy threshold: a NaN row), as the profile computes it.
+
+    Returns
+    -------
+    numpy.ndarray of shape (k, d) or None
+        NaN rows for clusters no client sent; ``None`` when a client sent no residuals
+        (or they do not fit the model).
+    """
+    if centroids is None or not stats:
+        return None
+    C = np.asarray(centroids, dtype=np.float64)
+    if C.ndim != 2:
+        return None
+    k, d = C.shape
+    n, R = np.zeros(k), np.zeros((k, d))
+    for s in stats:
+        if "cluster-counts" not in s or "cluster-residuals" not in s:
+            return None
+        counts = np.asarray(s["cluster-counts"], dtype=np.float64).ravel()
+        r = np.asarray(s["cluster-residuals"], dtype=np.float64)
+        if counts.shape != (k,) or r.shape != (k, d):
+            return None
+        sent = np.isfinite(r).all(axis=1)
+        n[sent] += counts[sent]
+        R[sent] += r[sent]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return C + R / np.where(n > 0, n, np.nan)[:, None]
+
+
+def dominant_categories(
+    categories: Sequence[tuple[str, Sequence[str]]],
+    shares: Any,
+    counts: Any,
+    purity: float = CATEGORY_PURITY,
+) -> dict[str, list[float]]:
+    """The categorical columns whose levels the clusters follow.
+
+    A column dominates when at least two clusters have rows and known shares, each such
+    cluster has more than ``purity`` of its rows in one of the column's levels, and these
+    levels are not all the same one (the clusters split by the column).
+
+    Parameters
+    ----------
+    categories : sequence of (column, levels)
+        The categorical columns and their levels, in the order of their one-hot features.
+    shares : array-like of shape (k, sum of the numbers of levels)
+        Per cluster, the mean of each one-hot feature in original units (its share of
+        each level; NaN where unknown).
+    counts : array-like of shape (k,)
+        Rows per cluster.
+    purity : float
+        The share of a cluster's rows in one level above which it is pure.
+
+    Returns
+    -------
+    dict
+        ``{column: per-cluster share of its main level}`` (non-empty clusters, in order)
+        for every dominating column; empty when none dominates.
+    """
+    P = np.asarray(shares, dtype=np.float64)
+    n = np.asarray(counts, dtype=np.float64).ravel()
+    out: dict[str, list[float]] = {}
+    start = 0
+    for column, levels in categories:
+        block = P[:, start:start + len(levels)]
+        start += len(levels)
+        known = (n > 0) & np.isfinite(block).all(axis=1)
+        if known.sum() < 2:
+            continue
+        main = block[known].max(axis=1)
+        if np.all(main > purity) and len(set(block[known].argmax(axis=1).tolist())) > 1:
+            out[str(column)] = [float(m) for m in np.minimum(main, 1.0)]
+    return out
+
+
+def categorical_warning(column: str, main_shares: Sequence[float], weight: str) -> str:
+    """The sentence for a categorical column that decides the clusters.
+
+    Names the column and the clusters' shares of their main level (no level: a level is
+    a value of the sites' data), and what gives the measurements their say back.
+    """
+    shares = ", ".join(f"{m:.0%}" for m in main_shares)
+    advice = ("categorical-weight='balanced' gives it the weight of one standardised "
+              "feature (with 'standard' each of its levels weighs as much), or "
+              if weight == "standard" else "")
+    return (f"the clusters follow the categorical column {column!r}: every cluster has "
+            f"more than {CATEGORY_PURITY:.0%} of its rows in one of its levels ({shares}), "
+            "and the clusters split its levels, so the clustering mostly reproduces that "
+            f"column; if the measurements should decide, {advice}leave it out of "
+            "categorical-columns (or cluster each of its levels apart)")

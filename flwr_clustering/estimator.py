@@ -243,6 +243,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         and spread differ by the same factor of at least 10; run-config key
         ``unit-check``): a sentence in ``warnings_`` naming the client, the feature and
         the factor, an error (``"refuse"``), or no check.
+    categorical_weight : {"balanced", "standard"}, default "balanced"
+        With ``scaling="standard"``, the weight of each categorical column (run-config key
+        ``categorical-weight``): ``"balanced"`` divides its one-hot features by
+        ``sqrt(sum_l p_l (1 - p_l))`` (``p_l`` the federation's share of each level), so
+        that the column weighs like one standardised numeric feature; ``"standard"``
+        standardises each one-hot feature like a measurement (a rare level then weighs
+        most). ``"minmax"`` and ``"none"`` leave the one-hot features 0/1.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups along its main axis (run-config key ``split-check``): a poor local
@@ -382,6 +389,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         categorical_columns: Sequence[str] | None = None,
         missing: str = "auto",
         unit_check: str = "warn",
+        categorical_weight: str = "balanced",
         split_check: bool = True,
         refine_rounds: int = 0,
         k_min: int = 2,
@@ -402,6 +410,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.categorical_columns = categorical_columns
         self.missing = missing
         self.unit_check = unit_check
+        self.categorical_weight = categorical_weight
         self.split_check = split_check
         self.refine_rounds = refine_rounds
         self.k_min = k_min
@@ -499,6 +508,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "index-column": self._index_column_key(),
                       "categorical-columns": self._feature_columns_key("categorical_columns"),
                       "missing": _plain(self.missing), "unit-check": _plain(self.unit_check),
+                      "categorical-weight": _plain(self.categorical_weight),
                       "split-check": _plain(self.split_check),
                       "refine-rounds": _plain(self.refine_rounds),
                       "k-min": _plain(self.k_min), "k-max": _plain(self.k_max),

@@ -35,6 +35,7 @@ __all__ = [
     "SPLIT_CHECK_KEYS",
     "SPLIT_HISTOGRAM_PHASE",
     "SPLIT_SCATTER_PHASE",
+    "UNIT_CHECK_PHASE",
     "client_id_of",
     "split_metrics",
 ]
@@ -65,6 +66,10 @@ SECURE_EVALUATE_PHASE = "secure-evaluate"
 #: federation's scaling (:func:`~flwr_clustering.clients.base.feature_moments_arrays`),
 #: answered without the algorithm.
 FEATURE_MOMENTS_PHASE = "feature-moments"
+#: Phase of the unit check under secure aggregation (round 0, after ``feature-moments``):
+#: each client compares its rows with the federation's mean and spread and flags the
+#: features that look recorded in other units; only the flags' totals reach the server.
+UNIT_CHECK_PHASE = "unit-check"
 #: The library's phase (round 0) where every client tells the values of its declared
 #: categorical columns with their counts (a value rarer than the privacy threshold at the
 #: site as ``other`` only), in its ``columns`` reply record.

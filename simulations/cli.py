@@ -11,6 +11,7 @@ Usage, from the repository root::
     python -m simulations docs [--check]               # regenerate docs/protocol.md
     python -m simulations dp-utility [--runs N] [--rounds R] [--out DIR]  # DP's cost
     python -m simulations robust [--seeds N] [--out DIR]  # one lying site, robust-trim
+    python -m simulations categorical [--seeds N] [--out DIR]  # categorical-weight's ARI
     python -m simulations secagg [--clients N ...] [--rounds R] [--out DIR]  # SecAgg+'s
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
@@ -152,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
         "pipeline) and the unit check's hits and false alarms (simulations.missing_data); "
         "arguments pass through", add_help=False,
     )
+    sub.add_parser(
+        "categorical", help="a categorical column against the measurements: "
+        "categorical-weight's ARI (simulations.categorical); arguments pass through",
+        add_help=False,
+    )
     return parser
 
 
@@ -255,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
     if argv and argv[0] == "missing":
         return int(importlib.import_module("simulations.missing_data").main(argv[1:]) or 0)
+    if argv and argv[0] == "categorical":
+        return int(importlib.import_module("simulations.categorical").main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":

@@ -154,8 +154,9 @@ def test_secure_aggregation_equals_the_pure_loop_from_totals_only(keys):
                          secure_aggregation=True, secagg_keys=keys)
     strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
     phases = [t["phase"] for t in strategy.secure_totals]
-    assert phases[:2] == ["feature-moments", "secure-partial-moments"]
-    assert set(phases[2:10]) == {"secure-partial-update"}
+    start = phases.index("secure-partial-moments")  # after the features step's exchanges
+    assert set(phases[:start]) <= {"feature-moments", "unit-check"}
+    assert set(phases[start + 1:start + 9]) == {"secure-partial-update"}
     assert phases[-1] == "secure-evaluate"
     # the pure loop on the rows the clients held, from the federation's scale: the secure
     # sums are fixed point (within n 2**-33), so equal up to that, with the same labels

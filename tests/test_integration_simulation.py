@@ -393,7 +393,7 @@ def test_secure_aggregation_in_simulation_matches_federated_lloyd(fkm_run, local
     # scaling across the sites (the App's default, scaling='standard'): the per-feature
     # sums come through the secure sums too, before FKM's own exchanges
     assert [t["phase"] for t in ledger["secure-totals"]] == (
-        ["feature-moments", "secure-moments"] + ["secure-update"] * 4
+        ["feature-moments", "unit-check", "secure-moments"] + ["secure-update"] * 4
         + ["split-scatter", "split-histograms", "secure-evaluate"])  # (the split check)
     features = run.result["features"]
     assert features["scaling"] == "standard"

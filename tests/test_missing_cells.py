@@ -135,9 +135,10 @@ def test_missing_cells_are_refused_where_they_cannot_be_handled_honestly():
     # a site whose every row has a missing cell, with missing='drop'
     holes = [f.copy() for f in frames]
     holes[1]["petal width (cm)"] = np.nan
-    with pytest.raises(RuntimeError, match=r"client 1: every one of its 50 rows has a "
-                                           r"missing cell, so missing='drop'"):
-        FederatedClustering("fkm", 3, missing="drop", min_nodes=3).fit(holes)
+    for min_nodes in (3, 2):  # refused even where the run could go on without the site
+        with pytest.raises((RuntimeError, ValueError), match=r"client 1: every one of its 50 "
+                                             r"rows has a missing cell, so missing=.drop."):
+            FederatedClustering("fkm", 3, missing="drop", min_nodes=min_nodes).fit(holes)
     # a feature no site observes
     for f in holes:
         f["petal width (cm)"] = np.nan
@@ -220,15 +221,19 @@ def test_a_site_in_other_units_is_named_with_the_feature_and_the_factor():
     assert any(w.startswith("client 2's 'proline' is about 1000 of") for w in est.warnings_)
 
 
-def test_the_app_fills_missing_cells_from_csv_files_as_the_estimator_does(tmp_path):
+def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator_does(
+        tmp_path):
     frames, ys = _sites(load_wine, n_sites=3, share=0.08)
     for f, y in zip(frames, ys, strict=True):
         f["smoker"] = np.where(y == 0, "yes", "no").astype(object)
         f.loc[f.index[::7], "smoker"] = None  # empty cells in the text column too
     configs = []
-    for i, frame in enumerate(frames):
-        path = tmp_path / f"s{i}.csv"
-        frame.to_csv(path, index=False)
+    for i, frame in enumerate(frames):  # two CSV files and one Parquet file
+        path = tmp_path / (f"s{i}.parquet" if i == 2 else f"s{i}.csv")
+        if i == 2:
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_csv(path, index=False)
         configs.append({"data-path": str(path)})
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "categorical-columns": "smoker", "out-dir": str(tmp_path / "run")}
@@ -248,9 +253,11 @@ def test_the_app_fills_missing_cells_from_csv_files_as_the_estimator_does(tmp_pa
     model = load_model(tmp_path / "run" / "model.json")
     assert model.transform.missing == "mean" and model.transform.fill == \
         est.feature_transform_.fill
-    frame = pd.read_csv(configs[1]["data-path"])
-    np.testing.assert_array_equal(model.predict(frame), est.labels_[1])
-    np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
+    for i, frame in enumerate([pd.read_csv(configs[0]["data-path"]),
+                               pd.read_csv(configs[1]["data-path"]),
+                               pd.read_parquet(configs[2]["data-path"])]):
+        np.testing.assert_array_equal(model.predict(frame), est.labels_[i])
+        np.testing.assert_array_equal(model.predict(frame), est.predict(frame))
 
 
 def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fill(tmp_path):
@@ -277,3 +284,38 @@ def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fi
     assert secure["missing-cells"] == plain["missing-cells"]
     assert secure["incomplete-rows"] == plain["incomplete-rows"] > 0
     assert secure["incomplete-rows-per-site"] == {}  # only the federation's totals
+
+
+def test_under_secure_aggregation_each_site_checks_its_units_and_the_server_counts(tmp_path):
+    frames, _ = _unit_sites(1e-3)
+    configs = []
+    for i, frame in enumerate(frames):
+        path = tmp_path / f"s{i}.csv"
+        frame.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    base = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
+            "server-update": "lloyd", "max-rounds": 2, "split-check": False,
+            "secure-aggregation": True}
+    rc = {**base, "out-dir": str(tmp_path / "run")}
+    grid = InProcessGrid(app, 3, run_config=rc, node_configs=configs)
+    run_server(grid, rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    [text] = [w for w in result["warnings"] if "unit mismatch" in w]
+    assert text.startswith("1 site's 'proline' is about 1/1000 of the federation's")
+    ledger = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert [t["phase"] for t in ledger["secure-totals"]][:2] == ["feature-moments",
+                                                                  "unit-check"]
+    # only the totals reached the server: no plain reply of the unit check
+    assert not [m for m in ledger["messages"] if m["phase"] == "unit-check"]
+    rc = {**base, "unit-check": "refuse", "out-dir": str(tmp_path / "refused")}
+    with pytest.raises(ValueError, match=r"unit-check='refuse': 1 site's 'proline'"):
+        run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    # sites in the same units: no flag, no warning
+    frames, _ = _unit_sites(1.0)
+    for i, frame in enumerate(frames):  # new files (a process caches what it read)
+        frame.to_csv(tmp_path / f"same{i}.csv", index=False)
+        configs[i] = {"data-path": str(tmp_path / f"same{i}.csv")}
+    rc = {**base, "out-dir": str(tmp_path / "same")}
+    run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    result = json.loads((tmp_path / "same" / "result.json").read_text())
+    assert not [w for w in result["warnings"] if "unit mismatch" in w]

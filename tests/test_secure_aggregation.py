@@ -413,7 +413,7 @@ def test_the_app_runs_secure_aggregation_and_writes_it_to_privacy_json(tmp_path)
     # the federation's feature scaling (scaling='standard'), the start's moments, 4
     # rounds, the split check, the evaluation
     assert [t["phase"] for t in ledger["secure-totals"]] == (
-        ["feature-moments", "secure-moments"] + ["secure-update"] * 4
+        ["feature-moments", "unit-check", "secure-moments"] + ["secure-update"] * 4
         + ["split-scatter", "split-histograms", "secure-evaluate"])
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["features"]["scaling"] == "standard"

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
-from ..data.schema import MISSING, SCALINGS
+from ..data.schema import CATEGORICAL_WEIGHTS, MISSING, SCALINGS
 from ..options import Options, option
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
 from ..strategies.choose_k import search_problem, search_strategy
@@ -100,6 +100,12 @@ class AppOptions(Options):
                              "recorded in other units than the other sites' (a factor near a "
                              "power of ten in both size and spread; plain runs): warn, "
                              "refuse the run, or off")
+    categorical_weight: str = option("balanced", choices=CATEGORICAL_WEIGHTS,
+                                     help="with scaling='standard', the weight of a "
+                                     "categorical column: balanced (its one-hot features "
+                                     "together weigh like one standardised feature) or "
+                                     "standard (each one-hot feature standardised like a "
+                                     "measurement); see docs/data.md")
     k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
     k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
     k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
@@ -304,6 +310,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "index_column": app.index_column,
            "categorical_columns": app.categorical_columns,
            "missing": app.missing, "unit_check": app.unit_check,
+           "categorical_weight": app.categorical_weight,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)

@@ -51,12 +51,15 @@ from ..algorithms.cluster_split import (
 )
 from ..algorithms.lloyd import check_data, check_features, nearest_labels
 from ..data.schema import (
+    DROP_LEAVES_NO_ROW,
     FeatureTable,
     FeatureTransform,
     SchemaError,
     category_counts,
     column_moments,
     describe_columns,
+    site_unit_powers,
+    unit_factor,
 )
 from ..evaluation import local_evaluation_stats
 from ..protocol import (  # the message protocol's names, re-exported here
@@ -78,6 +81,7 @@ from ..protocol import (  # the message protocol's names, re-exported here
     SPLIT_CHECK_KEYS,
     SPLIT_HISTOGRAM_PHASE,
     SPLIT_SCATTER_PHASE,
+    UNIT_CHECK_PHASE,
     client_id_of,
     split_metrics,
 )
@@ -293,6 +297,32 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
     return arrays
 
 
+def unit_check_arrays(client: Any) -> list[np.ndarray]:
+    """A client's unit check under secure aggregation: ``[flags (d,), powers (d,)]``.
+
+    The client's rows in the federation's features, back in original units, against the
+    federation's mean and standard deviation that its feature transform carries
+    (:func:`~flwr_clustering.data.schema.site_unit_powers`). A flagged feature is logged
+    on the node, naming it; the server receives only the totals over the sites.
+    """
+    key = getattr(client, "_features_key", None)
+    transform = FeatureTransform.from_json(key) if key else None
+    if transform is None or not transform.scaled:
+        raise ValueError(f"client {client.client_id}: the unit check needs the federation's "
+                         "scaling (scaling='standard')")
+    d = len(transform.numeric_features)
+    X = transform.inverse(np.asarray(client.X, dtype=np.float64))[:, :d]
+    powers = site_unit_powers(X, transform.center[:d], transform.scale[:d])
+    for j in np.flatnonzero(powers):
+        logger.warning("client %d: its %r is about %s of the federation's (mean %.3g vs %.3g): "
+                       "a unit mismatch? Export that column in the other sites' units",
+                       client.client_id, transform.features[j], unit_factor(int(powers[j])),
+                       float(np.nanmean(X[:, j])), transform.center[j])
+    pad = np.zeros(len(transform.features) - d)
+    return [np.concatenate([(powers != 0).astype(np.float64), pad]),
+            np.concatenate([powers.astype(np.float64), pad])]
+
+
 def split_check_arrays(client: Any, phase: str, params: list[np.ndarray],
                        config: dict[str, Any]) -> list[np.ndarray]:
     """A client's reply to a phase of the split check or the refinement (float64 arrays).
@@ -408,8 +438,8 @@ class ClusteringClient(NumPyClient):
             if not keep.any():
                 raise ValueError(
                     f"client {self.client_id}: every one of its {len(X)} rows has a missing "
-                    "cell, so missing='drop' leaves it no row: run with missing='mean' (each "
-                    "missing cell filled with the federation's mean of its feature)")
+                    f"cell, {DROP_LEAVES_NO_ROW}: run with missing='mean' (each missing cell "
+                    "filled with the federation's mean of its feature)")
             if not keep.all():
                 X, self.row_mask = np.ascontiguousarray(X[keep]), keep
                 self.y = None if self._y_read is None else self._y_read[keep]
@@ -878,6 +908,8 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
             reply = pack_reply(msg, arrays, len(client.X), {}, cid)
             logger.info("client %d %s: %s", cid, phase, sent_summary(reply))
             return reply
+        if kind == "train" and config.get("phase") == UNIT_CHECK_PHASE:
+            return pack_reply(msg, unit_check_arrays(client), len(client.X), {}, cid)
         if kind == "train" and config.get("phase") == SECURE_EVALUATE_PHASE:
             arrays = secure_evaluation_arrays(client, params[0], config)
             return pack_reply(msg, arrays, len(client.X), {}, cid)

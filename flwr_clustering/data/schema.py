@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DROP_LEAVES_NO_ROW",
     "OTHER",
     "ID_NAME_TOKENS",
     "KINDS",
@@ -49,8 +50,10 @@ __all__ = [
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "CATEGORICAL_WEIGHTS",
     "agree_categories",
     "agree_schema",
+    "categorical_scales",
     "category_counts",
     "column_moments",
     "describe_columns",
@@ -59,8 +62,11 @@ __all__ = [
     "one_hot_name",
     "scaling_from_moments",
     "self_scaled_warning",
+    "site_unit_powers",
     "spread_warning",
+    "unit_factor",
     "unit_mismatches",
+    "unit_powers",
 ]
 
 #: Column kinds a site declares.
@@ -78,9 +84,17 @@ SCALINGS: tuple[str, ...] = ("standard", "minmax", "none")
 #: unobserved (masked algorithms), else ``mean``.
 MISSING: tuple[str, ...] = ("auto", "mean", "drop", "partial", "refuse")
 
+#: Part of a client's error when ``missing='drop'`` leaves it no row (the server refuses
+#: the run on it, naming the option, rather than go on without the site).
+DROP_LEAVES_NO_ROW = "so missing='drop' leaves it no row"
+
 #: A feature missing at more than this share of the rows of every site is refused under
 #: ``missing='mean'``: more than half of its values would be the federation's mean.
 MAX_MISSING_SHARE = 0.5
+#: Values of the ``categorical-weight`` option: ``balanced`` (each categorical variable
+#: weighs like one standardised numeric feature, :func:`categorical_scales`), ``standard``
+#: (each one-hot column standardised like a measurement).
+CATEGORICAL_WEIGHTS: tuple[str, ...] = ("balanced", "standard")
 
 #: Name tokens of an identifier column (``patient_id``, ``PatientID``, ``uuid``, ``MRN``).
 ID_NAME_TOKENS: frozenset[str] = frozenset({"id", "ids", "uuid", "guid", "mrn", "ssn"})
@@ -686,6 +700,62 @@ def scaling_from_moments(
     return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
 
 
+def categorical_scales(levels_per_column: Sequence[int], shares: Any) -> np.ndarray:
+    """The scale of every one-hot feature with ``categorical-weight='balanced'``.
+
+    Each categorical variable weighs like one standardised numeric feature (as the gamma
+    of k-prototypes): two random rows differ in a standardised feature by an expected
+    squared difference of 2 (twice its variance of 1). In a variable's one-hot columns,
+    with level shares ``p_l``, the expected squared difference is twice the sum of the
+    columns' variances, ``2 * sum_l p_l (1 - p_l)`` (``2 (1 - sum_l p_l**2)`` when every row
+    has a level: 2 when the rows differ in level, 0 when not). Dividing every one-hot
+    column of the variable by
+
+        ``s = sqrt(sum_l p_l (1 - p_l))``
+
+    makes that expectation 2 whatever the number of levels or their shares (a rare level
+    gets no larger weight than a common one, unlike standardising each column by
+    ``sqrt(p_l (1 - p_l))``). A variable with a single observed level (``s = 0``) keeps
+    scale 1, as a constant feature does.
+
+    Parameters
+    ----------
+    levels_per_column : sequence of int
+        The number of levels (one-hot features) of each categorical column, in order.
+    shares : array-like of shape (sum(levels_per_column),)
+        Each one-hot feature's share of the rows, ``sum / count`` of the feature (they sum
+        to 1 per column when every row has a level; a row of zeros, if any, is counted by
+        the general form).
+
+    Returns
+    -------
+    numpy.ndarray of shape (sum(levels_per_column),)
+        The scale ``s`` of each one-hot feature (the same for the columns of one variable).
+
+    Raises
+    ------
+    ValueError
+        When the lengths disagree, a share lies outside ``[0, 1]`` or a column's shares
+        sum to more than 1.
+    """
+    sizes = [int(n) for n in levels_per_column]
+    p = np.asarray(shares, dtype=np.float64).ravel()
+    if any(n < 1 for n in sizes) or p.shape != (sum(sizes),):
+        raise ValueError(f"categorical_scales: {p.size} shares for columns of {sizes} levels")
+    if not np.all((p >= 0) & (p <= 1)):
+        raise ValueError("categorical_scales: a share outside [0, 1]")
+    out = np.empty_like(p)
+    start = 0
+    for n in sizes:
+        block = p[start:start + n]
+        if block.sum() > 1 + 1e-9:
+            raise ValueError("categorical_scales: the shares of a column's levels sum to "
+                             "more than 1")
+        out[start:start + n] = np.sqrt(np.sum(block * (1.0 - block)))
+        start += n
+    return _scale_or_one(out)
+
+
 def spread_warning(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray,
                    names: Sequence[str], ratio: float = SPREAD_RATIO) -> str | None:
     """A sentence when one feature's spread is ``ratio`` times the typical one (else ``None``).
@@ -751,6 +821,32 @@ UNIT_FACTOR_LOG10 = 1.0
 UNIT_AGREEMENT_LOG10 = 0.75
 
 
+def unit_powers(size: np.ndarray, spread: np.ndarray, *,
+                min_factor_log10: float = UNIT_FACTOR_LOG10,
+                agreement_log10: float = UNIT_AGREEMENT_LOG10) -> np.ndarray:
+    """The power of ten by which a site's feature looks recorded in other units (0: none).
+
+    ``size`` and ``spread`` are per feature the log10 ratios of the site's root mean
+    square and standard deviation to the others'. A value exported in other units (g/L
+    where the others have mg/L) is the same data times a constant ``c``: both differ by
+    ``c``. A feature is flagged when its size differs by at least ``10**min_factor_log10``
+    and its spread by the same factor within ``10**agreement_log10``; a site that merely
+    holds other rows (a non-IID split) moves its mean without scaling its spread with it.
+    NaN (a feature not observed, or constant at the others) is never flagged.
+    """
+    size = np.asarray(size, dtype=np.float64)
+    spread = np.asarray(spread, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        flagged = (np.isfinite(size) & np.isfinite(spread) & (np.abs(size) >= min_factor_log10)
+                   & (np.abs(spread - size) <= agreement_log10))
+    return np.where(flagged, np.round(np.nan_to_num(size)), 0.0).astype(np.int64)
+
+
+def unit_factor(power: int) -> str:
+    """``"1000"`` or ``"1/1000"``: a power of ten as a factor a person reads."""
+    return f"{10 ** power:g}" if power > 0 else f"1/{10 ** -power:g}"
+
+
 def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
                     names: Sequence[str], *, min_factor_log10: float = UNIT_FACTOR_LOG10,
                     agreement_log10: float = UNIT_AGREEMENT_LOG10) -> list[str]:
@@ -758,14 +854,8 @@ def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray
 
     ``sites`` maps a site to its per-feature (count, sum, sum of squares) of the rows as
     read (before scaling). For every site and feature, the site's size (root mean square)
-    and spread (standard deviation) are compared with the pooled other sites'. A value
-    exported in other units (g/L where the others have mg/L) is the same data times a
-    constant ``c``: both its size and its spread differ by ``c``. The check flags a site
-    whose size differs by at least ``10**min_factor_log10`` and whose spread differs by the
-    same factor within ``10**agreement_log10``; a site that merely holds other rows (a
-    non-IID split: one class, a population of other means) moves its mean without scaling
-    its spread with it. The nearest power of ten is named (the likely unit prefix).
-
+    and spread (standard deviation) are compared with the pooled other sites'
+    (:func:`unit_powers`); the nearest power of ten is named (the likely unit prefix).
     Needs at least two sites; a feature that a site does not observe, or that is constant
     at the other sites, is skipped.
 
@@ -785,28 +875,47 @@ def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray
     for site, (count, total, sumsq) in parts.items():
         n_o = totals[0] - count
         with np.errstate(all="ignore"):
+            usable = (count >= 2) & (n_o >= 2)
             mean_s, mean_o = total / count, (totals[1] - total) / n_o
             rms_s, rms_o = np.sqrt(sumsq / count), np.sqrt((totals[2] - sumsq) / n_o)
             sd_s = np.sqrt(np.maximum(sumsq / count - mean_s ** 2, 0.0))
             sd_o = np.sqrt(np.maximum((totals[2] - sumsq) / n_o - mean_o ** 2, 0.0))
-            size = np.log10(rms_s / rms_o)
-            spread = np.log10(sd_s / sd_o)
-        for j, name in enumerate(names):
-            if not (count[j] >= 2 and n_o[j] >= 2 and np.isfinite(size[j])
-                    and np.isfinite(spread[j]) and sd_o[j] > 0 and rms_o[j] > 0):
-                continue
-            if abs(size[j]) < min_factor_log10 or abs(spread[j] - size[j]) > agreement_log10:
-                continue
-            power = int(np.round(size[j]))
-            factor = f"{10 ** power:g}" if power > 0 else f"1/{10 ** -power:g}"
+            size = np.where(usable, np.log10(rms_s / rms_o), np.nan)
+            spread = np.where(usable, np.log10(sd_s / sd_o), np.nan)
+        powers = unit_powers(size, spread, min_factor_log10=min_factor_log10,
+                             agreement_log10=agreement_log10)
+        for j in np.flatnonzero(powers):
             out.append(
-                f"{site}'s {name!r} is about {factor} of the other sites' (mean "
-                f"{mean_s[j]:.3g} vs {mean_o[j]:.3g}, standard deviation {sd_s[j]:.3g} vs "
-                f"{sd_o[j]:.3g}): a unit mismatch? Its rows would sit apart from every "
-                "other site's after the scaling: export that column in the other sites' "
-                "units (unit-check='refuse' makes this an error, unit-check='off' silences "
-                "it)")
+                f"{site}'s {names[j]!r} is about {unit_factor(int(powers[j]))} of the other "
+                f"sites' (mean {mean_s[j]:.3g} vs {mean_o[j]:.3g}, standard deviation "
+                f"{sd_s[j]:.3g} vs {sd_o[j]:.3g}): a unit mismatch? Its rows would sit apart "
+                "from every other site's after the scaling: export that column in the other "
+                "sites' units (unit-check='refuse' makes this an error, unit-check='off' "
+                "silences it)")
     return out
+
+
+def site_unit_powers(X: np.ndarray, center: Sequence[float], scale: Sequence[float]
+                     ) -> np.ndarray:
+    """A site's own unit check against the federation's mean and standard deviation.
+
+    Under secure aggregation no one sees another site's sums; every client receives the
+    federation's per-feature mean (``center``) and standard deviation (``scale``) in the
+    feature transform, and compares its own rows as read, ``X`` (original units), with
+    them (:func:`unit_powers`; the federation includes the site itself, so a site far
+    above the others is seen by the others, as far below). Returns the power per feature.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    center = np.asarray(center, dtype=np.float64)
+    scale = np.asarray(scale, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        count = np.sum(~np.isnan(X), axis=0)
+        mean = np.nanmean(X, axis=0) if len(X) else np.full(X.shape[1], np.nan)
+        rms = np.sqrt(np.nanmean(X * X, axis=0)) if len(X) else mean
+        sd = np.nanstd(X, axis=0) if len(X) else mean
+        size = np.where(count >= 2, np.log10(rms / np.sqrt(center ** 2 + scale ** 2)), np.nan)
+        spread = np.where(count >= 2, np.log10(sd / scale), np.nan)
+    return unit_powers(size, spread)
 
 
 # ---------------------------------------------------------------------------- transform

@@ -128,6 +128,12 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
     unit_check : {"warn", "refuse", "off"}, default "warn"
         With a features step: warn (or refuse the run) when a site's feature looks
         recorded in other units than the other sites' (plain runs, from their sums).
+    categorical_weight : {"balanced", "standard"}, default "balanced"
+        With ``scaling='standard'``: ``"balanced"`` scales the one-hot features of each
+        categorical column so that the column weighs like one standardised numeric
+        feature (:func:`~flwr_clustering.data.schema.categorical_scales`); ``"standard"``
+        standardises each one-hot feature like a measurement (a rare level then weighs
+        most).
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups (two more messages per node; :mod:`~flwr_clustering.strategies.split_check`):
@@ -280,6 +286,7 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         categorical_columns: Any = None,
         missing: str = "auto",
         unit_check: str = "warn",
+        categorical_weight: str = "balanced",
         split_check: bool = True,
         refine_rounds: int = 0,
         **kwargs: Any,
@@ -336,7 +343,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         self.refine_rounds = int(refine_rounds)
         self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
                                                           index_column, categorical_columns,
-                                                          missing, unit_check)
+                                                          missing, unit_check,
+                                                          categorical_weight)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
             raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
                              "minimum and maximum (one row's value each), which secure "

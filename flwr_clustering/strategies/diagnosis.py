@@ -65,6 +65,7 @@ class RunDiagnosis:
                                else tuple(by_field[n] for n in self.advice.get("split", ())
                                           if n in by_field))
             warnings = _diagnostics.warnings_from(diag, advice, type(self).__name__)
+            warnings += self._categorical_warnings(diag)
         except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
             logger.exception("diagnostics failed")
             diag, warnings = {}, [f"{type(self).__name__}: the diagnostics could not be "
@@ -127,6 +128,31 @@ class RunDiagnosis:
                                  if self.history else 0),
             **(getattr(self, "split_result", None) or {"split-check": "off"}),
         }
+
+    def _categorical_warnings(self, diag: dict[str, Any]) -> list[str]:
+        """A warning per categorical column whose levels the clusters follow.
+
+        From the final evaluation's per-cluster sums (each cluster's share of each level is
+        the mean of its one-hot feature); sets ``diag["categorical-dominance"]``.
+        """
+        transform = getattr(self, "feature_transform", None)
+        counts = diag.get("cluster-counts")
+        if transform is None or not transform.categories or counts is None:
+            return []
+        means = _diagnostics.pooled_cluster_means(
+            list(getattr(self, "evaluation_stats", []) or []), self.centroids)
+        if means is None or means.shape[1] != len(transform.features):
+            return []
+        d = len(transform.numeric_features)
+        found = _diagnostics.dominant_categories(
+            transform.categories, transform.inverse(means)[:, d:], counts[:len(means)])
+        diag["categorical-dominance"] = found
+        options = getattr(self, "feature_options", None)
+        weight = (options.categorical_weight
+                  if options is not None and transform.scaling == "standard" else "")
+        return [f"{type(self).__name__}: "
+                + _diagnostics.categorical_warning(column, shares, weight)
+                for column, shares in found.items()]
 
     def _split_check(self, grid: Grid, server_round: int, timeout: float) -> None:
         """The split check and refinement before the final evaluation (never fatal).

@@ -34,6 +34,8 @@ import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
 from ..data.schema import (
+    CATEGORICAL_WEIGHTS,
+    DROP_LEAVES_NO_ROW,
     MAX_MISSING_SHARE,
     MISSING,
     SCALINGS,
@@ -43,10 +45,12 @@ from ..data.schema import (
     SchemaError,
     agree_categories,
     agree_schema,
+    categorical_scales,
     one_hot_name,
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
+    unit_factor,
     unit_mismatches,
 )
 from ..log import logger
@@ -56,6 +60,7 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     FEATURES_KEY,
     MOMENT_KEYS,
+    UNIT_CHECK_PHASE,
 )
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
@@ -100,6 +105,12 @@ class FeatureOptions:
     unit_check : str
         ``warn`` (default), ``refuse`` or ``off``: a site whose feature looks recorded in
         other units than the other sites' (plain runs, from the sites' sums).
+    categorical_weight : str
+        How the one-hot features are scaled with ``scaling='standard'``: ``"balanced"``
+        (each categorical variable weighs like one standardised numeric feature,
+        :func:`~flwr_clustering.data.schema.categorical_scales`) or ``"standard"`` (each
+        one-hot column standardised like a measurement). ``minmax`` and ``none`` leave
+        the one-hot features 0/1 either way.
     """
 
     scaling: str | None = None
@@ -108,6 +119,7 @@ class FeatureOptions:
     categorical_columns: tuple[str, ...] = ()
     missing: str = "auto"
     unit_check: str = "warn"
+    categorical_weight: str = "balanced"
 
     @property
     def active(self) -> bool:
@@ -125,6 +137,9 @@ class FeatureOptions:
         if self.unit_check not in UNIT_CHECKS:
             raise ValueError(f"unit-check must be one of {', '.join(UNIT_CHECKS)}, "
                              f"got {self.unit_check!r}")
+        if self.categorical_weight not in CATEGORICAL_WEIGHTS:
+            raise ValueError(f"categorical_weight must be one of "
+                             f"{', '.join(CATEGORICAL_WEIGHTS)}, got {self.categorical_weight!r}")
 
     def policy(self, reads_missing: bool) -> str:
         """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
@@ -135,7 +150,8 @@ class FeatureOptions:
     @classmethod
     def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
                     index_column: Any = None, categorical_columns: Any = None,
-                    missing: str = "auto", unit_check: str = "warn") -> FeatureOptions:
+                    missing: str = "auto", unit_check: str = "warn",
+                    categorical_weight: str = "balanced") -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -145,7 +161,7 @@ class FeatureOptions:
         index = None if index_column in (None, "", "none") else str(index_column)
         return cls(None if scaling is None else str(scaling),
                    names(feature_columns) or None, index, names(categorical_columns),
-                   str(missing), str(unit_check))
+                   str(missing), str(unit_check), str(categorical_weight))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -256,11 +272,25 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     _set(strategy, FeatureTransform(features, categories=categories, missing=missing))
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
                                                         timeout, options.scaling)
+    if policy == "drop":  # a site left without rows is refused, never silently dropped
+        empty = [why for why in getattr(strategy, "last_absent", {}).values()
+                 if DROP_LEAVES_NO_ROW in why]
+        if empty:
+            raise ValueError("missing='drop' leaves a site without rows: " + "; ".join(empty))
     fill, imputed_rows = _missing_cells(strategy, policy, features, count, total, rows)
     if policy == "drop":
         _declare_kept_rows(strategy, rows)
     center, scale = scaling_from_moments(options.scaling, count, total, sumsq, lo, hi,
                                          rows=imputed_rows)
+    if categories and options.scaling == "standard" and options.categorical_weight == "balanced":
+        # each categorical variable weighs like one standardised feature; its one-hot
+        # features keep their centre (the level's share), the variable's scale from the
+        # same sums (sum / count of a one-hot feature is its level's share)
+        numeric = len(schema.features)
+        shares = np.divide(total[numeric:], count[numeric:],
+                           out=np.zeros(len(encoded)), where=count[numeric:] > 0)
+        scale = np.concatenate([scale[:numeric], categorical_scales(
+            [len(levels) for _, levels in categories], shares)])
     if options.scaling == "none":
         warning = spread_warning(count, total, sumsq, features)
         if warning is not None:
@@ -274,6 +304,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                      categories, missing, fill)
     _unit_check(strategy, options, schema.features)
     _set(strategy, transform)
+    _secure_unit_check(strategy, grid, options, schema.features, timeout)
     # each client's sums of its rows as it holds them from now on (filled cells included):
     # they bound the means it may send (check_means_within_rows)
     strategy.client_moments = {
@@ -283,6 +314,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     strategy.feature_summary = {
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
+        **({"categorical-weight": options.categorical_weight} if categories else {}),
         "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
         "missing": policy, "fill": list(transform.fill),
@@ -454,6 +486,45 @@ def _unit_check(strategy: Any, options: FeatureOptions, numeric: tuple[str, ...]
     if not found:
         return
     if options.unit_check == "refuse":
+        raise ValueError("unit-check='refuse': " + " ".join(found))
+    for text in found:
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+
+
+def _secure_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
+                       numeric: tuple[str, ...], timeout: float) -> None:
+    """The unit check under secure aggregation: each site flags itself, the server sums.
+
+    One more secure exchange (phase ``unit-check``): every client compares its rows with
+    the federation's mean and spread, which its feature transform carries, and sends per
+    feature a flag and the power of ten (:func:`~flwr_clustering.data.schema.
+    site_unit_powers`); the server learns how many sites flagged each feature, never which.
+    """
+    transform = strategy.feature_transform
+    if (options.unit_check == "off" or not strategy.secure_aggregation
+            or transform is None or transform.scaling != "standard"):
+        return
+    totals = strategy.secure_exchange(grid, 0, UNIT_CHECK_PHASE, (), {}, timeout=timeout)
+    d = len(numeric)
+    if len(totals.sums) < 2 or any(np.shape(a) != (len(transform.features),)
+                                   for a in totals.sums[:2]):
+        raise ValueError("secure unit check: the flags' totals did not come back")
+    flags = np.round(np.asarray(totals.sums[0], dtype=np.float64))[:d]
+    powers = np.asarray(totals.sums[1], dtype=np.float64)[:d]
+    found = []
+    for j in np.flatnonzero(flags > 0):
+        n = int(flags[j])
+        power = int(np.round(powers[j] / n))
+        found.append(
+            f"{n} site{'s' if n > 1 else ''}{chr(39)}{'' if n > 1 else 's'} {numeric[j]!r} "
+            f"{'are' if n > 1 else 'is'} about "
+            f"{unit_factor(power)} of the federation's (each site compared its rows with the "
+            "federation's mean and spread; under secure aggregation the server does not "
+            "know which site: its own log names it): a unit mismatch? Export that column in "
+            "the other sites' units (unit-check='refuse' makes this an error, "
+            "unit-check='off' silences it)")
+    if found and options.unit_check == "refuse":
         raise ValueError("unit-check='refuse': " + " ".join(found))
     for text in found:
         logger.warning("%s", text)
