@@ -217,3 +217,4 @@ def test_run_from_the_moment_start_recovers_separated_clusters():
                key=sse)
     labels = partial_labels(X, best.centroids)
     assert adjusted_rand_score(y, labels) == 1.0  # measured: 1.0 (the other starts: 0.69)
+

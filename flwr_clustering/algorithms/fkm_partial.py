@@ -314,7 +314,7 @@ def fkm_partial_client_update(X: np.ndarray, global_centroids: np.ndarray, *,
             means, seen, counts, _ = partial_lloyd_step(X, means, step_labels)
             step_labels = None
     p = int(privacy_threshold)
-    keep = counts >= p
+    keep = counts >= max(p, 1)  # (a cluster emptied by the local steps has nothing to send)
     seen = np.where(seen >= p, seen, 0)[keep]
     means = np.where(seen > 0, means[keep], 0.0)
     return PartialCentroids(np.ascontiguousarray(means, dtype=X.dtype),
