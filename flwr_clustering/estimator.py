@@ -238,7 +238,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``warnings_``.
     unit_check : {"warn", "refuse", "off"}, default "warn"
         A client whose feature looks recorded in other units than the others' (its size
-        and spread differ by the same factor of at least 10; run-config key
+        and spread differ by the same factor of about 16 or more; run-config key
         ``unit-check``): a sentence in ``warnings_`` naming the client, the feature and
         the factor, an error (``"refuse"``), or no check.
     categorical_weight : {"balanced", "standard"}, default "balanced"

@@ -501,6 +501,17 @@ def _secure_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
         raise ValueError("secure unit check: the flags' totals did not come back")
     flags = np.round(np.asarray(totals.sums[0], dtype=np.float64))[:d]
     powers = np.asarray(totals.sums[1], dtype=np.float64)[:d]
+    sites = len(totals.nodes)
+    # a site flags a feature once, with a power of ten a float64 can hold: totals outside
+    # that come from a malformed reply (they are not used)
+    if not (np.isfinite(flags).all() and np.isfinite(powers).all()
+            and ((flags >= 0) & (flags <= sites)).all()
+            and (np.abs(powers) <= 308 * np.maximum(flags, 0)).all()):
+        text = ("secure unit check: the flags' totals are outside what the sites can send "
+                "(a malformed reply): the check is left out")
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+        return
     found = []
     for j in np.flatnonzero(flags > 0):
         n = int(flags[j])
