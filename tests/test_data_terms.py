@@ -294,3 +294,14 @@ def test_a_key_is_listed_where_the_run_uses_it():
     dp = run_settings(merged_config({"algorithm": "fkm", "dp-epsilon": 1.0,
                                      "server-update": "lloyd", "data-bound": 5.0}))
     assert {"dp-delta", "data-bound", "dp-rounds"} <= set(dp)
+
+
+def test_feature_columns_of_a_built_in_data_set_by_name(tmp_path):
+    # the pooled rows are taken by name as the clients' are (before: positions, and the
+    # server failed after the last round on 13 pooled columns for 2 features)
+    out = _run_builtin(tmp_path, "two", **{"feature-columns": "proline,alcohol"})
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "completed"
+    assert result["features"]["features"] == ["proline", "alcohol"]
+    assert result["centralized"]["num-examples"] == 178
+    assert result["federated-on-pooled"]["ari"] == pytest.approx(result["federated"]["ari"])
