@@ -532,8 +532,11 @@ def write_report(
     warnings : sequence of str
         Shown as a list, or "none" when empty.
     profile : pandas.DataFrame, optional
-        A frame from :func:`cluster_profile`; numbers to 4 significant digits, a NaN reads
-        "suppressed" in ``"rows at"`` columns and "–" elsewhere.
+        A frame from :func:`cluster_profile`, shown as one table of the clusters (size,
+        fraction, rows per site) and the means and standard deviations transposed (one
+        row per feature, ``mean ± std`` per cluster, :data:`CLUSTERS_PER_TABLE` clusters
+        a table); numbers to 4 significant digits, a NaN reads "suppressed" in ``"rows
+        at"`` columns and "–" elsewhere.
     images : mapping of str to path-like, optional
         Caption -> PNG file. Each is embedded as a ``data:image/png;base64`` URI; a missing
         (or non-PNG) file is skipped with a note.
