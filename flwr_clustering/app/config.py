@@ -105,6 +105,10 @@ class AppOptions(Options):
                                      "together weigh like one standardised feature) or "
                                      "standard (each one-hot feature standardised like a "
                                      "measurement); see docs/data.md")
+    datetime_columns: str = option("", help="date/time columns used as features, "
+                                   "comma-separated: converted to seconds since "
+                                   "1970-01-01 UTC at every site (an undeclared date "
+                                   "column is refused)")
     k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
     k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
     k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
@@ -310,6 +314,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "categorical_columns": app.categorical_columns,
            "missing": app.missing, "unit_check": app.unit_check,
            "categorical_weight": app.categorical_weight,
+           "datetime_columns": app.datetime_columns,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)
