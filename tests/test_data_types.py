@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.datasets import load_wine
 
-from flwr_clustering import FederatedClustering
+from flwr_clustering import FederatedClustering, load_model
 from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
+from flwr_clustering.clients.base import ClusteringClient, columns_record
 from flwr_clustering.data.local_file import read_local_file
 from flwr_clustering.data.schema import (
     CONTINUOUS_LEVELS,
@@ -309,3 +310,41 @@ def test_the_app_reads_parquet_and_csv_dates_as_the_estimator(tmp_path):
     out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
     np.testing.assert_allclose(out["centroids"], est.strategy_.centroids, rtol=1e-12,
                                atol=1e-12)
+    # the model a site keeps reads the dates of a new frame as the clients did
+    model = load_model(tmp_path / "run" / "model.json")
+    assert model.transform.datetimes == ("visit",)
+    for i, frame in enumerate(dated):
+        np.testing.assert_array_equal(model.predict(frame), est.labels_[i])
+
+
+def test_dates_go_through_secure_aggregation(tmp_path):
+    """The secure sums' fixed-point range holds seconds since the epoch (~2**31)."""
+    dated, by_hand = _with_dates(_wine_frames())
+    configs = []
+    for i, frame in enumerate(dated):
+        # CSV files whose dates are not ISO 8601 (so not told as dates in round 0): the
+        # declaration reaches the clients with the data-source query, for their magnitude
+        path = tmp_path / f"s{i}.csv"
+        utc = pd.to_datetime(frame["visit"], utc=True)  # text without a zone: UTC
+        frame.assign(visit=utc.dt.strftime("%m/%d/%Y %H:%M:%S.%f")).to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
+          "datetime-columns": "visit", "secure-aggregation": True, "server-update": "lloyd",
+          "max-rounds": 2, "tol": -1.0, "out-dir": str(tmp_path / "run")}
+    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    transform = out["strategy"].feature_transform
+    pooled = pd.concat(by_hand, ignore_index=True)[list(transform.features)]
+    np.testing.assert_allclose(transform.center, pooled.mean(), rtol=1e-9)
+    np.testing.assert_allclose(transform.scale, pooled.std(ddof=0), rtol=1e-6)
+
+
+def test_a_date_columns_magnitude_is_of_its_seconds():
+    """Secure aggregation's fixed-point range: a date's magnitude is its seconds' (2**31)."""
+    frame = pd.DataFrame({"x": [0.5, 3.0], "visit": _visits("ms")[:2],
+                          "iso": ["2024-01-01", "2024-03-05"], "note": ["a", "b"]})
+    client = ClusteringClient(np.array([[0.5], [3.0]]))
+    client.feature_table = FeatureTable.from_frame(frame)
+    record = columns_record(client, magnitudes=True)
+    assert list(record["names"]) == ["x", "iso", "note", "visit"]
+    assert list(record["kinds"]) == ["numeric", "datetime", "text", "datetime"]
+    assert list(record["magnitude"]) == [2, 31, 0, 31]

@@ -177,11 +177,20 @@ def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def data_source_config(strategy: Any) -> dict[str, Any]:
-    """The ``data-source`` query's config: a secure scaling also asks for magnitudes."""
+    """The ``data-source`` query's config: a secure scaling also asks for magnitudes.
+
+    With declared ``datetime-columns`` it names them too (a JSON list), so that a client
+    gives the magnitude of a text column of dates in seconds since the epoch.
+    """
     options = getattr(strategy, "feature_options", None)
     secure = (options is not None and options.active and options.scaling != "none"
               and bool(getattr(strategy, "secure_aggregation", False)))
-    return {"magnitudes": True} if secure else {}
+    if not secure:
+        return {}
+    if options.datetime_columns:
+        return {"magnitudes": True, "datetime-columns": json.dumps(
+            list(options.datetime_columns))}
+    return {"magnitudes": True}
 
 
 def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
