@@ -58,9 +58,14 @@ def test_parquet_timestamps_in_two_units_give_equal_seconds(tmp_path):
     for unit, frame in frames.items():
         frame.to_parquet(tmp_path / f"{unit}.parquet", index=False)
         loaded[unit] = read_local_file(tmp_path / f"{unit}.parquet")
-    # the raw files do hold other integers (what the loader used to cluster)
+    # the raw files do hold other integers: what the loader used to cluster (its
+    # pd.to_numeric), a factor of a million apart, and -9.2e18 for the missing date
     raw = [pq.read_table(tmp_path / f"{u}.parquet").column("visit").type for u in ("ns", "ms")]
     assert [t.unit for t in raw] == ["ns", "ms"]
+    before = {u: pd.to_numeric(pd.read_parquet(tmp_path / f"{u}.parquet")["visit"]).to_numpy()
+              for u in ("ns", "ms")}
+    assert before["ns"][0] == 1704103200500000000 and before["ms"][0] == 1704103200500
+    assert before["ns"][3] == before["ms"][3] == np.iinfo(np.int64).min
     for unit, file in loaded.items():
         assert file.features == ("x",), unit  # the dates are not a numeric feature
         np.testing.assert_array_equal(file.dates["visit"], SECONDS)
@@ -184,9 +189,11 @@ def test_booleans_are_0_1_and_nullable_missing_values_are_nan(tmp_path):
         "maybe": pd.array([True, pd.NA, False], dtype="boolean"),     # pandas boolean
         "count": pd.array([3, pd.NA, 5], dtype="Int64"),              # nullable integer
         "small": pd.array([pd.NA, 1, 2], dtype="Int32"),
+        "wait": pd.to_timedelta(["1.5s", None, "2min"]),              # a duration
         "x": [0.5, 1.5, 2.5]})
     expected = {"flag": [1.0, 0.0, 1.0], "maybe": [1.0, np.nan, 0.0],
-                "count": [3.0, np.nan, 5.0], "small": [np.nan, 1.0, 2.0]}
+                "count": [3.0, np.nan, 5.0], "small": [np.nan, 1.0, 2.0],
+                "wait": [1.5, np.nan, 120.0]}
     table = FeatureTable.from_frame(frame)
     assert table.X.dtype == np.float64 and not table.text and not table.dates
     for name, values in expected.items():
