@@ -160,6 +160,10 @@ def test_csv_dates_declared_are_parsed_to_seconds(tmp_path):
     assert kinds == {"x": "numeric", "visit": "datetime", "other": "text"}
     with pytest.raises(SchemaError, match="datetime-columns='visit'"):
         agree_schema(_sites([table]), feature_columns=["x", "visit"])
+    # other text: refused as text, the message says how to declare dates too
+    with pytest.raises(SchemaError, match=r"text column\(s\).*'other'.*categorical-columns"
+                                          r".*datetime-columns='other'"):
+        agree_schema(_sites([table]), feature_columns=["x", "other"])
     schema = agree_schema(_sites([table]), datetime_columns=["visit", "other"])
     assert schema.datetime == ("visit", "other")
     X = FeatureTransform(schema.features, datetimes=schema.datetime).apply(table)

@@ -806,7 +806,8 @@ def agree_schema(
             f"-c \"categorical-columns='{next(iter(text))}'\" (one-hot encoded with the "
             "categories agreed across the sites), or leave it out ("
             + ("list the other columns in feature-columns" if feature_columns is None
-               else "remove it from feature-columns") + ")")
+               else "remove it from feature-columns") + "); a column of dates is "
+            f"declared with -c \"datetime-columns='{next(iter(text))}'\"")
     if feature_columns is None:
         ids = [c for c in features if c not in dated
                and _looks_like_id(c, [info[s][c] for s in sites])]
