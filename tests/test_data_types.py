@@ -20,6 +20,7 @@ from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.base import ClusteringClient, columns_record
 from flwr_clustering.data.local_file import read_local_file
+from flwr_clustering.data.site_check import check_file, load_schema
 from flwr_clustering.data.schema import (
     CONTINUOUS_LEVELS,
     FeatureTable,
@@ -326,6 +327,31 @@ def test_the_app_reads_parquet_and_csv_dates_as_the_estimator(tmp_path):
     assert model.transform.datetimes == ("visit",)
     for i, frame in enumerate(dated):
         np.testing.assert_array_equal(model.predict(frame), est.labels_[i])
+    # a site's own check accepts each file against the run's schema.json
+    schema = load_schema(tmp_path / "run" / "schema.json")
+    assert schema.datetimes == ("visit",)
+    for config in configs:
+        report = check_file(config["data-path"], schema)
+        assert report.accepted, report.problems
+        assert "date columns: 'visit'" in report.lines()
+        assert [c.role for c in report.columns if c.name == "visit"] == ["feature"]
+
+
+def test_a_sites_check_refuses_dates_as_the_server_does(tmp_path):
+    frame = _wine_frames()[0].assign(visit=_with_dates(_wine_frames())[0][0]["visit"])
+    frame.to_parquet(tmp_path / "site.parquet", index=False)
+    alone = check_file(tmp_path / "site.parquet")
+    assert not alone.accepted
+    assert "-c \"datetime-columns='visit'\"" in alone.problems[0]
+    assert check_file(tmp_path / "site.parquet", datetime_columns=["visit"]).accepted
+    # a CSV whose declared date column has a cell that is not a date: its row, not its value
+    text = frame.assign(visit=frame["visit"].dt.strftime("%Y-%m-%d").astype(object))
+    text.loc[4, "visit"] = "unknown-visit"
+    text.to_csv(tmp_path / "site.csv", index=False)
+    report = check_file(tmp_path / "site.csv", datetime_columns=["visit"])
+    assert not report.accepted
+    assert any("data row 5 (1-based)" in p for p in report.problems)
+    assert not any("unknown-visit" in line for line in report.lines())
 
 
 def test_dates_go_through_secure_aggregation(tmp_path):
