@@ -20,7 +20,6 @@ from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.base import ClusteringClient, columns_record
 from flwr_clustering.data.local_file import read_local_file
-from flwr_clustering.data.site_check import check_file, load_schema
 from flwr_clustering.data.schema import (
     CONTINUOUS_LEVELS,
     FeatureTable,
@@ -32,6 +31,7 @@ from flwr_clustering.data.schema import (
     describe_columns,
     epoch_seconds,
 )
+from flwr_clustering.data.site_check import check_file, load_schema
 from flwr_clustering.testing import InProcessGrid
 
 #: Visit times with a fraction of a second, a date before 1970 and a missing one.
@@ -385,3 +385,24 @@ def test_a_date_columns_magnitude_is_of_its_seconds():
     assert list(record["names"]) == ["x", "iso", "note", "visit"]
     assert list(record["kinds"]) == ["numeric", "datetime", "text", "datetime"]
     assert list(record["magnitude"]) == [2, 31, 0, 31]
+
+
+def test_nullable_columns_reach_the_run_as_missing_cells():
+    """Int64 and boolean columns with pd.NA fit as the same rows with NaN (missing='mean')."""
+    rng = np.random.default_rng(2)
+    nullable, plain = [], []
+    for frame in _wine_frames():
+        proline = frame["proline"].round().astype("Int64")
+        bright = pd.Series(pd.array(frame["color_intensity"] > 5, dtype="boolean"))
+        proline[rng.random(len(frame)) < 0.1] = pd.NA
+        bright[rng.random(len(frame)) < 0.1] = pd.NA
+        nullable.append(frame.assign(proline=proline, bright=bright))
+        plain.append(frame.assign(proline=proline.astype("float64"),
+                                  bright=bright.astype("float64")))
+    assert all(p["proline"].isna().any() and p["bright"].isna().any() for p in plain)
+    est = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(nullable)
+    ref = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(plain)
+    # the missing cells were filled with the federation's means, as NaN would be
+    assert est.feature_transform_.missing == "mean" and len(est.feature_transform_.fill) == 5
+    assert est.feature_transform_ == ref.feature_transform_
+    np.testing.assert_array_equal(est.strategy_.centroids, ref.strategy_.centroids)
