@@ -406,3 +406,20 @@ def test_nullable_columns_reach_the_run_as_missing_cells():
     assert est.feature_transform_.missing == "mean" and len(est.feature_transform_.fill) == 5
     assert est.feature_transform_ == ref.feature_transform_
     np.testing.assert_array_equal(est.strategy_.centroids, ref.strategy_.centroids)
+
+
+def test_dates_under_differential_privacy_are_seconds_too():
+    """A DP run sends no per-site statistic of the dates: it only converts them."""
+    dated, by_hand = _with_dates(_wine_frames())
+    dp = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "scaling": "none",
+          "data_bound": 2e9, "random_state": 0}
+    est = FederatedClustering("fkm", 3, datetime_columns=["visit"], **dp).fit(dated)
+    ref = FederatedClustering("fkm", 3, **dp).fit(by_hand)
+    assert est.feature_transform_.datetimes == ("visit",)
+    np.testing.assert_array_equal(est.strategy_.centroids, ref.strategy_.centroids)
+    # the DP start takes the agreed width, not a site's own column count (a column left
+    # out with feature_columns used to stop the run: 'expected ... of shape (5,)')
+    extra = [f.assign(extra=np.arange(len(f)) * 0.5) for f in by_hand]
+    sub = FederatedClustering("fkm", 3, feature_columns=list(by_hand[0].columns),
+                              **dp).fit(extra)
+    np.testing.assert_array_equal(sub.strategy_.centroids, ref.strategy_.centroids)
