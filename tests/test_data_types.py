@@ -161,6 +161,12 @@ def test_csv_dates_declared_are_parsed_to_seconds(tmp_path):
     assert kinds == {"x": "numeric", "visit": "datetime", "other": "text"}
     with pytest.raises(SchemaError, match="datetime-columns='visit'"):
         agree_schema(_sites([table]), feature_columns=["x", "visit"])
+    # a DataFrame's ISO text with empty and missing cells reads as dates too
+    frame = pd.DataFrame({"x": [0.5, 1.5, 2.5], "d": ["2024-01-01", "", None]})
+    assert [c.kind for c in describe_columns(FeatureTable.from_frame(frame))] == [
+        "numeric", "datetime"]
+    np.testing.assert_array_equal(FeatureTable.from_frame(frame).seconds("d"),
+                                  [1704067200.0, np.nan, np.nan])
     # other text: refused as text, the message says how to declare dates too
     with pytest.raises(SchemaError, match=r"text column\(s\).*'other'.*categorical-columns"
                                           r".*datetime-columns='other'"):

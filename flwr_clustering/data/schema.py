@@ -469,9 +469,11 @@ def _text_is_dates(values: np.ndarray) -> bool:
     except (ValueError, TypeError, OverflowError):
         return False
     text = pd.Series(np.asarray(values, dtype=object), dtype=object)
-    present = text[text.map(lambda v: isinstance(v, str) and bool(v.strip()))]
-    if len(present) + int(text.isna().sum()) != len(text):
+    filled = text.map(lambda v: isinstance(v, str) and bool(v.strip()))
+    blank = text.isna() | text.map(lambda v: isinstance(v, str) and not v.strip())
+    if int(filled.sum()) + int(blank.sum()) != len(text):
         return False  # numbers among the text (a mixed column)
+    present = text[filled]
     parsed = pd.to_datetime(present.str.strip(), format="ISO8601", utc=True,
                             errors="coerce")
     return not bool(parsed.isna().any())
