@@ -657,10 +657,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             The rows of every client (client ``i`` gets ``partitions[i]``; its Flower
             ``partition-id`` is ``i``). Arrays: every client the same columns, matched by
             position. pandas DataFrames (all of them, or none): columns matched by name,
-            in any order at each client; numeric columns are features, text columns are
-            refused unless left out (``feature_columns``), an identifier column must be
-            declared (``index_column``). Masked algorithms: NaN on the features a client
-            does not observe.
+            in any order at each client; numeric columns are features (``bool`` as 0/1,
+            a nullable type's ``pd.NA`` as a missing cell), text columns are refused
+            unless left out (``feature_columns``), date/time columns unless declared
+            (``datetime_columns``), an identifier column must be declared
+            (``index_column``). Masked algorithms: NaN on the features a client does not
+            observe.
         labels : list of array_like of shape (n_i,), optional
             Ground-truth classes per client, for the metrics only (``metrics_`` then has
             ARI, NMI, purity, accuracy); the clustering never sees them.
