@@ -16,6 +16,7 @@ import pytest
 from sklearn.datasets import load_wine
 
 from flwr_clustering import FederatedClustering, load_model
+from flwr_clustering.__main__ import main
 from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.base import ClusteringClient, columns_record
@@ -350,6 +351,9 @@ def test_a_sites_check_refuses_dates_as_the_server_does(tmp_path):
     assert not alone.accepted
     assert "-c \"datetime-columns='visit'\"" in alone.problems[0]
     assert check_file(tmp_path / "site.parquet", datetime_columns=["visit"]).accepted
+    path = str(tmp_path / "site.parquet")
+    assert main(["check", path]) == 1
+    assert main(["check", path, "--datetime-columns", "visit"]) == 0
     # a CSV whose declared date column has a cell that is not a date: its row, not its value
     text = frame.assign(visit=frame["visit"].dt.strftime("%Y-%m-%d").astype(object))
     text.loc[4, "visit"] = "unknown-visit"
