@@ -70,6 +70,7 @@ def test_parquet_timestamps_in_two_units_give_equal_seconds(tmp_path):
     assert before["ns"][3] == before["ms"][3] == np.iinfo(np.int64).min
     for unit, file in loaded.items():
         assert file.features == ("x",), unit  # the dates are not a numeric feature
+        assert "date column(s) 'visit' (seconds since 1970-01-01 UTC" in file.describe()
         np.testing.assert_array_equal(file.dates["visit"], SECONDS)
     np.testing.assert_array_equal(loaded["ns"].dates["visit"], loaded["ms"].dates["visit"])
 

@@ -142,6 +142,9 @@ class LocalFile:
             text += f", index column {self.index_column!r} dropped"
         if self.header is False:
             text += ", no header row"
+        if self.dates:
+            text += (f", date column(s) {', '.join(map(repr, self.dates))} (seconds since "
+                     "1970-01-01 UTC; features where the run declares datetime-columns)")
         return text
 
 
