@@ -305,7 +305,14 @@ def test_the_estimator_with_a_declared_date_column_equals_seconds_by_hand():
     visit = list(est.feature_names_in_).index("visit")
     assert np.all((est.cluster_centers_[:, visit] > 1.5e9)
                   & (est.cluster_centers_[:, visit] < 1.8e9))
-    assert "visit mean" in est.cluster_profile_.columns
+    profile = est.cluster_profile_
+    assert "visit mean" in profile.columns
+    # beside the seconds, the mean visit as an ISO 8601 UTC time
+    columns = list(profile.columns)
+    assert columns[columns.index("visit mean") + 1] == "visit mean (UTC)"
+    for seconds, text in zip(profile["visit mean"], profile["visit mean (UTC)"], strict=True):
+        whole = dt.datetime.fromtimestamp(int(np.floor(seconds)), dt.UTC)  # to the second
+        assert text == whole.strftime("%Y-%m-%dT%H:%M:%SZ")
     # predict reads the dates of a new frame, in any unit
     for i, frame in enumerate(dated):
         np.testing.assert_array_equal(est.predict(frame), est.labels_[i])
