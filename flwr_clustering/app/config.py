@@ -118,9 +118,10 @@ class AppOptions(Options):
                           "auto: partial for the masked algorithms, else mean; see "
                           "docs/data.md")
     unit_check: str = option("warn", choices=UNIT_CHECKS, help="a site whose feature looks "
-                             "recorded in other units than the other sites' (a factor near a "
-                             "power of ten in both size and spread; plain runs): warn, "
-                             "refuse the run, or off")
+                             "recorded in other units than the other sites' (size and "
+                             "spread off by the same factor of about 16 or more; under "
+                             "secure aggregation each site flags itself): warn, refuse the "
+                             "run, or off")
     categorical_weight: str = option("balanced", choices=CATEGORICAL_WEIGHTS,
                                      help="with scaling='standard', the weight of a "
                                      "categorical column: balanced (its one-hot features "
@@ -128,6 +129,10 @@ class AppOptions(Options):
                                      "standard (each one-hot feature standardised like a "
                                      "measurement); see docs/data.md",
                                      when=lambda cfg: bool(cfg.get("categorical-columns")))
+    datetime_columns: str = option("", help="date/time columns used as features, "
+                                   "comma-separated: converted to seconds since "
+                                   "1970-01-01 UTC at every site (an undeclared date "
+                                   "column is refused)")
     k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k", when=_k_auto)
     k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k", when=_k_auto)
     k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
@@ -371,6 +376,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "categorical_columns": app.categorical_columns,
            "missing": app.missing, "unit_check": app.unit_check,
            "categorical_weight": app.categorical_weight,
+           "datetime_columns": app.datetime_columns,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)

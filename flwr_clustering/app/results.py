@@ -120,7 +120,9 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
     sums (no row). A cluster's mean and spread come from the clients that sent its
     statistics (a client withholds a cluster of fewer than ``privacy-threshold`` rows);
     its size counts every row. Rows per site only where the server saw each client's
-    counts (not under secure aggregation).
+    counts (not under secure aggregation). A date feature (``datetime-columns``) has its
+    mean in seconds since the epoch and, beside it, as an ISO 8601 UTC time
+    (``"<feature> mean (UTC)"``).
     """
     from ..profile import cluster_profile
 
@@ -161,6 +163,13 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
         privacy_threshold=privacy_threshold)
     profile["size"] = total.astype(np.int64)
     profile["fraction"] = total / total.sum() if total.sum() else np.nan
+    for name in getattr(transform, "datetimes", ()):  # seconds since the epoch, readable
+        import pandas as pd
+
+        mean = f"{name} mean"
+        when = pd.to_datetime(profile[mean], unit="s", utc=True, errors="coerce")
+        profile.insert(profile.columns.get_loc(mean) + 1, f"{name} mean (UTC)",
+                       when.dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return profile
 
 
