@@ -258,11 +258,37 @@ def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
     if summary.get("features"):
         settings["features"] = summary["features"].get("features")
         settings["scaling"] = summary["features"].get("scaling")
+        missing = missing_cells_line(summary["features"])
+        if missing is not None:
+            settings["missing cells"] = missing
     write_report(written["report"], title=f"flwr-clustering: {strategy.name}",
                  settings=settings, warnings=summary.get("warnings", []), profile=profile,
                  images=images, history=strategy.history,
                  k_choice=k_choice_of(strategy, paths.get("k_scores_plot")))
     return written
+
+
+def missing_cells_line(features: dict[str, Any]) -> str | None:
+    """The report's line on missing cells: the policy and the rows with a missing cell.
+
+    ``None`` for a run without the features step or before the ``missing`` option.
+    """
+    policy = features.get("missing")
+    if policy is None:
+        return None
+    incomplete = int(features.get("incomplete-rows") or 0)
+    read = int(features.get("rows-read") or 0)
+    per_site = ", ".join(f"{site}: {n}" for site, n in
+                         (features.get("incomplete-rows-per-site") or {}).items())
+    where = f" ({per_site})" if per_site else ""
+    if not incomplete:
+        return f"{policy}: no row has a missing cell"
+    if policy == "drop":
+        return (f"drop: {incomplete} of {read} rows have a missing cell and were left out "
+                f"(label -1){where}")
+    cells = sum((features.get("missing-cells") or {}).values())
+    filled = f", {cells} cells filled with the federation's means" if policy == "mean" else ""
+    return f"{policy}: {incomplete} of {read} rows had a missing cell{where}{filled}"
 
 
 def k_choice_of(strategy, figure: str | None = None) -> dict[str, Any] | None:

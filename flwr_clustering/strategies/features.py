@@ -340,7 +340,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         "missing-cells": {f: int(m) for f, m in zip(features, rows.read - count,
                                                     strict=True) if m > 0}
         if policy != "drop" else {},
-        "rows-read": int(rows.read.sum()) if rows.read.size else 0,
+        "rows-read": int(rows.read.max()) if rows.read.size else 0,
         "incomplete-rows": int(rows.incomplete.sum()),
         "incomplete-rows-per-site": dict(rows.per_site)}
     names = ", ".join(features[:8]) + (", ..." if len(features) > 8 else "")
