@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--feature-columns", help="comma-separated: the run's features "
                        "(without --schema)")
     check.add_argument("--categorical-columns", help="comma-separated (without --schema)")
+    check.add_argument("--datetime-columns", help="comma-separated (without --schema)")
     check.add_argument("--label-column", default="label",
                        help="the label column ('none': every column is data)")
     check.add_argument("--header", default="auto", help="true, false or auto (CSV)")
@@ -87,6 +88,7 @@ def _check(args: argparse.Namespace) -> int:
             args.file, schema, feature_columns=_names(args.feature_columns) or None,
             index_column=args.index_column or None,
             categorical_columns=_names(args.categorical_columns),
+            datetime_columns=_names(args.datetime_columns),
             label_column=args.label_column, header=header, missing=args.missing,
             schema_source=args.schema)
     except (FileNotFoundError, ValueError) as ex:

@@ -120,11 +120,12 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "replies: which node holds which client of its graph now "
               "(`ClusteringStrategy.identify_clients`), since the nodes may have come back "
               "under new node ids. The reply also carries a `columns` config record: "
-              "`names`, `kinds` (numeric, integer, text), `unique` (1 where an integer or "
-              "text column differs on every row), `rows` and, when the config asks "
-              "(`magnitudes`: a secure scaling), `magnitude` (per column the power of two "
-              "above its largest |value|): the server agrees on the federation's features "
-              "from them (`data.schema.agree_schema`)."),
+              "`names`, `kinds` (numeric, integer, text, datetime), `unique` (1 where an "
+              "integer or text column differs on every row), `rows` and, when the config "
+              "asks (`magnitudes`: a secure scaling; with `datetime-columns`, a JSON list, "
+              "the declared date columns, whose magnitude is their seconds'), `magnitude` "
+              "(per column the power of two above its largest |value|): the server agrees "
+              "on the federation's features from them (`data.schema.agree_schema`)."),
     Phase(
         "categories", "query", "round 0, with `categorical-columns`, after `data-source`",
         sends=("none",),
@@ -136,7 +137,10 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "value held by fewer than `privacy-threshold` rows of the site is counted "
               "only under `other`. The server keeps the values with at least "
               "`privacy-threshold` rows in the federation, plus `other` "
-              "(`data.schema.agree_categories`). Refused under secure aggregation."),
+              "(`data.schema.agree_categories`). The record's `continuous` (a JSON list) "
+              "names the declared columns the site finds continuous (more than 50 distinct "
+              "values over more than half its rows; their counts are not sent): the server "
+              "refuses the run naming them and the site. Refused under secure aggregation."),
     Phase(
         "feature-moments", "query", "round 0, before round 1, when the run agrees on its "
         "features (a `scaling`, the App's default `standard`, or named columns)",

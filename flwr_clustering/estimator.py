@@ -102,11 +102,16 @@ def _is_frame(obj: Any) -> bool:
 def _with_parameter_names(ex: Exception) -> str:
     """A schema error's message, with the estimator's names of the run-config keys it cites."""
     message = str(ex)
-    if "index-column" not in message and "feature-columns" not in message:
+    keys = [k for k in ("index-column", "feature-columns", "categorical-columns",
+                        "datetime-columns") if k in message]
+    if not keys:
         return message
+    params = {"index-column": "index_column='...'", "feature-columns": "feature_columns=[...]",
+              "categorical-columns": "categorical_columns=[...]",
+              "datetime-columns": "datetime_columns=[...]"}
     return (f"{message} [FederatedClustering: client i is partitions[i]; the run-config keys "
-            "index-column and feature-columns are the parameters index_column='...' and "
-            "feature_columns=[...]]")
+            f"{' and '.join(keys)} are the parameters "
+            f"{' and '.join(params[k] for k in keys)}]")
 
 
 def _check_option_names(algorithm: Any, options: dict[str, Any]) -> None:
@@ -240,7 +245,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``warnings_``.
     unit_check : {"warn", "refuse", "off"}, default "warn"
         A client whose feature looks recorded in other units than the others' (its size
-        and spread differ by the same factor of at least 10; run-config key
+        and spread differ by the same factor of about 16 or more; run-config key
         ``unit-check``): a sentence in ``warnings_`` naming the client, the feature and
         the factor, an error (``"refuse"``), or no check.
     categorical_weight : {"balanced", "standard"}, default "balanced"
@@ -250,6 +255,14 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         that the column weighs like one standardised numeric feature; ``"standard"``
         standardises each one-hot feature like a measurement (a rare level then weighs
         most). ``"minmax"`` and ``"none"`` leave the one-hot features 0/1.
+    datetime_columns : list of str or None, default None
+        Date/time columns to use as features (run-config key ``datetime-columns``):
+        every client converts them to float seconds since 1970-01-01 00:00 UTC, whatever
+        their unit (``datetime64[ns]``, ``[ms]``, ...), a time zone converted to UTC and
+        a time without one taken as UTC; text columns so declared are read with
+        ``pandas.to_datetime``. Such a feature is in seconds since the epoch in
+        ``cluster_centers_`` and the profile. An undeclared ``datetime64`` column among
+        the features is refused at ``fit``. DataFrames only.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups along its main axis (run-config key ``split-check``): a poor local
@@ -390,6 +403,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         missing: str = "auto",
         unit_check: str = "warn",
         categorical_weight: str = "balanced",
+        datetime_columns: Sequence[str] | None = None,
         split_check: bool = True,
         refine_rounds: int = 0,
         k_min: int = 2,
@@ -411,6 +425,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.missing = missing
         self.unit_check = unit_check
         self.categorical_weight = categorical_weight
+        self.datetime_columns = datetime_columns
         self.split_check = split_check
         self.refine_rounds = refine_rounds
         self.k_min = k_min
@@ -509,6 +524,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "categorical-columns": self._feature_columns_key("categorical_columns"),
                       "missing": _plain(self.missing), "unit-check": _plain(self.unit_check),
                       "categorical-weight": _plain(self.categorical_weight),
+                      "datetime-columns": self._feature_columns_key("datetime_columns"),
                       "split-check": _plain(self.split_check),
                       "refine-rounds": _plain(self.refine_rounds),
                       "k-min": _plain(self.k_min), "k-max": _plain(self.k_max),
@@ -643,10 +659,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             The rows of every client (client ``i`` gets ``partitions[i]``; its Flower
             ``partition-id`` is ``i``). Arrays: every client the same columns, matched by
             position. pandas DataFrames (all of them, or none): columns matched by name,
-            in any order at each client; numeric columns are features, text columns are
-            refused unless left out (``feature_columns``), an identifier column must be
-            declared (``index_column``). Masked algorithms: NaN on the features a client
-            does not observe.
+            in any order at each client; numeric columns are features (``bool`` as 0/1,
+            a nullable type's ``pd.NA`` as a missing cell), text columns are refused
+            unless left out (``feature_columns``), date/time columns unless declared
+            (``datetime_columns``), an identifier column must be declared
+            (``index_column``). Masked algorithms: NaN on the features a client does not
+            observe.
         labels : list of array_like of shape (n_i,), optional
             Ground-truth classes per client, for the metrics only (``metrics_`` then has
             ARI, NMI, purity, accuracy); the clustering never sees them.
@@ -853,9 +871,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         # the same parsing and column selection as the clients' (FeatureTable.from_frame);
         # categorical columns one-hot encoded with the agreed levels, unscaled
         table = FeatureTable.from_frame(chosen)
-        if transform is not None and transform.categories:
-            return FeatureTransform(transform.features,
-                                    categories=transform.categories).apply(table)
+        if transform is not None and (transform.categories or transform.datetimes):
+            return FeatureTransform(transform.features, categories=transform.categories,
+                                    datetimes=transform.datetimes).apply(table)
         return table.columns(features)
 
     def _rows(self, X: Any) -> np.ndarray:

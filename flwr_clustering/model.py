@@ -286,11 +286,14 @@ class ClusteringModel:
             ``"<column>=<level>"`` come last), ``missing`` and ``fill`` (what a missing
             cell becomes: ``mean`` fills it with ``fill``, the federation's means in
             original units; ``drop`` labels its row -1; ``keep`` reads it as unobserved),
+            ``datetime-columns`` (the features that are dates, in seconds since
+            1970-01-01 00:00 UTC; only when there are),
             ``centroids`` (original units, what a person reads), ``model-centroids`` (the
             scaled space, what labels rows; exact), ``labelling``, ``options``,
             ``library-version``.
         """
         t = self.transform
+        dates = {"datetime-columns": list(t.datetimes)} if t.datetimes else {}
         return {
             "format": MODEL_FORMAT,
             "algorithm": self.algorithm,
@@ -302,6 +305,7 @@ class ClusteringModel:
             "categories": {c: list(levels) for c, levels in t.categories},
             "missing": t.missing,
             "fill": [float(v) for v in t.fill],
+            **dates,
             "centroids": _nan_to_none(self.centroids_original.tolist()),
             "model-centroids": _nan_to_none(self.centroids.tolist()),
             "labelling": self.labelling,
@@ -363,11 +367,15 @@ class ClusteringModel:
                 for v in categories.values()):
             raise ValueError("model key 'categories' must map column names to lists of "
                              "levels")
+        dates = data.get("datetime-columns") or []
+        if not isinstance(dates, list) or not all(isinstance(c, str) for c in dates):
+            raise ValueError("model key 'datetime-columns' must be a list of column names")
         fill = _floats(data.get("fill") or [], "fill")
         transform = FeatureTransform(features, data["scaling"], tuple(center.tolist()),
                                      tuple(scale.tolist()),
                                      tuple((str(c), tuple(v)) for c, v in categories.items()),
-                                     str(data.get("missing", "keep")), tuple(fill.tolist()))
+                                     str(data.get("missing", "keep")), tuple(fill.tolist()),
+                                     datetimes=tuple(dates))
         C = _floats(data["model-centroids"], "model-centroids")
         if C.ndim == 1 and C.size == 0:  # [] is no centroid: let the model say so
             C = C.reshape(0, len(features))
@@ -434,7 +442,7 @@ class ClusteringModel:
                 f"the {self.algorithm!r} model labels rows by its {self.labelling!r} rule, "
                 f"not by the nearest centroid: predict cannot label with it; its model is "
                 f"in {where}")
-        if self.transform.categories:
+        if self.transform.categories or self.transform.datetimes:
             return self._predict_categorical(X)
         X, names = self._rows(X)
         if len(X) == 0:
@@ -483,7 +491,7 @@ class ClusteringModel:
         return out
 
     def _predict_categorical(self, X: Any) -> np.ndarray:
-        """Labels of a table with categorical columns (one-hot with the agreed levels)."""
+        """Labels of a table with categorical or date columns (by name, as the clients)."""
         transform = self.transform
         needed = [*transform.numeric_features, *(c for c, _ in transform.categories)]
         pd = sys.modules.get("pandas")
@@ -495,9 +503,9 @@ class ClusteringModel:
             self._log_extra([str(n) for n in X.columns if str(n) not in needed])
             X = FeatureTable.from_frame(X[[n for n in X.columns if str(n) in needed]])
         if not isinstance(X, FeatureTable):
-            raise ValueError(f"the model one-hot encodes the categorical column(s) "
-                             f"{[c for c, _ in transform.categories]}: pass a DataFrame "
-                             "with the columns by name")
+            raise ValueError(f"the model reads the categorical or date column(s) "
+                             f"{[c for c, _ in transform.categories] + list(transform.datetimes)}"
+                             ": pass a DataFrame with the columns by name")
         if len(X.X) == 0:
             return np.empty(0, dtype=np.int64)
         Z = transform.apply(X)

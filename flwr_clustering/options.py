@@ -45,6 +45,7 @@ def option(
     auto: Any = None,
     check: Callable[[Any], str | None] | None = None,
     run_config: bool = True,
+    when: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> Any:
     """Declare one option field.
 
@@ -66,6 +67,10 @@ def option(
         ``check(value) -> message or None``: a further test; a message is an error.
     run_config : bool, default True
         ``False``: a constructor/message option that is not a run-config key.
+    when : callable, optional
+        ``when(run_config) -> bool``: whether the key matters to a run of that (merged)
+        run config, e.g. ``k-min`` only to ``k='auto'``; a run's report lists it only
+        then (:meth:`Options.keys_of_run`). Default: always.
 
     Returns
     -------
@@ -73,7 +78,7 @@ def option(
         The field, with its metadata.
     """
     meta = dict(key=key, help=help, choices=choices, minimum=minimum, maximum=maximum,
-                auto=auto, check=check, run_config=run_config)
+                auto=auto, check=check, run_config=run_config, when=when)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -173,6 +178,16 @@ class Options:
         """Map every key to its field (optionally only the run-config keys)."""
         return {cls.key_of(f): f for f in dataclasses.fields(cls)
                 if not run_config_only or f.metadata.get("run_config", True)}
+
+    @classmethod
+    def keys_of_run(cls, run_config: Mapping[str, Any]) -> list[str]:
+        """The run-config keys of this class that matter to a run of ``run_config``.
+
+        Every run-config key whose ``when`` (see :func:`option`) holds of the merged run
+        config, or that has none.
+        """
+        return [key for key, f in cls.fields_by_key(run_config_only=True).items()
+                if f.metadata.get("when") is None or f.metadata["when"](run_config)]
 
     @classmethod
     def run_config_defaults(cls) -> dict[str, Any]:

@@ -208,6 +208,12 @@ def _standardised_means(means: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Longest feature or site name in a profile figure (the tables keep the full names).
+LABEL_CHARS = 30
+#: Largest profile figure, in inches (at 110 dpi): whatever the names or the counts.
+MAX_FIGURE_INCHES = (24.0, 30.0)
+
+
 def plot_profile(
     path: str | os.PathLike,
     profile: pd.DataFrame,
@@ -217,12 +223,19 @@ def plot_profile(
 ) -> None:
     """Save a PNG of a cluster profile: a heatmap of the means and the cluster sizes.
 
-    The heatmap colours each cell by the cluster's mean of that feature standardised across
-    clusters (so features in different units share one colour scale; a constant feature is
-    0) and, when ``k * d <= 200``, prints the mean in original units (3 significant digits).
-    Next to it, one horizontal bar per cluster: stacked by site when the profile has
-    ``"rows at <site>"`` columns (suppressed counts drawn as 0, noted in the legend), else
-    the cluster size.
+    One row per feature and one column per cluster, so that a profile of many features
+    grows down the page, not across it. The heatmap colours each cell by the cluster's
+    mean of that feature standardised across clusters (so features in different units
+    share one colour scale; a constant feature is 0) and, when ``k * d <= 200``, prints
+    the mean in original units (3 significant digits). Above it, one bar per cluster:
+    stacked by site when the profile has ``"rows at <site>"`` columns (suppressed counts
+    drawn as 0, noted in the legend), else the cluster size.
+
+    The figure is bounded whatever the profile: names are shortened to
+    :data:`LABEL_CHARS` characters (with an ellipsis; the report's tables hold them in
+    full), at most about 90 features and 40 clusters are labelled (every second, third,
+    ... beyond), and the canvas is at most :data:`MAX_FIGURE_INCHES` (at 110 dpi; a
+    tight bounding box may add a few pixels).
 
     Parameters
     ----------
@@ -245,44 +258,51 @@ def plot_profile(
     # figure registry, so an interactive session's backend is left alone and nothing leaks.
     from matplotlib.figure import Figure
 
+    from flwr_clustering.reporting import short_label
+
     names = [str(f) for f in feature_names]
     missing = [f"{f} mean" for f in names if f"{f} mean" not in profile.columns]
     if missing:
-        raise ValueError(f"profile has no column(s) {missing}")
+        shown = [short_label(m, 80) for m in missing[:5]]
+        raise ValueError(f"profile has no column(s) {shown}"
+                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
     k, d = len(profile), len(names)
     if k == 0 or d == 0:
         raise ValueError(f"nothing to plot: the profile has {k} clusters and {d} features")
     means = profile[[f"{f} mean" for f in names]].to_numpy(dtype=float)
-    z = _standardised_means(means)
+    z = _standardised_means(means)  # (k, d); drawn transposed: features down, clusters across
     sizes = (
         profile["size"].to_numpy() if "size" in profile.columns else np.full(k, np.nan)
     )
-    labels = [
-        f"cluster {j} (n={int(s)})" if np.isfinite(s) else f"cluster {j}"
-        for j, s in zip(profile.index, sizes.astype(float), strict=True)
-    ]
     site_cols = [c for c in profile.columns if str(c).startswith(SITE_PREFIX)]
 
-    heat_w = min(max(3.0, 0.75 * d + 2.5), 30.0)
-    height = min(max(3.0, 0.45 * k + 2.2), 30.0)
+    max_w, max_h = MAX_FIGURE_INCHES
     legend_w = 2.5 if site_cols else 0.0
-    fig = Figure(figsize=(heat_w + 5.0 + legend_w, height), dpi=110, layout="constrained")
-    grid = fig.add_gridspec(1, 2, width_ratios=[heat_w, 4.0])
-    ax_heat = fig.add_subplot(grid[0, 0])
-    ax_bar = fig.add_subplot(grid[0, 1])
+    heat_w = min(max(2.5, 0.6 * k), max_w - 4.5 - legend_w)
+    heat_h = min(max(1.5, 0.3 * d), max_h - 4.0)
+    fig = Figure(figsize=(heat_w + 4.5 + legend_w, heat_h + 4.0), dpi=110,
+                 layout="constrained")
+    grid = fig.add_gridspec(2, 1, height_ratios=[1.6, heat_h])
+    ax_bar = fig.add_subplot(grid[0, 0])
+    ax_heat = fig.add_subplot(grid[1, 0], sharex=ax_bar)
 
     import matplotlib
 
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="lightgrey")
     vmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
     image = ax_heat.imshow(
-        np.ma.masked_invalid(z), cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto",
+        np.ma.masked_invalid(z.T), cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto",
         interpolation="nearest",
     )
-    ax_heat.set_xticks(range(d))
-    ax_heat.set_xticklabels(names, rotation=45, ha="right", rotation_mode="anchor")
-    ax_heat.set_yticks(range(k))
-    ax_heat.set_yticklabels(labels)
+    feature_step = max(1, math.ceil(d / 90))
+    ax_heat.set_yticks(range(0, d, feature_step))
+    ax_heat.set_yticklabels([short_label(names[i], LABEL_CHARS)
+                             for i in range(0, d, feature_step)])
+    cluster_step = max(1, math.ceil(k / 40))
+    ax_heat.set_xticks(range(0, k, cluster_step))
+    ax_heat.set_xticklabels([short_label(profile.index[j], 8)
+                             for j in range(0, k, cluster_step)])
+    ax_heat.set_xlabel("cluster")
     ax_heat.set_title("cluster means (colour: standardised across clusters)", fontsize="medium")
     if k * d <= 200:
         for j in range(k):
@@ -290,40 +310,39 @@ def plot_profile(
                 value = means[j, i]
                 text = f"{value:.3g}" if np.isfinite(value) else _MISSING
                 strong = np.isfinite(z[j, i]) and abs(z[j, i]) > 0.6 * vmax
-                ax_heat.text(i, j, text, ha="center", va="center", fontsize="small",
+                ax_heat.text(j, i, text, ha="center", va="center", fontsize="small",
                              color="white" if strong else "black")
-    colorbar = fig.colorbar(image, ax=ax_heat, fraction=0.05)
+    colorbar = fig.colorbar(image, ax=ax_heat, location="bottom", fraction=0.05,
+                            aspect=40, shrink=min(1.0, 6.0 / heat_w))
     colorbar.set_label("standardised mean")
 
-    ys = np.arange(k)
+    xs = np.arange(k)
     if site_cols:
         counts = profile[site_cols].to_numpy(dtype=float)
         suppressed = int(np.isnan(counts).sum())
         drawn = np.nan_to_num(counts, nan=0.0)
         palette = matplotlib.colormaps["tab20" if len(site_cols) > 10 else "tab10"]
-        left = np.zeros(k)
+        bottom = np.zeros(k)
         for s, column in enumerate(site_cols):
-            ax_bar.barh(ys, drawn[:, s], left=left, color=palette(s % palette.N),
-                        label=str(column)[len(SITE_PREFIX):])
-            left += drawn[:, s]
-        legend_title = "site"
+            ax_bar.bar(xs, drawn[:, s], bottom=bottom, color=palette(s % palette.N),
+                       label=short_label(str(column)[len(SITE_PREFIX):], LABEL_CHARS))
+            bottom += drawn[:, s]
+        legend_title = "site" if len(site_cols) <= 60 else f"site (60 of {len(site_cols)})"
         if suppressed:
-            legend_title += f"\n({suppressed} suppressed small count(s) drawn as 0)"
+            legend_title += f"\n({suppressed} suppressed small\ncount(s) drawn as 0)"
         handles, names_ = ax_bar.get_legend_handles_labels()
-        fig.legend(handles, names_, title=legend_title, fontsize="small",
+        fig.legend(handles[:60], names_[:60], title=legend_title, fontsize="small",
                    title_fontsize="small", loc="outside right upper",
-                   ncol=max(1, math.ceil(len(site_cols) / 15)))
+                   ncol=max(1, math.ceil(min(len(site_cols), 60) / 30)))
         ax_bar.set_title("rows per site", fontsize="medium")
     else:
-        drawn = np.nan_to_num(sizes.astype(float), nan=0.0)
-        ax_bar.barh(ys, drawn, color="tab:blue")
+        ax_bar.bar(xs, np.nan_to_num(sizes.astype(float), nan=0.0), color="tab:blue")
         ax_bar.set_title("cluster size", fontsize="medium")
-    ax_bar.set_ylim(k - 0.5, -0.5)  # same order as the heatmap rows (cluster 0 on top)
-    ax_bar.set_yticks(ys)
-    ax_bar.set_yticklabels([])
-    ax_bar.set_xlabel("rows")
+    ax_bar.set_xlim(-0.5, k - 0.5)
+    ax_bar.tick_params(labelbottom=False)
+    ax_bar.set_ylabel("rows")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(short_label(title, 100))
     _atomic(path, lambda fh: fig.savefig(fh, format="png", bbox_inches="tight"))
 
 
@@ -392,6 +411,45 @@ def _frame_table(frame: pd.DataFrame, *, profile: bool = False) -> str:
     return _table(header, rows, numeric=numeric)
 
 
+#: Clusters per table of the report's feature means (a wider profile wraps into more tables).
+CLUSTERS_PER_TABLE = 8
+
+
+def _profile_features(profile: pd.DataFrame) -> list[str]:
+    """The features of a profile: each ``"<f> mean"`` column with its ``"<f> std"``."""
+    columns = [str(c) for c in profile.columns]
+    present = set(columns)
+    return [c[:-len(" mean")] for c in columns
+            if c.endswith(" mean") and f"{c[:-len(' mean')]} std" in present]
+
+
+def _profile_tables(profile: pd.DataFrame) -> str:
+    """A profile as HTML that reads at page width, whatever its features and clusters.
+
+    One table of the clusters (size, fraction, rows per site) and the means and standard
+    deviations transposed: one row per feature (its full name), one column per cluster
+    (``mean ± std``), :data:`CLUSTERS_PER_TABLE` clusters per table.
+    """
+    features = _profile_features(profile)
+    feature_columns = {f"{f} {stat}" for f in features for stat in ("mean", "std")}
+    clusters = profile[[c for c in profile.columns if str(c) not in feature_columns]]
+    parts = [f'<div class="scroll">{_frame_table(clusters, profile=True)}</div>']
+    if not features:
+        return parts[0]
+    sizes = profile["size"] if "size" in profile.columns else None
+    for first in range(0, len(profile), CLUSTERS_PER_TABLE):
+        block = profile.index[first:first + CLUSTERS_PER_TABLE]
+        header = ["feature"] + [
+            f"cluster {_fmt(j)}" + ("" if sizes is None else f" (n={_fmt(sizes.loc[j])})")
+            for j in block]
+        rows = [[name] + [f"{_fmt(profile.loc[j, f'{name} mean'])} \u00b1 "
+                          f"{_fmt(profile.loc[j, f'{name} std'])}" for j in block]
+                for name in features]
+        table = _table(header, rows, numeric=[False] + [True] * len(block))
+        parts.append(f'<div class="scroll">{table}</div>')
+    return "\n".join(parts)
+
+
 def _history_table(history: Sequence[Mapping[str, Any]]) -> str:
     """Round, clients, shift and every metric (in order of first appearance) per round."""
     keys: list[str] = []
@@ -416,7 +474,8 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2e
 h1 { font-size: 1.6em; border-bottom: 2px solid #444; padding-bottom: .2em; }
 h2 { font-size: 1.25em; margin-top: 1.8em; border-bottom: 1px solid #bbb; }
 table { border-collapse: collapse; margin: .6em 0; font-size: .9em; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: #fafafa; }
@@ -426,6 +485,21 @@ figure img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 figcaption { font-size: .9em; color: #555; }
 .note { color: #8a5a00; }
 """.strip()
+
+
+def _figure(caption: str, image_path: str | os.PathLike) -> str:
+    """A PNG as an HTML figure (a data URI), or a note why it is skipped."""
+    esc = html.escape
+    file = Path(image_path)
+    data = file.read_bytes() if file.is_file() else None
+    if data is None or not data.startswith(_PNG_MAGIC):
+        reason = "file not found" if data is None else "not a PNG file"
+        return (f'<p class="note">Figure &ldquo;{esc(str(caption))}&rdquo; '
+                f"skipped: {reason} ({esc(str(image_path))}).</p>")
+    encoded = base64.b64encode(data).decode("ascii")
+    return (f'<figure><img src="data:image/png;base64,{encoded}" '
+            f'alt="{esc(str(caption))}"><figcaption>{esc(str(caption))}</figcaption>'
+            "</figure>")
 
 
 def write_report(
@@ -438,12 +512,13 @@ def write_report(
     images: Mapping[str, str | os.PathLike] | None = None,
     history: Sequence[Mapping[str, Any]] | None = None,
     extra_tables: Mapping[str, pd.DataFrame] | None = None,
+    k_choice: Mapping[str, Any] | None = None,
 ) -> None:
     """Write one self-contained HTML report (inline style, images as data URIs, no scripts).
 
-    Sections: the title, "Settings", "Warnings", "Cluster profile" (if given), "Figures"
-    (if given), "Convergence" (if given), then one section per extra table. Every text is
-    HTML-escaped; the file loads nothing from the network.
+    Sections: the title, "Settings", "Choice of k" (if given), "Warnings", "Cluster
+    profile" (if given), "Figures" (if given), "Convergence" (if given), then one section
+    per extra table. Every text is HTML-escaped; the file loads nothing from the network.
 
     Parameters
     ----------
@@ -457,8 +532,11 @@ def write_report(
     warnings : sequence of str
         Shown as a list, or "none" when empty.
     profile : pandas.DataFrame, optional
-        A frame from :func:`cluster_profile`; numbers to 4 significant digits, a NaN reads
-        "suppressed" in ``"rows at"`` columns and "–" elsewhere.
+        A frame from :func:`cluster_profile`, shown as one table of the clusters (size,
+        fraction, rows per site) and the means and standard deviations transposed (one
+        row per feature, ``mean ± std`` per cluster, :data:`CLUSTERS_PER_TABLE` clusters
+        a table); numbers to 4 significant digits, a NaN reads "suppressed" in ``"rows
+        at"`` columns and "–" elsewhere.
     images : mapping of str to path-like, optional
         Caption -> PNG file. Each is embedded as a ``data:image/png;base64`` URI; a missing
         (or non-PNG) file is skipped with a note.
@@ -467,6 +545,9 @@ def write_report(
         ``"metrics"`` (a dict); shown as a table.
     extra_tables : mapping of str to pandas.DataFrame, optional
         Heading -> further table.
+    k_choice : mapping, optional
+        The choice of ``k`` of a ``k='auto'`` run: ``"text"`` (a sentence), ``"scores"``
+        (a DataFrame, one row per candidate ``k``) and ``"figure"`` (a PNG, optional).
     """
     esc = html.escape
     parts = [
@@ -488,6 +569,14 @@ def write_report(
     else:
         parts.append("<p>none</p>")
 
+    if k_choice is not None:
+        parts.append("<h2>Choice of k</h2>")
+        parts.append(f"<p>{esc(str(k_choice.get('text', '')))}</p>")
+        if k_choice.get("scores") is not None:
+            parts.append(f'<div class="scroll">{_frame_table(k_choice["scores"])}</div>')
+        if k_choice.get("figure"):
+            parts.append(_figure("criteria against k (k_scores.png)", k_choice["figure"]))
+
     parts.append("<h2>Warnings</h2>")
     if warnings:
         parts.append("<ul>\n" + "\n".join(f"<li>{esc(str(w))}</li>" for w in warnings)
@@ -498,28 +587,17 @@ def write_report(
     if profile is not None:
         parts.append("<h2>Cluster profile</h2>")
         parts.append(
-            "<p>Means and standard deviations (population, ddof = 0) in the data's original "
-            "units; fractions of all rows. A per-site count below the privacy threshold reads "
-            "&ldquo;suppressed&rdquo;.</p>"
+            "<p>The clusters' sizes and fractions of all rows; a per-site count below the "
+            "privacy threshold reads &ldquo;suppressed&rdquo;. Then each feature's mean "
+            "&plusmn; standard deviation (population, ddof = 0) per cluster, in the data's "
+            "original units.</p>"
         )
-        parts.append(f'<div class="scroll">{_frame_table(profile, profile=True)}</div>')
+        parts.append(_profile_tables(profile))
 
     if images:
         parts.append("<h2>Figures</h2>")
         for caption, image_path in images.items():
-            file = Path(image_path)
-            data = file.read_bytes() if file.is_file() else None
-            if data is None or not data.startswith(_PNG_MAGIC):
-                reason = "file not found" if data is None else "not a PNG file"
-                parts.append(f'<p class="note">Figure &ldquo;{esc(str(caption))}&rdquo; '
-                             f"skipped: {reason} ({esc(str(image_path))}).</p>")
-                continue
-            encoded = base64.b64encode(data).decode("ascii")
-            parts.append(
-                f'<figure><img src="data:image/png;base64,{encoded}" '
-                f'alt="{esc(str(caption))}"><figcaption>{esc(str(caption))}</figcaption>'
-                "</figure>"
-            )
+            parts.append(_figure(caption, image_path))
 
     if history:
         parts.append("<h2>Convergence</h2>")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "plot_curves",
     "plot_run",
     "save_run",
+    "short_label",
     "to_jsonable",
 ]
 
@@ -83,12 +85,16 @@ def plot_run(
     X: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     title: str = "",
+    *,
+    space: str = "",
+    feature_names: Sequence[str] | None = None,
 ) -> None:
     """Save a two-panel PNG: the clusters and the convergence curve.
 
     Clusters are drawn in 2-D (on the first two principal components above two features,
-    along one axis with the points jittered for one feature); the curve shows
-    the centroid shift and, if present, federated metrics per round.
+    along one axis with the points jittered for one feature); the panel's title says
+    which rows (``space``) and which projection. The curve shows the centroid shift and,
+    if present, federated metrics per round.
 
     Parameters
     ----------
@@ -104,6 +110,12 @@ def plot_run(
         Cluster labels of ``X`` for colouring.
     title : str
         Figure title.
+    space : str
+        What the rows and centroids are, for the panel's title (e.g. ``"scaled rows
+        (standard)"``, the space the model was computed in); empty: not said.
+    feature_names : sequence of str, optional
+        Axis labels of one or two features (shortened to 40 characters); default
+        ``feature 1``, ``feature 2``.
     """
     import matplotlib
 
@@ -113,6 +125,10 @@ def plot_run(
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     C = np.asarray(centroids, dtype=float)
+    names = [short_label(f, 40) for f in feature_names or ()]
+    if len(names) != C.shape[1]:
+        names = [f"feature {j + 1}" for j in range(C.shape[1])]
+    projection = ""
     points = None if X is None else np.asarray(X, dtype=float)
     if points is not None and (points.ndim != 2 or points.shape[1] != C.shape[1]):
         points = None  # the centroids live in another space (DeepFeCA's embedding)
@@ -129,10 +145,15 @@ def plot_run(
             points = np.column_stack([points[:, 0], jitter])
         ax1.set_ylim(-1, 1)
         ax1.set_yticks([])
-        ax1.set_xlabel("feature 1")
-    elif C.shape[1] > 2:
+        ax1.set_xlabel(names[0])
+        projection = "points jittered vertically"
+    elif C.shape[1] == 2:
+        ax1.set_xlabel(names[0])
+        ax1.set_ylabel(names[1])
+    else:
         fit = points if points is not None else C
         pca = PCA(min(2, *fit.shape)).fit(fit)
+        projection = ("PCA of the rows" if points is not None else "PCA of the centroids")
 
         def project(A: np.ndarray) -> np.ndarray:  # two columns, even from one component
             Z = pca.transform(A)
@@ -146,7 +167,8 @@ def plot_run(
         ax1.scatter(points[:, 0], points[:, 1], c=labels, s=6, cmap="tab20", alpha=0.6)
     ax1.scatter(C[:, 0], C[:, 1], marker="x", c="black", s=60, label="centroids")
     ax1.legend(loc="best")
-    ax1.set_title("clusters")
+    ax1.set_title(", ".join(p for p in ("clusters", short_label(space, 60), projection) if p),
+                  fontsize="medium")
     rounds = [h["round"] for h in history]
     shifts = [h.get("shift") for h in history]
     finite = [
@@ -166,10 +188,20 @@ def plot_run(
         ax3.set_ylabel("metric")
         ax3.legend(loc="center right")
     ax2.set_title("convergence")
-    fig.suptitle(title)
+    fig.suptitle(short_label(title, 120))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def short_label(text: Any, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters (cut with an ellipsis).
+
+    For the labels of a figure, whose canvas would otherwise grow with a long name; the
+    tables keep the full text.
+    """
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "\u2026"
 
 
 def save_run(
@@ -181,6 +213,10 @@ def save_run(
     X: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     extra_arrays: dict[str, np.ndarray] | None = None,
+    *,
+    plot_centroids: np.ndarray | None = None,
+    space: str = "",
+    feature_names: Sequence[str] | None = None,
 ) -> dict[str, str]:
     """Write ``centroids.npz``, ``history.json``, ``result.json`` and ``clusters.png``.
 
@@ -200,6 +236,10 @@ def save_run(
         Pooled data and labels for the scatter plot.
     extra_arrays : dict, optional
         More arrays for ``centroids.npz`` (e.g. ``scaled_centroids``).
+    plot_centroids : numpy.ndarray, optional
+        The centroids to draw with ``X`` (default ``centroids``), in ``X``'s space.
+    space, feature_names :
+        As for :func:`plot_run`.
 
     Returns
     -------
@@ -220,7 +260,9 @@ def save_run(
     atomic_write_text(paths["history"], json.dumps(to_jsonable(history), indent=2))
     atomic_write_text(paths["result"],
                       json.dumps(to_jsonable({**summary, "files": paths}), indent=2))
-    plot_run(paths["plot"], centroids, history, X, labels, title=str(summary.get("algorithm", "")))
+    plot_run(paths["plot"], centroids if plot_centroids is None else plot_centroids, history,
+             X, labels, title=str(summary.get("algorithm", "")), space=space,
+             feature_names=feature_names)
     return paths
 
 

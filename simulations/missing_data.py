@@ -12,7 +12,8 @@ What each ``missing`` policy costs, and how often the unit check is right. Two t
   10 sites, IID and Dirichlet(0.3). The SSE is the model's on the centralized pipeline's
   rows (the federated centres mapped into them), as a ratio to k-means' SSE there.
 * ``--table units``: the unit check (:func:`~flwr_clustering.data.schema.unit_mismatches`,
-  on the per-site sums the server receives) on non-IID splits without any unit change
+  on the per-site sums the server receives; also on digits' sparse pixels) on IID and
+  non-IID splits without any unit change
   (false alarms), and with one site's feature multiplied by 1/1000, 1/100, 1/10 and 1000
   (hits).
 
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner
 from sklearn.cluster import KMeans
-from sklearn.datasets import load_breast_cancer, load_iris, load_wine
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.impute import SimpleImputer
 from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import StandardScaler
@@ -42,6 +43,8 @@ from flwr_clustering.data.partitioners import partition_arrays
 from flwr_clustering.data.schema import column_moments, unit_mismatches
 
 LOADERS = {"wine": load_wine, "breast-cancer": load_breast_cancer, "iris": load_iris}
+#: The unit check also on an image set: sparse pixels must not look like other units.
+UNIT_LOADERS = {**LOADERS, "digits": load_digits}
 SHARES = (0.05, 0.10, 0.20)
 MNAR_SHARE = 0.20
 
@@ -170,7 +173,7 @@ def units_table(seeds: int = 10) -> dict[str, Any]:
     """The unit check's false alarms and hits (see the module)."""
     false_alarms, checks = [], 0
     hits: dict[str, list[int]] = {}
-    for name, loader in LOADERS.items():
+    for name, loader in UNIT_LOADERS.items():
         data = loader(as_frame=True)
         frame = data.frame.drop(columns="target")
         X, y = frame.to_numpy(dtype=np.float64), data.target.to_numpy()

@@ -5,6 +5,7 @@ groupby on the pooled rows; the model a site keeps must label rows as the client
 """
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -185,3 +186,122 @@ def test_sites_that_standardised_their_own_files_make_the_run_warn():
     assert any("standardised their own files" in w for w in est.warnings_)
     raw = FederatedClustering("fkm", n_clusters=3, random_state=0).fit(frames, labels=ys)
     assert not any("standardised their own files" in w for w in raw.warnings_)
+
+
+def _run_builtin(tmp_path, name, monkeypatch=None, positional=False, **extra):
+    """An App run on a built-in data set; ``positional``: its columns named 0, 1, ..."""
+    if positional:  # the partitions as they were held before they kept their names
+        from flwr_clustering.app import client_app as client_module
+        from flwr_clustering.app import server_app as server_module
+
+        monkeypatch.setattr(client_module, "feature_names", lambda dataset: None)
+        monkeypatch.setattr(server_module, "feature_names", lambda dataset: None)
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "wine", "partitioner": "iid",
+          "min-nodes": 3, "out-dir": str(tmp_path / name), **extra}
+    run_server(InProcessGrid(app, 3, run_config=rc), rc)
+    if positional:
+        monkeypatch.undo()
+    return tmp_path / name
+
+
+def test_a_built_in_data_set_keeps_its_feature_names_and_its_numbers(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    panels = []
+    savefig = Figure.savefig
+
+    def spy(fig, *args, **kwargs):  # every figure's panels: (title, x label, y label)
+        panels.extend((ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes)
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    from flwr_clustering import reporting
+
+    drawn = {}
+    plot_run = reporting.plot_run
+
+    def plot_spy(path, centroids, history, X=None, labels=None, title="", **kwargs):
+        drawn.update(centroids=np.asarray(centroids), X=X, **kwargs)
+        return plot_run(path, centroids, history, X, labels, title, **kwargs)
+
+    monkeypatch.setattr(reporting, "plot_run", plot_spy)
+    out = _run_builtin(tmp_path, "named")
+    names = [str(f) for f in load_wine().feature_names]
+    result = json.loads((out / "result.json").read_text())
+    assert "proline" in result["features"]["features"]
+    assert result["features"]["features"] == names
+    assert list(load_model(out / "model.json").feature_names) == names
+    profile = pd.read_csv(out / "profile.csv", index_col="cluster")
+    assert [c[:-len(" mean")] for c in profile.columns if c.endswith(" mean")] == names
+    report = (out / "report.html").read_text()
+    assert "<tr><td>proline</td>" in report
+    # clusters.png: the scaled rows (what was clustered), projected by PCA, and says so
+    clusters = [p for p in panels if p[0].startswith("clusters")]
+    assert clusters == [("clusters, scaled rows (standard), PCA of the rows", "PC 1", "PC 2")]
+    npz = np.load(out / "centroids.npz")
+    np.testing.assert_array_equal(drawn["centroids"], npz["scaled_centroids"])
+    X = load_wine().data  # the pooled rows, standardised with the federation's sums
+    assert drawn["X"].shape == X.shape
+    np.testing.assert_allclose(drawn["X"].mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(drawn["X"].std(axis=0), 1, rtol=1e-12)
+    assert drawn["feature_names"] == tuple(names) and drawn["space"].startswith("scaled")
+    # the names change no number: the same run with the columns named by position
+    plain = _run_builtin(tmp_path, "positional", monkeypatch, positional=True)
+    before = json.loads((plain / "result.json").read_text())
+    assert before["features"]["features"] == [str(j) for j in range(13)]
+    for key in ("federated", "centralized", "federated-on-pooled", "data-sources"):
+        assert result[key] == before[key]
+    a, b = np.load(out / "centroids.npz"), np.load(plain / "centroids.npz")
+    assert a.files == b.files
+    for key in a.files:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_the_report_lists_the_runs_algorithm_options_only(tmp_path):
+    from flwr_clustering import registry
+    from flwr_clustering.app.config import AppOptions, DataOptions, merged_config
+
+    out = _run_builtin(tmp_path, "run")
+    cfg = merged_config(json.loads((out / "result.json").read_text())["run-config"])
+    report = (out / "report.html").read_text()
+    settings = report.split("<h2>Settings</h2>", 1)[1].split("<h2>", 1)[0]
+    shown = set(re.findall(r"<tr><td>([^<]*)</td>", settings))
+    fkm = registry.get("fkm").options
+    run_wide = {*AppOptions.run_config_defaults(), *DataOptions.run_config_defaults()}
+    others = {key for name in registry.names(listed_only=False)
+              for key in registry.get(name).options.run_config_defaults()}
+    others -= {*fkm.run_config_defaults(), *run_wide}
+    assert others and not shown & others  # no key that only another algorithm has
+    # the keys that matter to this run, by their declarations: k, not k-min (k='auto' only)
+    of_run = {*AppOptions.keys_of_run(cfg), *DataOptions.keys_of_run(cfg),
+              *fkm.keys_of_run(cfg)}
+    assert shown == of_run | {"features"}  # and the agreed features
+    assert {"k", "dataset", "scaling", "privacy-threshold"} <= shown
+    assert not {"k-min", "beta", "dp-delta"} & shown
+    model = json.loads((out / "model.json").read_text())
+    assert set(model["options"]) == of_run
+
+
+def test_a_key_is_listed_where_the_run_uses_it():
+    from flwr_clustering.app.config import merged_config, run_settings
+
+    plain = run_settings(merged_config({"algorithm": "fkm", "dataset": "local"}))
+    assert not {"k-min", "secagg-keys", "dp-delta", "robust-trim", "partitioner"} & set(plain)
+    auto = run_settings(merged_config({"algorithm": "fkm", "k": "auto", "dataset": "blobs",
+                                       "secure-aggregation": True,
+                                       "server-update": "lloyd"}))
+    assert {"k-min", "k-max", "k-rule", "secagg-keys", "robust-trim", "centers"} <= set(auto)
+    dp = run_settings(merged_config({"algorithm": "fkm", "dp-epsilon": 1.0,
+                                     "server-update": "lloyd", "data-bound": 5.0}))
+    assert {"dp-delta", "data-bound", "dp-rounds"} <= set(dp)
+
+
+def test_feature_columns_of_a_built_in_data_set_by_name(tmp_path):
+    # the pooled rows are taken by name as the clients' are (before: positions, and the
+    # server failed after the last round on 13 pooled columns for 2 features)
+    out = _run_builtin(tmp_path, "two", **{"feature-columns": "proline,alcohol"})
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "completed"
+    assert result["features"]["features"] == ["proline", "alcohol"]
+    assert result["centralized"]["num-examples"] == 178
+    assert result["federated-on-pooled"]["ari"] == pytest.approx(result["federated"]["ari"])

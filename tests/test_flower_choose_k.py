@@ -2,6 +2,7 @@
 its single-k run bit for bit, the scores are the pure loop's, the App writes them."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -172,6 +173,16 @@ def test_the_app_runs_k_auto_and_writes_the_scores(tmp_path):
         result["federated-on-pooled"]["ari"])
     model = json.loads((tmp_path / "run" / "model.json").read_text())
     assert model["k"] == 3
+    # report.html states the choice: the sentence, one row per candidate, k_scores.png
+    report = (tmp_path / "run" / "report.html").read_text()
+    section = report.split("<h2>Choice of k</h2>", 1)[1].split("<h2>", 1)[0]
+    rule = result["k-choice"]["rule"]
+    assert f"k = 3 chosen by {rule} among k = 2..6" in section
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td>(chosen)?</td>", section)
+    assert rows == [("2", ""), ("3", "chosen"), ("4", ""), ("5", ""), ("6", "")]
+    assert section.count("data:image/png;base64,") == 1 and "k_scores.png" in section
+    settings = report.split("<h2>Settings</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td>k-max</td><td>6</td>" in settings
 
 
 @pytest.mark.parametrize(("extra", "match"), [

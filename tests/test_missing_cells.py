@@ -245,10 +245,17 @@ def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["status"] == "completed"
     assert result["features"]["missing"] == "mean"
+    assert result["features"]["rows-read"] == sum(len(f) for f in frames)
     assert result["features"]["missing-cells"] == {
         name: int(n) for name, n in pd.concat(frames).drop(columns="smoker").isna().sum().items()
         if n}
     assert any("missing='mean'" in w for w in result["warnings"])
+    # the report says how many rows had a missing cell, per site
+    incomplete = [int(f.drop(columns="smoker").isna().any(axis=1).sum()) for f in frames]
+    report = (tmp_path / "run" / "report.html").read_text()
+    assert (f"mean: {sum(incomplete)} of {sum(len(f) for f in frames)} rows had a missing "
+            f"cell (client 0: {incomplete[0]}, client 1: {incomplete[1]}, client 2: "
+            f"{incomplete[2]})") in report
     # the saved model fills a new file's missing cells with the same means
     model = load_model(tmp_path / "run" / "model.json")
     assert model.transform.missing == "mean" and model.transform.fill == \

@@ -243,22 +243,24 @@ def test_write_report_is_self_contained_and_escaped(tmp_path):
     )
     text = out.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and "<style>" in text
-    for feature in FEATURES[:3]:
-        assert f"{feature} mean" in text
+    profile_section = text.split("<h2>Cluster profile</h2>", 1)[1].split("<h2>", 1)[0]
+    for feature in FEATURES[:3]:  # one row per feature, its full name first
+        assert f"<tr><td>{feature}</td>" in profile_section
     assert all(site in text for site in SITES)
     assert "http://" not in text and "https://" not in text
     assert "<script" not in text and evil not in text
-    assert html.escape(f"{evil} mean") in text
+    assert f"<tr><td>{html.escape(evil)}</td>" in profile_section
     assert html.escape("Profile <run>") in text
     assert text.count("data:image/png;base64,") == 1
     assert "not there" in text and "skipped" in text
     warnings_section = text.split("<h2>Warnings</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<p>none</p>" in warnings_section
-    profile_section = text.split("<h2>Cluster profile</h2>", 1)[1].split("<h2>", 1)[0]
     assert profile_section.count("suppressed</td>") == int(
         profile.filter(like="rows at").isna().sum().sum())
-    for column in ("fraction", "income mean", "area std"):
-        assert f">{profile.loc[2, column]:.4g}</td>" in profile_section  # 4 significant digits
+    assert f">{profile.loc[2, 'fraction']:.4g}</td>" in profile_section  # 4 significant digits
+    for feature in ("income", "area"):  # mean ± std, 4 significant digits each
+        cell = f"{profile.loc[2, f'{feature} mean']:.4g} ± {profile.loc[2, f'{feature} std']:.4g}"
+        assert f">{cell}</td>" in profile_section
     convergence = text.split("<h2>Convergence</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<th>ari</th>" in convergence
     assert f">{history[-1]['metrics']['ari']:.4g}</td>" in convergence
@@ -282,6 +284,58 @@ def test_write_report_warnings_and_missing_values(tmp_path):
     # the empty cluster's mean is a dash, its (zero, unsuppressed) site count a 0
     profile_section = text.split("<h2>Cluster profile</h2>", 1)[1].split("<h2>", 1)[0]
     assert "\u2013" in profile_section and "suppressed</td>" not in profile_section
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data.startswith(PNG)
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _wide_profile(k: int, d: int, names: list[str], n_sites: int = 4):
+    rng = np.random.default_rng(1)
+    C = rng.normal(size=(k, d))
+    sites = {f"client {s}": rng.integers(0, 30, size=k) for s in range(n_sites)}
+    counts = sum(sites.values())
+    R = rng.normal(size=(k, d))
+    Q = R**2 / np.maximum(counts, 1)[:, None] + counts[:, None] * rng.uniform(0.5, 2, (k, d))
+    return cluster_profile(counts, R, Q, C, names, site_counts=sites)
+
+
+def test_a_wide_profile_with_a_huge_name_keeps_a_bounded_figure_and_wraps_its_table(tmp_path):
+    from flwr_clustering.profile import CLUSTERS_PER_TABLE, LABEL_CHARS, MAX_FIGURE_INCHES
+
+    k, d = 12, 13
+    huge = "n" * 10_000  # a name of tens of thousands of characters grew the canvas
+    names = [huge] + [f"measurement {i}" for i in range(1, d)]
+    profile = _wide_profile(k, d, names)
+    png = tmp_path / "profile.png"
+    plot_profile(png, profile, names, title="wide")
+    width, height = _png_size(png)
+    short = _png_size_of_names(tmp_path, k, d)  # the same profile with short names
+    assert (width, height) == short  # the long name is cut to LABEL_CHARS in the figure
+    bound = [(inches + 0.2) * 110 for inches in MAX_FIGURE_INCHES]  # + the tight bbox's pad
+    assert width <= bound[0] and height <= bound[1]
+    # the largest a profile may draw: hundreds of features, clusters and sites
+    big_names = [f"{i}{huge}" for i in range(300)]
+    plot_profile(tmp_path / "big.png", _wide_profile(60, 300, big_names, n_sites=80),
+                 big_names)
+    width, height = _png_size(tmp_path / "big.png")
+    assert width <= bound[0] and height <= bound[1]
+    # the report: the full name once per table, the clusters wrapped CLUSTERS_PER_TABLE a table
+    out = tmp_path / "report.html"
+    write_report(out, title="wide", settings={}, warnings=[], profile=profile)
+    section = out.read_text(encoding="utf-8").split("<h2>Cluster profile</h2>", 1)[1]
+    tables = -(-k // CLUSTERS_PER_TABLE)
+    assert section.count(f"<tr><td>{huge}</td>") == tables == 2
+    assert section.count("<table>") == 1 + tables  # the clusters' sizes, then the means
+    assert section.count("<th>cluster 11 (n=") == 1 and LABEL_CHARS < 40
+
+
+def _png_size_of_names(tmp_path, k: int, d: int) -> tuple[int, int]:
+    names = ["n" * 40] + [f"measurement {i}" for i in range(1, d)]
+    plot_profile(tmp_path / "short.png", _wide_profile(k, d, names), names, title="wide")
+    return _png_size(tmp_path / "short.png")
 
 
 def test_importing_profile_stays_cheap():

@@ -199,7 +199,10 @@ def test_dates_and_categories_are_not_numbers():
     frame = pd.DataFrame({"when": pd.to_datetime(["2024-01-01", "2024-02-01"]),
                           "kind": pd.Categorical(["a", "b"]), "x": [1.0, 2.0]})
     table = FeatureTable.from_frame(frame)
-    assert table.names == ("x",) and set(table.text) == {"when", "kind"}
+    assert table.names == ("x",) and set(table.text) == {"kind"}
+    # dates are neither numbers nor text: seconds since the epoch, a feature if declared
+    assert list(table.dates) == ["when"]
+    assert table.dates["when"].tolist() == [1704067200.0, 1706745600.0]
 
 
 def test_spread_warning_names_the_widest_feature():

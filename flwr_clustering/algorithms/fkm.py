@@ -12,8 +12,9 @@ This module holds the client step, the server step and a pure-NumPy loop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -486,6 +487,11 @@ def run_fkm(
     return result
 
 
+
+def _dp_run(run_config: Mapping[str, Any]) -> bool:
+    """Whether a run config asks for differential privacy (its DP keys matter then)."""
+    return float(run_config.get("dp-epsilon", 0) or 0) > 0
+
 @dataclass(frozen=True)
 class FKMOptions(Options):
     """Options of FKM (Garst & Reinders, Algorithm 1): run-config keys and message config."""
@@ -504,7 +510,8 @@ class FKMOptions(Options):
     robust_trim: float = option(0.0, minimum=0.0, maximum=0.5, help="server-update "
                                 "'lloyd': set aside this fraction of the clients' means at "
                                 "each end, per centroid and feature (0.5: the median; 0: "
-                                "the exact count-weighted mean)")
+                                "the exact count-weighted mean)",
+                                when=lambda cfg: cfg.get("server-update") == "lloyd")
     recount: bool = option(False, run_config=False, help="count points nearest to the new "
                            "local means (the paper's scikit-learn semantics)")
     server_n_init: int = option(10, key="server-n-init", minimum=1, run_config=False,
@@ -520,22 +527,22 @@ class FKMOptions(Options):
                                "released model, start and dp-rounds (0: off; needs "
                                "server-update='lloyd' and data-bound)")
     dp_delta: float = option(1e-5, minimum=0.0, maximum=0.5, help="differential privacy: "
-                             "delta")
+                             "delta", when=_dp_run)
     data_bound: float = option(0.0, minimum=0.0, help="differential privacy: the L2 norm "
-                               "every row is clipped to (B)")
+                               "every row is clipped to (B)", when=_dp_run)
     dp_placement: str = option("distributed", choices=("distributed", "central"),
                                help="differential privacy: each client adds its share of the "
-                               "noise, or the (trusted) server adds it")
+                               "noise, or the (trusted) server adds it", when=_dp_run)
     dp_init: str = option("moments", choices=("moments", "random"),
                           help="differential privacy: the start, 'moments' (DP moments and "
                           "candidate centres, paid from the budget, no row sent) or "
-                          "'random' (uniform in the data ball, free)")
+                          "'random' (uniform in the data ball, free)", when=_dp_run)
     dp_init_share: float = option(0.5, help="differential privacy: the share of the budget "
                                   "dp-init='moments' spends (the rest is split over the "
-                                  "dp-rounds Lloyd steps)")
+                                  "dp-rounds Lloyd steps)", when=_dp_run)
     dp_rounds: int = option(2, minimum=1, help="differential privacy: the DP Lloyd steps the "
                             "budget is split over, the run's rounds (max-rounds caps them); "
-                            "more rounds only split the budget further")
+                            "more rounds only split the budget further", when=_dp_run)
     dtype: str = option("float64", choices=FLOAT_DTYPES, help="the type the clients compute "
                         "in and send: float32 halves their data's memory and the messages")
 

@@ -22,7 +22,7 @@ from .. import registry
 from ..clients import client_app
 from ..clients.base import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
-from ..data.registry import DATASETS, load_partition
+from ..data.registry import DATASETS, feature_names, load_partition
 from ..data.schema import FeatureTable
 from ..log import configure_console, hide_actor_termination
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
@@ -175,15 +175,17 @@ def client_fn(context: Context) -> ClusteringClient:
         X, y = load_partition(pid, num, **dataset_kwargs(cfg))
         source = {"local": False, "partition-id": pid, "num-partitions": num}
     client = build_client(cfg, X, y, cid)
-    # the columns by name (a file's header; a built-in partition's positions "0", "1", ...):
-    # the federation agrees on its features from them (strategies.features) and every
-    # message says which, in which order and units. A built-in partition's table holds its
-    # float64 rows, so that a float32 run rounds the scaled rows once, as the estimator's
-    # clients do (a float32 file is held as float32 only: half the memory)
+    # the columns by name (a file's header; a built-in partition's own names, wine's
+    # "proline", or positions "0", "1", ... for a generated set): the federation agrees on
+    # its features from them (strategies.features) and every message says which, in which
+    # order and units. A built-in partition's table holds its float64 rows, so that a
+    # float32 run rounds the scaled rows once, as the estimator's clients do (a float32
+    # file is held as float32 only: half the memory)
     if "data-path" in context.node_config:
         client.feature_table = loaded.table()
     elif np.ndim(X) == 2:  # (not images)
-        client.feature_table = FeatureTable(np.asarray(X))
+        client.feature_table = FeatureTable(np.asarray(X),
+                                            feature_names(str(cfg["dataset"])) or ())
     # told to the server in the library's data-source phase (clients.base.DATA_SOURCE_PHASE)
     client.data_source = source
     client.allow_raw_rows = node_flag(context.node_config, RAW_ROWS_KEY,

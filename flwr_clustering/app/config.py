@@ -11,6 +11,7 @@ may see an empty run config, so every key has a default here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
 from ..data.schema import CATEGORICAL_WEIGHTS, MISSING, SCALINGS
+from ..data.shapes import SHAPES
 from ..options import Options, option
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
 from ..strategies.choose_k import search_problem, search_strategy
@@ -35,7 +37,24 @@ __all__ = [
     "merged_config",
     "results_dir",
     "run_dtype",
+    "run_settings",
 ]
+
+
+def _k_auto(cfg: Mapping[str, Any]) -> bool:
+    return isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
+
+
+def _secure(cfg: Mapping[str, Any]) -> bool:
+    return bool(cfg.get("secure-aggregation"))
+
+
+def _built_in(cfg: Mapping[str, Any]) -> bool:
+    return cfg.get("dataset") != "local"
+
+
+def _dataset(*names: str):
+    return lambda cfg: cfg.get("dataset") in names
 
 
 @dataclass(frozen=True)
@@ -63,19 +82,22 @@ class AppOptions(Options):
                               "out-dir (absolute) holds checkpoint.npz; empty: a new run")
     resume_changed_data: bool = option(False, help="resume-from: go on although a client's "
                                        "rows differ from the interrupted run's (warned and "
-                                       "recorded; false: refused, naming the client)")
+                                       "recorded; false: refused, naming the client)",
+                                       when=lambda cfg: bool(cfg.get("resume-from")))
     secure_aggregation: bool = option(False, help="the server receives only the sum of "
                                       "the clients' replies (SecAgg+; fkm with "
                                       "server-update='lloyd', ffcm version 1, "
                                       "masked-federated); see docs/privacy.md")
     secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
-                                     "key shares rebuild a key (the others may drop out)")
+                                     "key shares rebuild a key (the others may drop out)",
+                                     when=_secure)
     secagg_keys: str = option(DEFAULT_SECAGG_KEYS, choices=SECAGG_KEYS,
                               help="secure aggregation: run "
                               "(keys agreed once per run, fresh masks per exchange: near a "
                               "plain round's cost) or exchange (Flower's SecAgg+ as shipped, "
-                              "all four stages per exchange); see docs/privacy.md")
+                              "all four stages per exchange); see docs/privacy.md",
+                              when=_secure)
     scaling: str = option("standard", choices=SCALINGS, help="scale the features across the "
                           "sites before round 1, from the clients' sums: standard (z-scores), "
                           "minmax ([0, 1]; not with secure aggregation) or none (warns when "
@@ -97,21 +119,27 @@ class AppOptions(Options):
                           "auto: partial for the masked algorithms, else mean; see "
                           "docs/data.md")
     unit_check: str = option("warn", choices=UNIT_CHECKS, help="a site whose feature looks "
-                             "recorded in other units than the other sites' (a factor near a "
-                             "power of ten in both size and spread; plain runs): warn, "
-                             "refuse the run, or off")
+                             "recorded in other units than the other sites' (size and "
+                             "spread off by the same factor of about 16 or more; under "
+                             "secure aggregation each site flags itself): warn, refuse the "
+                             "run, or off")
     categorical_weight: str = option("balanced", choices=CATEGORICAL_WEIGHTS,
                                      help="with scaling='standard', the weight of a "
                                      "categorical column: balanced (its one-hot features "
                                      "together weigh like one standardised feature) or "
                                      "standard (each one-hot feature standardised like a "
-                                     "measurement); see docs/data.md")
-    k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k")
-    k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k")
+                                     "measurement); see docs/data.md",
+                                     when=lambda cfg: bool(cfg.get("categorical-columns")))
+    datetime_columns: str = option("", help="date/time columns used as features, "
+                                   "comma-separated: converted to seconds since "
+                                   "1970-01-01 UTC at every site (an undeclared date "
+                                   "column is refused)")
+    k_min: int = option(2, minimum=1, help="k='auto': the smallest candidate k", when=_k_auto)
+    k_max: int = option(10, minimum=1, help="k='auto': the largest candidate k", when=_k_auto)
     k_rule: str = option(DEFAULT_RULE, choices=RULES, help="k='auto': how k is chosen from "
                          "the candidates' scores (the best simplified silhouette, "
                          "Calinski-Harabasz or Davies-Bouldin, or the SSE's knee); see "
-                         "docs/choosing.md")
+                         "docs/choosing.md", when=_k_auto)
     split_check: bool = option(True, help="after the last round, check from per-cluster "
                                "sums whether a cluster looks like two groups (a poor local "
                                "optimum, or k too small) and warn")
@@ -132,19 +160,30 @@ class DataOptions(Options):
 
     dataset: str = option("garst-grid", help="a registry data set, or 'local'")
     partitioner: str = option("iid", help="iid, dirichlet, cluster-wise, sorted, or the data "
-                              "set's natural split")
-    beta: float = option(0.1, help="Garst spatial split parameter")
-    ppc: int = option(50, minimum=1, help="points per cluster of the Garst grid")
-    noise: float = option(1.0, help="Garst grid noise")
-    dirichlet_alpha: float = option(0.5, help="Dirichlet partitioner concentration")
-    n_samples: int = option(1000, minimum=1, help="blobs: rows")
-    n_features: int = option(2, minimum=1, help="blobs: features")
-    centers: int = option(16, minimum=1, help="blobs: centres")
-    cluster_std: float = option(1.0, help="blobs: spread")
-    data_seed: int = option(0, help="data generation and partitioning seed")
-    feature_mask: str = option("none", help="feature masks of the clients (masked algorithms)")
-    mask_overlap: float = option(0.3, help="feature-mask overlap")
-    mask_shared: float = option(0.1, help="feature-mask shared fraction")
+                              "set's natural split", when=_built_in)
+    beta: float = option(0.1, help="Garst spatial split parameter",
+                         when=_dataset("garst-grid"))
+    ppc: int = option(50, minimum=1, help="points per cluster of the Garst grid",
+                      when=_dataset("garst-grid", "garst-clusterwise"))
+    noise: float = option(1.0, help="Garst grid noise",
+                          when=_dataset("garst-grid", "garst-clusterwise"))
+    dirichlet_alpha: float = option(0.5, help="Dirichlet partitioner concentration",
+                                    when=lambda cfg: _built_in(cfg)
+                                    and cfg.get("partitioner") == "dirichlet")
+    n_samples: int = option(1000, minimum=1, help="blobs: rows",
+                            when=_dataset("blobs", *SHAPES))
+    n_features: int = option(2, minimum=1, help="blobs: features", when=_dataset("blobs"))
+    centers: int = option(16, minimum=1, help="blobs: centres", when=_dataset("blobs"))
+    cluster_std: float = option(1.0, help="blobs: spread", when=_dataset("blobs"))
+    data_seed: int = option(0, help="data generation and partitioning seed", when=_built_in)
+    feature_mask: str = option("none", help="feature masks of the clients (masked algorithms)",
+                               when=_built_in)
+    mask_overlap: float = option(0.3, help="feature-mask overlap",
+                                 when=lambda cfg: _built_in(cfg)
+                                 and cfg.get("feature-mask") == "chain")
+    mask_shared: float = option(0.1, help="feature-mask shared fraction",
+                                when=lambda cfg: _built_in(cfg)
+                                and cfg.get("feature-mask") == "shared")
 
 
 def default_run_config() -> dict[str, Any]:
@@ -225,6 +264,33 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
+
+
+def run_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The run config of one run's own keys, for its report and ``model.json``.
+
+    The App's keys (:class:`AppOptions`), the data keys (:class:`DataOptions`) and the
+    keys of the run's algorithm as its registration declares them
+    (``registry.get(algorithm).options``), each where it matters to this run (its
+    declaration's ``when``: ``k-min`` only with ``k='auto'``, ``beta`` only on
+    ``garst-grid``, no built-in data key of a ``dataset='local'`` run), in the run
+    config's order; never the keys only other algorithms have (a merged run config holds
+    every registered algorithm's).
+
+    Parameters
+    ----------
+    cfg : dict
+        A merged run config (:func:`merged_config`).
+
+    Returns
+    -------
+    dict
+        The subset of ``cfg``.
+    """
+    spec = registry.get(str(cfg.get("algorithm", AppOptions.algorithm)))
+    keys = {*AppOptions.keys_of_run(cfg), *DataOptions.keys_of_run(cfg),
+            *spec.options.keys_of_run(cfg)}
+    return {key: value for key, value in cfg.items() if key in keys}
 
 
 def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
@@ -311,6 +377,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "categorical_columns": app.categorical_columns,
            "missing": app.missing, "unit_check": app.unit_check,
            "categorical_weight": app.categorical_weight,
+           "datetime_columns": app.datetime_columns,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)

@@ -35,8 +35,9 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
     out_dir : str or pathlib.Path
         Directory, created if missing.
     **extra
-        Merged into ``result.json``; ``X`` and ``labels`` (pooled rows and their
-        clusters, simulation only) go to the plot.
+        Merged into ``result.json``; ``X`` and ``labels`` (pooled rows in the federation's
+        features and units, what was clustered, and their clusters; simulation only) go to
+        the plot.
 
     Returns
     -------
@@ -62,17 +63,24 @@ def save_results(strategy, out_dir: str | Path, **extra: Any) -> dict[str, str]:
     arrays = centroid_arrays(strategy)  # in the data's own units
     rounds = [arrays[f"round_{i + 1}"] for i in range(len(strategy.centroid_history))]
     extra_arrays = {k: v for k, v in arrays.items() if k == "scaled_centroids"}
+    # clusters.png: the rows as clustered (``X`` is given in the federation's features and
+    # units) with the model as computed, and says so
+    transform = strategy.feature_transform
+    space = ("" if transform is None else f"scaled rows ({transform.scaling})"
+             if transform.scaled else "rows, not scaled")
     paths = save_run(out_dir, arrays.get("centroids"), rounds, strategy.history,
-                     summary, X, labels, extra_arrays)
+                     summary, X, labels, extra_arrays,
+                     plot_centroids=strategy.centroids, space=space,
+                     feature_names=None if transform is None else transform.features)
     if hasattr(strategy, "privacy_ledger"):
         paths["privacy"] = str(Path(out_dir) / "privacy.json")
         atomic_write_text(paths["privacy"],
                           json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
+    paths.update(save_k_scores(strategy, out_dir))
     paths.update(save_data_terms(strategy, out_dir, summary, paths))
     for filename, arrays in strategy.artifacts().items():
         paths[Path(filename).stem] = str(Path(out_dir) / filename)
         np.savez(paths[Path(filename).stem], **arrays)
-    paths.update(save_k_scores(strategy, out_dir))
     if strategy.curves:
         paths["training"] = str(Path(out_dir) / "training.png")
         plot_curves(paths["training"], strategy.history, strategy.curves,
@@ -112,7 +120,9 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
     sums (no row). A cluster's mean and spread come from the clients that sent its
     statistics (a client withholds a cluster of fewer than ``privacy-threshold`` rows);
     its size counts every row. Rows per site only where the server saw each client's
-    counts (not under secure aggregation).
+    counts (not under secure aggregation). A date feature (``datetime-columns``) has its
+    mean in seconds since the epoch and, beside it, as an ISO 8601 UTC time
+    (``"<feature> mean (UTC)"``).
     """
     from ..profile import cluster_profile
 
@@ -153,6 +163,13 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
         privacy_threshold=privacy_threshold)
     profile["size"] = total.astype(np.int64)
     profile["fraction"] = total / total.sum() if total.sum() else np.nan
+    for name in getattr(transform, "datetimes", ()):  # seconds since the epoch, readable
+        import pandas as pd
+
+        mean = f"{name} mean"
+        when = pd.to_datetime(profile[mean], unit="s", utc=True, errors="coerce")
+        profile.insert(profile.columns.get_loc(mean) + 1, f"{name} mean (UTC)",
+                       when.dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return profile
 
 
@@ -160,10 +177,13 @@ def run_model(strategy, run_config: dict[str, Any]):
     """The model a site keeps (``model.json``) of a finished strategy, or ``None``.
 
     ``None`` where the model is not centroids (a network) or its names do not fit them.
+    Its ``options`` are the run's own settings (:func:`~flwr_clustering.app.config.run_settings`:
+    its algorithm's keys and the run-wide ones that matter to it).
     """
     from .. import __version__
     from ..data.schema import FeatureTransform
     from ..model import ClusteringModel
+    from .config import run_settings
 
     C = strategy.centroids
     transform = strategy.feature_transform
@@ -176,7 +196,8 @@ def run_model(strategy, run_config: dict[str, Any]):
     return ClusteringModel(
         algorithm=strategy.name, k=int(np.shape(C)[0]), feature_names=tuple(names),
         transform=transform if transform is not None else FeatureTransform(names),
-        centroids=np.asarray(C, dtype=np.float64), options=to_jsonable(run_config),
+        centroids=np.asarray(C, dtype=np.float64),
+        options=to_jsonable(run_settings(run_config) if run_config else {}),
         library_version=__version__, labelling=strategy.labelling)
 
 
@@ -188,17 +209,22 @@ def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
     centres in the model's and in the original units) labels new files at any site with
     :func:`flwr_clustering.load_model`; ``profile.csv`` and ``profile.png`` hold the cluster
     profile (:func:`cluster_profile_of`); ``report.html`` is one self-contained page with
-    the settings, warnings, profile, rows per site and convergence.
+    the run's settings (its algorithm's options and the run-wide ones,
+    :func:`~flwr_clustering.app.config.run_settings`), the choice of ``k`` of a
+    ``k='auto'`` run (its table and ``k_scores.png``, from ``paths``), warnings, profile,
+    rows per site and convergence.
     """
     from .. import __version__
     from ..data.site_check import FederationSchema
     from ..profile import plot_profile, write_report
+    from .config import run_settings
 
     out = Path(out_dir)
     written: dict[str, str] = {}
     C = strategy.centroids
     transform = strategy.feature_transform
     run_config = summary.get("run-config") or {}
+    settings = run_settings(run_config) if run_config else {}
     threshold = int(run_config.get("privacy-threshold", getattr(strategy, "privacy_threshold",
                                                                  2)))
     model = run_model(strategy, run_config)
@@ -228,11 +254,69 @@ def save_data_terms(strategy, out_dir: str | Path, summary: dict[str, Any],
         images["cluster profile"] = written["profile-plot"]
         logger.info("cluster profile (original units): %s", written["profile"])
     written["report"] = str(out / "report.html")
-    settings = {"algorithm": strategy.name, **run_config}
+    settings = {"algorithm": strategy.name, **settings}
     if summary.get("features"):
         settings["features"] = summary["features"].get("features")
         settings["scaling"] = summary["features"].get("scaling")
+        missing = missing_cells_line(summary["features"])
+        if missing is not None:
+            settings["missing cells"] = missing
     write_report(written["report"], title=f"flwr-clustering: {strategy.name}",
                  settings=settings, warnings=summary.get("warnings", []), profile=profile,
-                 images=images, history=strategy.history)
+                 images=images, history=strategy.history,
+                 k_choice=k_choice_of(strategy, paths.get("k_scores_plot")))
     return written
+
+
+def missing_cells_line(features: dict[str, Any]) -> str | None:
+    """The report's line on missing cells: the policy and the rows with a missing cell.
+
+    ``None`` for a run without the features step or before the ``missing`` option.
+    """
+    policy = features.get("missing")
+    if policy is None:
+        return None
+    incomplete = int(features.get("incomplete-rows") or 0)
+    read = int(features.get("rows-read") or 0)
+    per_site = ", ".join(f"{site}: {n}" for site, n in
+                         (features.get("incomplete-rows-per-site") or {}).items())
+    where = f" ({per_site})" if per_site else ""
+    if not incomplete:
+        return f"{policy}: no row has a missing cell"
+    if policy == "drop":
+        return (f"drop: {incomplete} of {read} rows have a missing cell and were left out "
+                f"(label -1){where}")
+    cells = sum((features.get("missing-cells") or {}).values())
+    filled = f", {cells} cells filled with the federation's means" if policy == "mean" else ""
+    return f"{policy}: {incomplete} of {read} rows had a missing cell{where}{filled}"
+
+
+def k_choice_of(strategy, figure: str | None = None) -> dict[str, Any] | None:
+    """The choice of ``k`` of a search, for the report.
+
+    ``None`` for a run of one model and for a search over starts at one given ``k``
+    (``n-init``), which chose no ``k``.
+
+    ``{"k", "rule", "text", "scores", "figure"}``: the chosen ``k``, the rule, one
+    sentence (the candidates, the runner-up, the other rules' picks), the candidates'
+    scores (one row per ``k``, ``chosen`` marked) and ``k_scores.png``.
+    """
+    import pandas as pd
+
+    scores = list(getattr(strategy, "k_scores", None) or [])
+    search = getattr(strategy, "search", None)
+    if not scores or not search or search["k-min"] == search["k-max"]:
+        return None
+    table = pd.DataFrame(scores)
+    table.insert(1, "chosen", np.where(table["k"] == search["k"], "chosen", ""))
+    others = ", ".join(f"{rule}: k={k}" for rule, k in (search.get("picks") or {}).items()
+                       if rule != search["rule"])
+    text = (f"k = {search['k']} chosen by {search['rule']} among k = {search['k-min']}.."
+            f"{search['k-max']} ({search['candidates']} candidate models, "
+            f"{search['starts']} start(s) per k)")
+    if search.get("runner-up") is not None:
+        text += f"; runner-up k = {search['runner-up']}"
+    if others:
+        text += f"; the other rules pick {others}"
+    return {"k": int(search["k"]), "rule": str(search["rule"]), "text": text + ".",
+            "scores": table, "figure": figure}

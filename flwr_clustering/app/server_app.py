@@ -24,7 +24,8 @@ from flwr.serverapp import Grid, ServerApp
 from .. import registry
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.masked import pooled_masked_squared_distances
-from ..data.registry import check_partitioning, load_pooled
+from ..data.registry import check_partitioning, feature_names, load_pooled
+from ..data.schema import FeatureTable
 from ..evaluation import aggregate_evaluation_stats, label_evaluation_stats
 from ..log import configure_console, format_metrics, logger
 from ..metrics import centralized_metrics, model_contingencies, per_model_metrics
@@ -163,7 +164,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         def evaluate_fn(server_round, arrays):
             # the pooled rows in the federation's features and units (agreed in start())
             if "X" not in scaled:
-                scaled["X"] = feature_rows(strategy, X_raw)
+                scaled["X"] = feature_rows(strategy, X_raw, cfg["dataset"])
             X = scaled["X"]
             labels = strategy.pooled_labels(X)
             if labels is not None:  # a model that labels rows itself (KDC)
@@ -195,8 +196,8 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     if checkpoint is not None:
         extra["resumed-after-round"] = int(checkpoint["round"])
     if pooled is not None and complete is not None:
-        X, y = feature_rows(strategy, pooled[0]), pooled[1]
-        X_complete = feature_rows(strategy, complete[0])
+        X, y = feature_rows(strategy, pooled[0], cfg["dataset"]), pooled[1]
+        X_complete = feature_rows(strategy, complete[0], cfg["dataset"])
         from sklearn.cluster import KMeans  # the centralized baseline (simulation only)
 
         # centralized k-means on the pooled rows in the same features and units (with the
@@ -216,7 +217,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         report = spec.pooled_report_fn()
         if report is not None and y is not None:  # e.g. DeepFeCA's linear probe
             extra.update(report(strategy, X, y))
-        extra["X"] = complete[0]  # the plot is in the data's own units
+        extra["X"] = X_complete  # the plot: the rows as clustered (scaled), not raw units
         extra["labels"] = labels
         # the federated model on the pooled rows is the strategy's last server evaluation
         # (logged); its comparison, once:
@@ -229,16 +230,17 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     }
 
 
-def feature_rows(strategy, X: np.ndarray) -> np.ndarray:
+def feature_rows(strategy, X: np.ndarray, dataset: str) -> np.ndarray:
     """Pooled rows of a built-in data set in the federation's features and units.
 
-    The simulated clients hold the data set's columns in its own order (positional
-    names), so only the scaling applies.
+    The rows are taken as the simulated clients hold them (the data set's own column
+    names, :func:`~flwr_clustering.data.registry.feature_names`, or positions) and go
+    through the federation's transform as every client's do.
     """
     transform = strategy.feature_transform
-    if transform is None or not transform.scaled or np.ndim(X) != 2:
+    if transform is None or np.ndim(X) != 2:
         return X
-    return transform.transform(X)
+    return transform.apply(FeatureTable(np.asarray(X), feature_names(dataset) or ()))
 
 
 @app.main()

@@ -25,7 +25,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from ..data.schema import (
     SchemaError,
     category_counts,
     column_moments,
+    continuous_columns,
     describe_columns,
     site_unit_powers,
     unit_factor,
@@ -211,14 +212,16 @@ def check_declared_rows(context: Context, client: Any, cid: int) -> None:
         "run, or start a new run on the new data")
 
 
-def columns_record(client: Any, magnitudes: bool = False) -> ConfigRecord | None:
+def columns_record(client: Any, magnitudes: bool = False,
+                   datetimes: Sequence[str] = ()) -> ConfigRecord | None:
     """The ``columns`` record of a ``data-source`` reply: names and kinds, never values.
 
-    ``names``, ``kinds`` (``numeric``, ``integer``, ``text``), ``unique`` (1 where every
-    row holds another integer or text value), ``rows`` and, when the server asks
-    (``magnitudes``: a secure scaling exchange needs it), ``magnitude``: per numeric column
-    the power of two above its largest ``|value|`` (0 for text), an order of magnitude,
-    not a value. ``None`` for a client without rows.
+    ``names``, ``kinds`` (``numeric``, ``integer``, ``text``, ``datetime``), ``unique`` (1
+    where every row holds another integer or text value), ``rows`` and, when the server
+    asks (``magnitudes``: a secure scaling exchange needs it), ``magnitude``: per numeric
+    or date column the power of two above its largest ``|value|`` (a date's in seconds
+    since the epoch, as is a text column the run declares in ``datetimes``; 0 for other
+    text), an order of magnitude, not a value. ``None`` for a client without rows.
     """
     X = getattr(client, "X", None)
     if getattr(client, "feature_table", None) is not None:
@@ -233,13 +236,30 @@ def columns_record(client: Any, magnitudes: bool = False) -> ConfigRecord | None
         "unique": [int(c.unique) for c in infos], "rows": int(len(table.X))}
     if not magnitudes:
         return ConfigRecord(record)
+    # the columns in describe_columns' order: numbers, text (a date as text: its
+    # seconds), dates
+    seconds = [_seconds_or_none(table, c.name) if c.kind == "datetime" or c.name in datetimes
+               else np.zeros(0) for c in infos[table.X.shape[1]:]]
     with np.errstate(all="ignore"):
         largest = np.nanmax(np.abs(np.asarray(table.X, dtype=np.float64)), axis=0,
                             initial=0.0) if table.X.size else np.zeros(table.X.shape[1])
+        largest = [*np.atleast_1d(largest), *(np.nanmax(np.abs(v), initial=0.0)
+                                              for v in seconds)]
     exponents = [int(np.ceil(np.log2(v))) if np.isfinite(v) and v > 0 else 0
-                 for v in np.atleast_1d(largest)]
-    exponents += [0] * len(table.text)
+                 for v in largest]
     return ConfigRecord({**record, "magnitude": exponents})
+
+
+def _seconds_or_none(table: FeatureTable, name: str) -> np.ndarray:
+    """A date column's seconds, for its magnitude.
+
+    None for text that is not dates: the federation's transform refuses it later, naming
+    the row.
+    """
+    try:
+        return table.seconds(name)
+    except SchemaError:
+        return np.zeros(0)
 
 
 def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarray]:
@@ -868,10 +888,14 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
                 "categorical-columns")
         if config.get("phase") == CATEGORIES_PHASE:  # the library's phase, any client
             columns = json.loads(str(config["categorical-columns"]))
-            counts = category_counts(client.table(), columns,
+            # a continuous column is flagged by name (no count: the server refuses it)
+            continuous = continuous_columns(client.table(), columns)
+            counts = category_counts(client.table(),
+                                     [c for c in columns if c not in continuous],
                                      int(config.get("privacy-threshold", 2)))
             reply = pack_reply(msg, None, len(client.X), {}, cid)
-            reply.content[COLUMNS_RECORD] = ConfigRecord({"categories": json.dumps(counts)})
+            reply.content[COLUMNS_RECORD] = ConfigRecord(
+                {"categories": json.dumps(counts), "continuous": json.dumps(continuous)})
             logger.info("client %d %s: %d values of %d columns (no row)", cid,
                         CATEGORIES_PHASE, sum(len(v) for v in counts.values()), len(counts))
             return reply
@@ -916,7 +940,8 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         if kind == "query" and config.get("phase") == DATA_SOURCE_PHASE:
             # the library's phase, for any client (n, metrics: computed above)
             reply = pack_reply(msg, None, n, metrics, cid)
-            columns = columns_record(client, bool(config.get("magnitudes")))
+            columns = columns_record(client, bool(config.get("magnitudes")), json.loads(
+                str(config.get("datetime-columns", "[]"))))
             if columns is not None:
                 reply.content[COLUMNS_RECORD] = columns
             return reply

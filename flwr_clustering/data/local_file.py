@@ -16,6 +16,10 @@ refused unless declared (``index_column``, ``feature_columns``); ``feature_colum
 ``label_column`` select columns by name, and an unknown name is an error listing the file's
 columns. A CSV is read as written: a line with more fields than the first (a decimal comma,
 another separator, a trailing one) is refused naming the line, never turned into a row index.
+Booleans are read as 0/1, and a nullable integer or boolean column's missing values as
+NaN. Date/time columns (a Parquet timestamp in any unit, with or without a time zone, or a
+date) are kept apart as seconds since 1970-01-01 00:00 UTC (``LocalFile.dates``): the
+federation uses them only where the run declares them (``datetime-columns``).
 Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
 algorithms read them as unobserved); with ``allow_nan=False`` the first one is reported by
 column and row. Everything else that is wrong (unknown extension, non-numeric values, wrong
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import FeatureTable
+from .schema import FeatureTable, datetime_seconds, is_datetime_column
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -103,6 +107,10 @@ class LocalFile:
     text : dict
         Columns that hold text only, by name (not in ``X``): the federation's schema
         check names them (a text column is not a feature).
+    dates : dict
+        Date/time columns (Parquet timestamps in any unit, with or without a time zone,
+        and dates), by name, as float seconds since 1970-01-01 00:00 UTC (not in ``X``):
+        a feature only where the run declares it (``datetime-columns``).
     """
 
     path: Path
@@ -113,12 +121,14 @@ class LocalFile:
     index_column: Column | None
     header: bool | None
     text: dict = dataclasses.field(default_factory=dict)
+    dates: dict = dataclasses.field(default_factory=dict)
 
     def table(self) -> FeatureTable:
         """The file's columns by name (positions ``"0"``, ``"1"``... without a header)."""
         positional = self.header is False or self.path.suffix.lower() in (".npy", ".npz")
         return FeatureTable(self.X, tuple(str(f) for f in self.features),
-                            {str(k): v for k, v in self.text.items()}, positional)
+                            {str(k): v for k, v in self.text.items()}, positional,
+                            {str(k): v for k, v in self.dates.items()})
 
     def describe(self) -> str:
         """One line for a log: file, rows, features and the label column."""
@@ -132,6 +142,9 @@ class LocalFile:
             text += f", index column {self.index_column!r} dropped"
         if self.header is False:
             text += ", no header row"
+        if self.dates:
+            text += (f", date column(s) {', '.join(map(repr, self.dates))} (seconds since "
+                     "1970-01-01 UTC; features where the run declares datetime-columns)")
         return text
 
 
@@ -475,8 +488,16 @@ def _select(
 
     data = {}
     text: dict[Column, np.ndarray] = {}
+    dates: dict[Column, np.ndarray] = {}
     for name in features:
         col = frame[name]
+        if is_datetime_column(col):
+            # one unit at every site, whatever the file's (ns, us, ms, s; a time zone):
+            # kept apart, a feature only where the run declares it (datetime-columns)
+            dates[name] = datetime_seconds(col)
+            continue
+        if col.dtype.kind == "m":  # a duration: seconds, whatever its unit
+            col = col.dt.total_seconds()
         if col.dtype.kind not in "biuf":
             numeric = pd.to_numeric(col, errors="coerce")
             bad = numeric.isna() & col.notna()
@@ -492,8 +513,9 @@ def _select(
                     f"(data row {row + 1}, 1-based)"
                 )
             col = numeric
-        data[name] = col.to_numpy(dtype=np.float64)
-    features = [name for name in features if name not in text]
+        # bool: 0/1; a nullable integer or boolean's missing value (pd.NA): NaN
+        data[name] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+    features = [name for name in features if name not in text and name not in dates]
     X = (np.column_stack([data[name] for name in features]) if features
          else np.empty((len(frame), 0)))
     if not allow_nan:
@@ -507,6 +529,7 @@ def _select(
         index_column=index,
         header=header,
         text=text,
+        dates=dates,
     )
 
 

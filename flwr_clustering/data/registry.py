@@ -85,6 +85,7 @@ __all__ = [
     "DIRICHLET_MIN_PARTITION_SIZE",
     "check_partitioning",
     "default_cluster_amounts",
+    "feature_names",
     "load_dataset",
     "load_partition",
     "load_pooled",
@@ -257,6 +258,42 @@ def load_dataset(
         return (X[keep].astype(np.float64), np.searchsorted(classes, y[keep]).astype(np.int64),
                 None)
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+
+
+@functools.cache
+def feature_names(name: str) -> tuple[str, ...] | None:
+    """The column names of a built-in data set, or ``None`` where it has none.
+
+    scikit-learn's bundled sets keep their own names (``wine``: ``"alcohol"`` ..
+    ``"proline"``; the digits subsets: the digits' ``"pixel_0_0"`` ..); the generated sets
+    have none (their columns are positions ``"0"``, ``"1"``, ...). A simulated client holds
+    its partition under these names, so the centroids, the profile, the plots,
+    ``model.json`` and ``result.json["features"]`` say ``proline``, not ``12``; the names
+    change no value (the rows, their hash and the pooled results are the same).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+
+    Returns
+    -------
+    tuple of str or None
+        One name per column of :func:`load_dataset`'s ``X``, in its order.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is unknown.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    loader = _SKLEARN_LOADERS.get("digits" if name in _DIGIT_SUBSETS else name)
+    if loader is None:
+        return None
+    import sklearn.datasets
+
+    return tuple(str(f) for f in getattr(sklearn.datasets, loader)().feature_names)
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,15 +6,19 @@ columns (names and kinds, never values) into one agreed feature list, and the si
 into one scaling, so that every algorithm sees the same features in the same order and in
 comparable units (:class:`FeatureTransform`). Layer 2: NumPy only (pandas for DataFrames).
 
-* :class:`FeatureTable` -- a site's columns by name (a numeric matrix plus text columns).
+* :class:`FeatureTable` -- a site's columns by name (a numeric matrix plus text and
+  date/time columns).
 * :func:`describe_columns` -- per column its name, kind (``numeric``, ``integer``,
-  ``text``) and whether every row holds another value (metadata a site sends in round 0).
+  ``text``, ``datetime``) and whether every row holds another value (metadata a site
+  sends in round 0).
 * :func:`agree_schema` -- the federation's features, or a :class:`SchemaError` naming the
   site, the columns and the option that resolves it.
 * :func:`column_moments` / :func:`scaling_from_moments` -- per-feature counts, sums, sums of
   squares and extremes (additive, except the extremes) and the scaling they give.
 * :class:`FeatureTransform` -- the agreed features and scaling, applied by every client,
   inverted for everything a user reads (centroids, profiles, plots).
+* :func:`epoch_seconds` / :func:`datetime_seconds` -- dates and times, in any unit or
+  time zone, as the one unit every site uses: float seconds since 1970-01-01 00:00 UTC.
 
 The federation's order (no ``feature-columns`` given): the column order that most sites
 share; between orders that as many sites share, the one of the site listed first (the
@@ -35,6 +39,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "CONTINUOUS_LEVELS",
+    "CONTINUOUS_SHARE",
+    "EPOCH",
     "DROP_LEAVES_NO_ROW",
     "OTHER",
     "ID_NAME_TOKENS",
@@ -56,10 +63,15 @@ __all__ = [
     "categorical_scales",
     "category_counts",
     "column_moments",
+    "continuous_columns",
+    "datetime_seconds",
     "describe_columns",
+    "epoch_seconds",
+    "is_datetime_column",
     "looks_like_id_name",
     "one_hot",
     "one_hot_name",
+    "parse_datetime_text",
     "scaling_from_moments",
     "self_scaled_warning",
     "site_unit_powers",
@@ -70,7 +82,7 @@ __all__ = [
 ]
 
 #: Column kinds a site declares.
-KINDS: tuple[str, ...] = ("numeric", "integer", "text")
+KINDS: tuple[str, ...] = ("numeric", "integer", "text", "datetime")
 
 #: Values of the ``scaling`` option: z-scores (``StandardScaler``), ``[0, 1]``
 #: (``MinMaxScaler``), the rows as they are.
@@ -126,7 +138,8 @@ class ColumnInfo:
     name : str
         The column's name (a position ``"0"``, ``"1"``, ... for files without names).
     kind : str
-        ``"numeric"``, ``"integer"`` (every value a whole number) or ``"text"``.
+        ``"numeric"``, ``"integer"`` (every value a whole number), ``"text"`` or
+        ``"datetime"`` (a date/time type, or text that reads as ISO 8601 dates).
     unique : bool
         Every row of the site holds another value (integer and text columns only).
     rows : int
@@ -141,7 +154,7 @@ class ColumnInfo:
 
 @dataclass
 class FeatureTable:
-    """A site's columns by name: a numeric matrix and, optionally, text columns.
+    """A site's columns by name: a numeric matrix and, optionally, text and date columns.
 
     Parameters
     ----------
@@ -154,12 +167,20 @@ class FeatureTable:
     positional : bool, optional
         Whether the names are positions (a file without column names); default: true
         when ``names`` is not given.
+    dates : mapping of str to numpy.ndarray, optional
+        Date/time columns as float seconds since 1970-01-01 00:00 UTC (NaN: no date), by
+        name (:func:`datetime_seconds`). A feature only where the federation declares it
+        (``datetime-columns``); text columns declared so are parsed on use.
     """
 
     X: np.ndarray
     names: tuple[str, ...] = ()
     text: dict[str, np.ndarray] = field(default_factory=dict)
     positional: bool = False
+    dates: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Text columns declared as dates, parsed once (:meth:`seconds`).
+    _parsed: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False,
+                                           compare=False)
 
     def __post_init__(self) -> None:
         X = np.asarray(self.X)
@@ -172,18 +193,26 @@ class FeatureTable:
         self.names = tuple(str(n) for n in self.names)
         if len(self.names) != X.shape[1]:
             raise ValueError(f"{len(self.names)} column names for {X.shape[1]} columns")
-        everything = list(self.names) + [str(n) for n in self.text]
+        self.text = {str(n): v for n, v in self.text.items()}
+        self.dates = {str(n): np.asarray(v, dtype=np.float64) for n, v in self.dates.items()}
+        everything = list(self.all_names)
         duplicated = sorted({n for n in everything if everything.count(n) > 1})
         if duplicated:
             raise ValueError(f"column names appear twice: {duplicated}")
-        for name, values in self.text.items():
-            if len(values) != len(X):
-                raise ValueError(f"text column {name!r} has {len(values)} rows, the table "
-                                 f"{len(X)}")
+        for kind, columns in (("text", self.text), ("date", self.dates)):
+            for name, values in columns.items():
+                if len(values) != len(X):
+                    raise ValueError(f"{kind} column {name!r} has {len(values)} rows, the "
+                                     f"table {len(X)}")
 
     @classmethod
     def from_frame(cls, frame: Any) -> FeatureTable:
-        """A table from a pandas DataFrame: numeric columns to ``X``, the others as text.
+        """A table from a pandas DataFrame: numbers to ``X``, dates to ``dates``, the rest text.
+
+        Booleans become 0/1 and a nullable integer or boolean column's missing values
+        (``pd.NA``) NaN; durations become seconds; date/time columns (any unit, with or
+        without a time zone, and columns of ``datetime.date`` objects) become seconds
+        since the epoch in ``dates`` (:func:`datetime_seconds`).
 
         Raises
         ------
@@ -194,13 +223,21 @@ class FeatureTable:
 
         numeric: dict[str, np.ndarray] = {}
         text: dict[str, np.ndarray] = {}
+        dates: dict[str, np.ndarray] = {}
         for name in frame.columns:
             col = frame[name]
-            if col.dtype.kind in "mM" or str(col.dtype) == "category":
-                text[str(name)] = col.astype(object).to_numpy()  # dates, categories
+            if is_datetime_column(col):
+                dates[str(name)] = datetime_seconds(col)
                 continue
-            if col.dtype.kind in "biuf":
-                numeric[str(name)] = col.to_numpy(dtype=np.float64)
+            if col.dtype.kind == "m":  # a duration: seconds, whatever its unit
+                numeric[str(name)] = col.dt.total_seconds().to_numpy(
+                    dtype=np.float64, na_value=np.nan)
+                continue
+            if str(col.dtype) == "category":
+                text[str(name)] = col.astype(object).to_numpy()
+                continue
+            if col.dtype.kind in "biuf":  # bool: 0/1; Int64, boolean: pd.NA is NaN
+                numeric[str(name)] = col.to_numpy(dtype=np.float64, na_value=np.nan)
                 continue
             values = pd.to_numeric(col, errors="coerce")
             bad = values.isna() & col.notna()
@@ -211,13 +248,13 @@ class FeatureTable:
                 raise ValueError(f"non-numeric value {col.iloc[row]!r} in column {name!r} "
                                  f"(data row {row + 1}, 1-based)")
             else:
-                numeric[str(name)] = values.to_numpy(dtype=np.float64)
+                numeric[str(name)] = values.to_numpy(dtype=np.float64, na_value=np.nan)
         X = (np.column_stack(list(numeric.values())) if numeric
              else np.empty((len(frame), 0)))
-        return cls(X, tuple(numeric), text)
+        return cls(X, tuple(numeric), text, dates=dates)
 
     def values(self, name: str) -> np.ndarray:
-        """One column's values (text or numbers), by name.
+        """One column's values (text, numbers, or a date column's seconds), by name.
 
         Raises
         ------
@@ -226,28 +263,72 @@ class FeatureTable:
         """
         if name in self.text:
             return self.text[name]
+        if name in self.dates:
+            return self.dates[name]
         if name in self.names:
             return self.X[:, self.names.index(name)]
         raise SchemaError(f"no column {name!r}; the columns are {list(self.all_names)}")
 
     @property
     def all_names(self) -> tuple[str, ...]:
-        """Every column: the numeric ones, then the text ones."""
-        return self.names + tuple(self.text)
+        """Every column: the numeric ones, then the text ones, then the dates."""
+        return self.names + tuple(self.text) + tuple(self.dates)
 
-    def columns(self, names: Sequence[str]) -> np.ndarray:
-        """The numeric columns ``names``, in that order (``X`` itself when it is ``X``'s).
+    def seconds(self, name: str) -> np.ndarray:
+        """A declared date column as float seconds since 1970-01-01 00:00 UTC (NaN: none).
+
+        A text column is parsed (:func:`parse_datetime_text`) once, on first use.
 
         Raises
         ------
         SchemaError
-            If a name is missing, or is a text column.
+            If the column holds numbers, or a text cell that is not a date (naming the
+            column and the row, never the cell), or the table has no such column.
+        """
+        if name in self.dates:
+            return self.dates[name]
+        if name in self.text:
+            if name not in self._parsed:
+                self._parsed[name] = parse_datetime_text(self.text[name], name)
+            return self._parsed[name]
+        if name in self.names:
+            raise SchemaError(
+                f"column {name!r} is declared in datetime-columns but holds numbers: a date "
+                "column holds dates (a date/time type, or text such as 2024-03-01); leave "
+                "it out of datetime-columns (a number is a feature as it is)")
+        raise SchemaError(f"no column {name!r}; the columns are {list(self.all_names)}")
+
+    def columns(self, names: Sequence[str], datetimes: Sequence[str] = ()) -> np.ndarray:
+        """The numeric columns ``names``, in that order (``X`` itself when it is ``X``'s).
+
+        ``datetimes``: those of ``names`` that are declared dates, taken as seconds since
+        the epoch (:meth:`seconds`).
+
+        Raises
+        ------
+        SchemaError
+            If a name is missing, or is a text or date column not declared so.
         """
         names = [str(n) for n in names]
+        declared = {str(n) for n in datetimes}
         position = {n: j for j, n in enumerate(self.names)}
-        text = [n for n in names if n in self.text]
+        dated = [n for n in names if n in self.dates and n not in declared]
+        if dated:
+            raise SchemaError(
+                f"column(s) {dated} hold dates or times, not numbers: declare them with "
+                f"-c \"datetime-columns='{dated[0]}'\" (seconds since 1970-01-01 UTC at "
+                "every site), or leave them out")
+        text = [n for n in names if n in self.text and n not in declared]
         if text:
             raise SchemaError(f"column(s) {text} hold text, not numbers")
+        if declared & set(names):
+            parts = [self.seconds(n) if n in declared else self.X[:, position[n]]
+                     if n in position else None for n in names]
+            missing = [n for n, part in zip(names, parts, strict=True) if part is None]
+            if missing:
+                raise SchemaError(f"no column(s) {missing}; the columns are "
+                                  f"{list(self.all_names)}")
+            return np.column_stack([np.asarray(p, dtype=np.float64) for p in parts])
         missing = [n for n in names if n not in position]
         if missing and self.positional and len(names) == self.X.shape[1] and not self.text:
             return self.X  # a file without names: its columns by position (agree_schema)
@@ -257,6 +338,145 @@ class FeatureTable:
         if idx == list(range(self.X.shape[1])):
             return self.X
         return np.ascontiguousarray(self.X[:, idx])
+
+
+# ---------------------------------------------------------------------------- dates
+
+#: Whatever their unit (ns, us, ms, s) or time zone, dates become float seconds since
+#: this instant; a date without a time zone is taken as UTC.
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+def epoch_seconds(values: np.ndarray) -> np.ndarray:
+    """``datetime64`` values in any unit as float seconds since the epoch (NaT: NaN).
+
+    The same instant gives the same float in every unit: the whole seconds are counted in
+    integers and only the fraction of a second is divided (so a timestamp in nanoseconds
+    at one site and in milliseconds at another agree exactly).
+    """
+    values = np.asarray(values)
+    if values.dtype.kind != "M":
+        raise ValueError(f"epoch_seconds takes datetime64 values, got dtype {values.dtype}")
+    unit, count = np.datetime_data(values.dtype)
+    if count != 1:
+        values = values.astype(f"datetime64[{unit}]")
+    if unit in ("Y", "M", "W", "D", "h", "m", "s", "generic"):
+        values = values.astype("datetime64[s]")
+        unit = "s"
+    nat = np.isnat(values)
+    ticks = values.view(np.int64)
+    per_second = int(np.timedelta64(1, "s") // np.timedelta64(1, unit))
+    whole, rest = np.divmod(np.where(nat, 0, ticks), per_second)
+    out = whole.astype(np.float64) + rest.astype(np.float64) / per_second
+    out[nat] = np.nan
+    return out
+
+
+def is_datetime_column(column: Any) -> bool:
+    """Whether a pandas Series holds dates or times.
+
+    A ``datetime64`` type in any unit, with or without a time zone, or objects that are
+    all ``datetime.date`` or ``datetime.datetime``.
+    """
+    if column.dtype.kind == "M":
+        return True
+    if column.dtype != object:
+        return False
+    import pandas as pd
+
+    return pd.api.types.infer_dtype(column, skipna=True) in ("date", "datetime",
+                                                             "datetime64")
+
+
+def datetime_seconds(column: Any) -> np.ndarray:
+    """A pandas date/time column as float seconds since 1970-01-01 00:00 UTC.
+
+    A time zone is converted to UTC; a time without one is taken as UTC. Missing
+    (``NaT``, ``None``) is NaN.
+    """
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        values = column.dt.tz_convert("UTC").dt.tz_localize(None)
+    elif column.dtype.kind == "M":
+        values = column
+    else:  # datetime.date / datetime objects, maybe with time zones
+        values = pd.to_datetime(column, utc=True).dt.tz_localize(None)
+    array = values.to_numpy()
+    if array.dtype.kind != "M":  # an extension type (pyarrow timestamps)
+        array = pd.to_datetime(values).to_numpy()
+    return epoch_seconds(array)
+
+
+def _parse_text_dates(values: Any) -> tuple[Any, Any]:
+    """Text as UTC timestamps (``NaT`` where a cell does not parse), and its missing mask."""
+    import warnings
+
+    import pandas as pd
+
+    text = pd.Series(np.asarray(values, dtype=object), dtype=object)
+    missing = text.isna() | text.map(lambda v: isinstance(v, str) and not v.strip())
+    present = text.where(~missing, None)
+    with warnings.catch_warnings():  # "could not infer format": the refusal says it
+        warnings.simplefilter("ignore", UserWarning)
+        parsed = pd.to_datetime(present, format="ISO8601", utc=True, errors="coerce")
+        if (parsed.isna() & ~missing).any():
+            other = pd.to_datetime(present, utc=True, errors="coerce")
+            if (other.isna() & ~missing).sum() < (parsed.isna() & ~missing).sum():
+                parsed = other
+    return parsed, missing
+
+
+def parse_datetime_text(values: Any, name: str) -> np.ndarray:
+    """A text column declared as dates, as float seconds since 1970-01-01 00:00 UTC.
+
+    Read as pandas reads dates (``pandas.to_datetime``: ISO 8601 such as ``2024-03-01``
+    or ``2024-03-01T14:30:00+01:00``, else one format inferred for the whole column); a
+    time zone is converted to UTC, a time without one taken as UTC; an empty cell is a
+    missing cell (NaN).
+
+    Raises
+    ------
+    SchemaError
+        On a cell that is not a date, naming the column, its row and how many cells do
+        not parse (never a cell's value).
+    """
+    parsed, missing = _parse_text_dates(values)
+    bad = (parsed.isna() & ~missing).to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SchemaError(
+            f"column {name!r} is declared in datetime-columns, but data row {row + 1} "
+            f"(1-based) is not a date ({int(bad.sum())} such cell(s)): write the dates "
+            "in ISO 8601 (2024-03-01 or 2024-03-01T14:30:00), or in one format throughout "
+            "the column; an empty cell is a missing date")
+    seconds = np.full(len(parsed), np.nan)
+    keep = ~missing.to_numpy()
+    if keep.any():
+        seconds[keep] = datetime_seconds(parsed[keep])
+    return seconds
+
+
+def _text_is_dates(values: np.ndarray) -> bool:
+    """Whether every text cell reads as an ISO 8601 date (an undeclared date column)."""
+    first = next((v for v in values if isinstance(v, str) and v.strip()), None)
+    if first is None or "-" not in first.strip()[1:]:  # 2024-03-01, not -3 nor 20240301
+        return False
+    import pandas as pd
+
+    try:
+        pd.to_datetime([first.strip()], format="ISO8601", utc=True)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    text = pd.Series(np.asarray(values, dtype=object), dtype=object)
+    filled = text.map(lambda v: isinstance(v, str) and bool(v.strip()))
+    blank = text.isna() | text.map(lambda v: isinstance(v, str) and not v.strip())
+    if int(filled.sum()) + int(blank.sum()) != len(text):
+        return False  # numbers among the text (a mixed column)
+    present = text[filled]
+    parsed = pd.to_datetime(present.str.strip(), format="ISO8601", utc=True,
+                            errors="coerce")
+    return not bool(parsed.isna().any())
 
 
 #: The level of a categorical column that stands for every value the federation did not
@@ -326,15 +546,69 @@ def category_counts(table: FeatureTable, columns: Sequence[str], min_rows: int
     return out
 
 
+#: A declared categorical column is continuous at a site (a measurement, not categories)
+#: when it holds more than this many distinct values ...
+CONTINUOUS_LEVELS = 50
+#: ... on more than this share of the site's rows with a value.
+CONTINUOUS_SHARE = 0.5
+
+
+def continuous_columns(table: FeatureTable, columns: Sequence[str]) -> list[str]:
+    """Which declared categorical ``columns`` are continuous at this site.
+
+    A column is continuous when it holds more than :data:`CONTINUOUS_LEVELS` distinct
+    values and more distinct values than :data:`CONTINUOUS_SHARE` of the site's rows with
+    a value: one-hot encoded, nearly every value would be rarer than the privacy
+    threshold and fold into :data:`OTHER`. The site reports the column's name only.
+    """
+    out = []
+    for column in columns:
+        present = [v for v in _as_levels(table.values(column)) if v is not None]
+        distinct = len(set(present))
+        if distinct > CONTINUOUS_LEVELS and distinct > CONTINUOUS_SHARE * len(present):
+            out.append(str(column))
+    return out
+
+
 def agree_categories(sites: Mapping[str, Mapping[str, Mapping[str, int]]],
-                     columns: Sequence[str], min_rows: int
+                     columns: Sequence[str], min_rows: int, *,
+                     continuous: Mapping[str, Sequence[str]] | None = None,
                      ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The federation's levels of every categorical column, from the sites' counts.
 
     A value held by fewer than ``min_rows`` rows in the whole federation folds into
     :data:`OTHER`; the levels are sorted, :data:`OTHER` last (always present, for values
     a site kept back and for new values at prediction).
+
+    Parameters
+    ----------
+    sites : mapping
+        Per site (``"client 3"``) its counts (:func:`category_counts`).
+    columns : sequence of str
+        The declared categorical columns.
+    min_rows : int
+        The privacy threshold.
+    continuous : mapping of str to sequence of str, optional
+        Per site the declared columns it found continuous (:func:`continuous_columns`).
+
+    Raises
+    ------
+    SchemaError
+        When a site found a declared column continuous, naming the column and the sites.
     """
+    flagged: dict[str, list[str]] = {}
+    for site, names in (continuous or {}).items():
+        for column in names:
+            flagged.setdefault(str(column), []).append(site)
+    if flagged:
+        raise SchemaError(
+            "categorical-columns names continuous column(s): " + "; ".join(
+                f"{c!r} at {', '.join(s)}" for c, s in flagged.items())
+            + f" (more than {CONTINUOUS_LEVELS} distinct values, over "
+            f"{CONTINUOUS_SHARE:.0%} of the site's rows): one-hot encoded, nearly every "
+            f"value would fold into {OTHER!r}; leave it out of categorical-columns (a "
+            "number is then a feature as it is, scaled like the others), or bin it into "
+            "a few categories at the sites first")
     out = []
     for column in columns:
         total: dict[str, int] = {}
@@ -361,7 +635,8 @@ def describe_columns(table: FeatureTable) -> list[ColumnInfo]:
     """What a site tells the federation about its columns: names, kinds, uniqueness.
 
     Only integer and text columns are checked for uniqueness (a sort per such column):
-    those are the ones an identifier is stored in.
+    those are the ones an identifier is stored in. Date/time columns, and text columns
+    whose every cell reads as an ISO 8601 date, are of kind ``"datetime"``.
     """
     n = len(table.X)
     out = []
@@ -377,7 +652,10 @@ def describe_columns(table: FeatureTable) -> list[ColumnInfo]:
     for name, values in table.text.items():
         present = [v for v in values if v is not None and v == v]
         unique = n >= 2 and len(present) == n and len(set(map(str, present))) == n
-        out.append(ColumnInfo(str(name), "text", bool(unique), n))
+        kind = "datetime" if _text_is_dates(values) else "text"
+        out.append(ColumnInfo(str(name), kind, bool(unique) and kind == "text", n))
+    for name in table.dates:
+        out.append(ColumnInfo(str(name), "datetime", False, n))
     return out
 
 
@@ -392,6 +670,8 @@ class Schema:
     notes: tuple[str, ...] = ()
     #: Declared categorical columns (one-hot encoded with the federation's levels).
     categorical: tuple[str, ...] = ()
+    #: Declared date/time columns among ``features`` (seconds since the epoch).
+    datetime: tuple[str, ...] = ()
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -404,6 +684,7 @@ def agree_schema(
     feature_columns: Sequence[str] | None = None,
     index_column: str | None = None,
     categorical_columns: Sequence[str] = (),
+    datetime_columns: Sequence[str] = (),
 ) -> Schema:
     """The federation's features from what every site said about its columns.
 
@@ -420,6 +701,10 @@ def agree_schema(
     categorical_columns : sequence of str
         Columns to one-hot encode (run config ``categorical-columns``): every site must
         have them; text is allowed there; they are not among ``Schema.features``.
+    datetime_columns : sequence of str
+        Date/time columns to use as features (run config ``datetime-columns``): each
+        site converts them to seconds since 1970-01-01 UTC; they must be among the
+        features. An undeclared date/time column among the features is refused.
 
     Returns
     -------
@@ -432,17 +717,20 @@ def agree_schema(
         lacks a column, has one the others do not, names one differently, has another
         number of unnamed columns; a text column among the features; an identifier
         (named like one, or integer or text values that differ on every row at every site
-        with at least :data:`MIN_ID_ROWS` rows) that is not declared.
+        with at least :data:`MIN_ID_ROWS` rows) that is not declared; an undeclared
+        date/time column among the features, or a declared one that is not a feature or
+        holds numbers.
     """
     if not sites:
         raise SchemaError("no site described its columns")
     categorical = tuple(str(c) for c in categorical_columns)
+    dated = tuple(str(c) for c in datetime_columns)
     if categorical:
-        return _with_categorical(sites, categorical, feature_columns, index_column)
+        return _with_categorical(sites, categorical, feature_columns, index_column, dated)
     names = {site: [c.name for c in cols] for site, cols in sites.items()}
     unnamed = [site for site, cols in names.items() if _positional(cols)]
     if unnamed and len(unnamed) < len(sites):
-        return _with_unnamed_sites(sites, unnamed, feature_columns, index_column)
+        return _with_unnamed_sites(sites, unnamed, feature_columns, index_column, dated)
     info: dict[str, dict[str, ColumnInfo]] = {
         site: {c.name: c for c in cols} for site, cols in sites.items()}
     for site, cols in names.items():
@@ -508,7 +796,9 @@ def agree_schema(
         features = list(next(tuple(c) for c in candidates.values()
                              if orders[tuple(c)] == top))
 
-    text = {c: [s for s in sites if info[s][c].kind == "text"] for c in features}
+    _check_datetime(sites, info, features, dated, feature_columns is not None)
+    text = {c: [s for s in sites if info[s][c].kind == "text"] for c in features
+            if c not in dated}
     text = {c: s for c, s in text.items() if s}
     if text:
         raise SchemaError(
@@ -518,9 +808,11 @@ def agree_schema(
             f"-c \"categorical-columns='{next(iter(text))}'\" (one-hot encoded with the "
             "categories agreed across the sites), or leave it out ("
             + ("list the other columns in feature-columns" if feature_columns is None
-               else "remove it from feature-columns") + ")")
+               else "remove it from feature-columns") + "); a column of dates is "
+            f"declared with -c \"datetime-columns='{next(iter(text))}'\"")
     if feature_columns is None:
-        ids = [c for c in features if _looks_like_id(c, [info[s][c] for s in sites])]
+        ids = [c for c in features if c not in dated
+               and _looks_like_id(c, [info[s][c] for s in sites])]
         if ids:
             raise SchemaError(
                 f"column(s) {_listing(ids)} look like identifiers (named like an id, or a "
@@ -528,12 +820,56 @@ def agree_schema(
                 "as a feature gives clusters of id ranges: declare it with "
                 f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
                 "feature, list it with the others in -c \"feature-columns='...'\"")
-    return Schema(tuple(features), index, positional)
+    return Schema(tuple(features), index, positional, datetime=dated)
+
+
+def _check_datetime(sites: Mapping[str, Sequence[ColumnInfo]],
+                    info: Mapping[str, Mapping[str, ColumnInfo]], features: Sequence[str],
+                    dated: Sequence[str], listed: bool) -> None:
+    """Refuse undeclared date columns among the features, and declared ones that are not.
+
+    A declared date column must be a feature and hold dates (or text) at every site.
+    Every refusal names the column, the sites and the option.
+    """
+    if len(set(dated)) != len(dated):
+        raise SchemaError(f"datetime-columns lists a column twice: {list(dated)}")
+    absent = [c for c in dated if c not in features]
+    if absent:
+        raise SchemaError(
+            f"datetime-columns names {_listing(absent)}, which "
+            f"{'is' if len(absent) == 1 else 'are'} not among the federation's features "
+            f"{_listing(features)}: "
+            + ("add it to feature-columns, or " if listed else "check the name, or ")
+            + "leave it out of datetime-columns")
+    numbers = {c: [s for s in sites if info[s][c].kind in ("numeric", "integer")]
+               for c in dated}
+    numbers = {c: s for c, s in numbers.items() if s}
+    if numbers:
+        raise SchemaError(
+            "datetime-columns names column(s) that hold numbers: " + "; ".join(
+                f"{c!r} at {', '.join(s)}" for c, s in numbers.items())
+            + ": a declared date column holds dates (a date/time type, or text such as "
+            "2024-03-01); leave it out of datetime-columns (a number is a feature as it "
+            "is), or export the dates as dates at those sites")
+    undeclared = {c: [s for s in sites if info[s][c].kind == "datetime"] for c in features
+                  if c not in dated}
+    undeclared = {c: s for c, s in undeclared.items() if s}
+    if undeclared:
+        first = next(iter(undeclared))
+        raise SchemaError(
+            "date/time column(s) among the features: " + "; ".join(
+                f"{c!r} at {', '.join(s)}" for c, s in undeclared.items())
+            + ": a site's file may hold them in its own unit (nanoseconds at one, "
+            "milliseconds at another); declare them with "
+            f"-c \"datetime-columns='{','.join(undeclared)}'\" (converted to seconds "
+            "since 1970-01-01 UTC at every site), or leave them out ("
+            + ("remove them from feature-columns" if listed
+               else f"list the other columns in feature-columns, without {first!r}") + ")")
 
 
 def _with_categorical(sites: Mapping[str, Sequence[ColumnInfo]], categorical: tuple[str, ...],
                       feature_columns: Sequence[str] | None,
-                      index_column: str | None) -> Schema:
+                      index_column: str | None, dated: tuple[str, ...] = ()) -> Schema:
     """The schema of the numeric features, with the declared categorical columns beside."""
     if len(set(categorical)) != len(categorical):
         raise SchemaError(f"categorical-columns lists a column twice: {list(categorical)}")
@@ -541,6 +877,10 @@ def _with_categorical(sites: Mapping[str, Sequence[ColumnInfo]], categorical: tu
     if clash:
         raise SchemaError(f"column(s) {_listing(clash)} are both categorical-columns and "
                           "index-column or feature-columns: name each column once")
+    both = [c for c in categorical if c in dated]
+    if both:
+        raise SchemaError(f"column(s) {_listing(both)} are both categorical-columns and "
+                          "datetime-columns: name each column once")
     missing = {site: [c for c in categorical if c not in {i.name for i in cols}]
                for site, cols in sites.items()}
     missing = {site: cols for site, cols in missing.items() if cols}
@@ -551,14 +891,15 @@ def _with_categorical(sites: Mapping[str, Sequence[ColumnInfo]], categorical: tu
             + ": rename the columns in those sites' files, or leave them out of "
             "categorical-columns")
     rest = {site: [c for c in cols if c.name not in categorical] for site, cols in sites.items()}
-    schema = agree_schema(rest, feature_columns=feature_columns, index_column=index_column)
+    schema = agree_schema(rest, feature_columns=feature_columns, index_column=index_column,
+                          datetime_columns=dated)
     return Schema(schema.features, schema.index_column, schema.positional, schema.notes,
-                  categorical)
+                  categorical, schema.datetime)
 
 
 def _with_unnamed_sites(sites: Mapping[str, Sequence[ColumnInfo]], unnamed: list[str],
                         feature_columns: Sequence[str] | None,
-                        index_column: str | None) -> Schema:
+                        index_column: str | None, dated: tuple[str, ...] = ()) -> Schema:
     """Sites with named columns and sites whose files have none (NPY, no header row).
 
     The named sites agree as usual; an unnamed site's columns are taken by position as the
@@ -566,7 +907,8 @@ def _with_unnamed_sites(sites: Mapping[str, Sequence[ColumnInfo]], unnamed: list
     ``notes`` say so (the run warns: give that file a header row to match by name).
     """
     named = {site: cols for site, cols in sites.items() if site not in unnamed}
-    schema = agree_schema(named, feature_columns=feature_columns, index_column=index_column)
+    schema = agree_schema(named, feature_columns=feature_columns, index_column=index_column,
+                          datetime_columns=dated)
     d = len(schema.features)
     wrong = {site: len(sites[site]) for site in unnamed if len(sites[site]) != d}
     if wrong:
@@ -582,7 +924,8 @@ def _with_unnamed_sites(sites: Mapping[str, Sequence[ColumnInfo]], unnamed: list
     note = (f"{', '.join(unnamed)} {'has' if len(unnamed) == 1 else 'have'} files without "
             f"column names: their columns are taken by position as {_listing(schema.features)}"
             "; give those files a header row to have them matched by name")
-    return Schema(schema.features, schema.index_column, False, (note,))
+    return Schema(schema.features, schema.index_column, False, (note,),
+                  datetime=schema.datetime)
 
 
 def _positional(cols: Sequence[str]) -> bool:
@@ -811,14 +1154,19 @@ def self_scaled_warning(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.nda
 
 
 #: A site's feature is suspected of other units when its size differs from the other
-#: sites' by at least this factor (log10: 1.0, 10x; a g/L vs mg/L export is 1000x)...
-UNIT_FACTOR_LOG10 = 1.0
+#: sites' by at least this factor (log10: 1.2, about 16x; a g/L vs mg/L export is 1000x)...
+UNIT_FACTOR_LOG10 = 1.2
 #: ... and its size and its spread differ by the same factor within this margin (log10
 #: 0.75, a factor of about 5.6), as a value multiplied by a constant does. Measured
-#: (``python -m simulations missing --table units``): no false alarm in 16,920 (site,
-#: feature) checks of wine, breast cancer and iris over 3, 5 and 10 sites, IID and
-#: Dirichlet(0.3), 10 seeds; every site in units 100x or 1000x off found, 40 % at 10x.
+#: (``python -m simulations missing --table units``): no false alarm in 39,960 (site,
+#: feature) checks of wine, breast cancer, iris and digits' pixels over 3, 5 and 10
+#: sites, IID and Dirichlet(0.3), 10 seeds; every site in units 100x or 1000x off found,
+#: 16 % of those 10x off (sums alone do not tell 10x from sites of other populations).
 UNIT_AGREEMENT_LOG10 = 0.75
+#: ... for a measurement away from zero: the others' mean at least this share of their
+#: standard deviation. Sparse features (an image's pixels, counts that are mostly 0) move
+#: their size and spread together from site to site without any unit change.
+UNIT_MIN_MEAN_SHARE = 0.5
 
 
 def unit_powers(size: np.ndarray, spread: np.ndarray, *,
@@ -849,15 +1197,18 @@ def unit_factor(power: int) -> str:
 
 def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
                     names: Sequence[str], *, min_factor_log10: float = UNIT_FACTOR_LOG10,
-                    agreement_log10: float = UNIT_AGREEMENT_LOG10) -> list[str]:
+                    agreement_log10: float = UNIT_AGREEMENT_LOG10,
+                    min_mean_share: float = UNIT_MIN_MEAN_SHARE) -> list[str]:
     """Sentences naming the sites whose feature looks recorded in other units.
 
     ``sites`` maps a site to its per-feature (count, sum, sum of squares) of the rows as
     read (before scaling). For every site and feature, the site's size (root mean square)
     and spread (standard deviation) are compared with the pooled other sites'
     (:func:`unit_powers`); the nearest power of ten is named (the likely unit prefix).
-    Needs at least two sites; a feature that a site does not observe, or that is constant
-    at the other sites, is skipped.
+    Needs at least two sites; a feature that a site does not observe, that is constant at
+    the other sites, or whose mean there is below ``min_mean_share`` of its spread (a
+    sparse feature, mostly 0: it moves size and spread together without a unit change)
+    is skipped.
 
     Returns
     -------
@@ -875,11 +1226,11 @@ def unit_mismatches(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray
     for site, (count, total, sumsq) in parts.items():
         n_o = totals[0] - count
         with np.errstate(all="ignore"):
-            usable = (count >= 2) & (n_o >= 2)
             mean_s, mean_o = total / count, (totals[1] - total) / n_o
             rms_s, rms_o = np.sqrt(sumsq / count), np.sqrt((totals[2] - sumsq) / n_o)
             sd_s = np.sqrt(np.maximum(sumsq / count - mean_s ** 2, 0.0))
             sd_o = np.sqrt(np.maximum((totals[2] - sumsq) / n_o - mean_o ** 2, 0.0))
+            usable = (count >= 2) & (n_o >= 2) & (np.abs(mean_o) >= min_mean_share * sd_o)
             size = np.where(usable, np.log10(rms_s / rms_o), np.nan)
             spread = np.where(usable, np.log10(sd_s / sd_o), np.nan)
         powers = unit_powers(size, spread, min_factor_log10=min_factor_log10,
@@ -903,7 +1254,9 @@ def site_unit_powers(X: np.ndarray, center: Sequence[float], scale: Sequence[flo
     federation's per-feature mean (``center``) and standard deviation (``scale``) in the
     feature transform, and compares its own rows as read, ``X`` (original units), with
     them (:func:`unit_powers`; the federation includes the site itself, so a site far
-    above the others is seen by the others, as far below). Returns the power per feature.
+    above the others is seen by the others, as far below). Sparse features (the
+    federation's mean below half its spread) are not checked. Returns the power per
+    feature.
     """
     X = np.asarray(X, dtype=np.float64)
     center = np.asarray(center, dtype=np.float64)
@@ -913,8 +1266,9 @@ def site_unit_powers(X: np.ndarray, center: Sequence[float], scale: Sequence[flo
         mean = np.nanmean(X, axis=0) if len(X) else np.full(X.shape[1], np.nan)
         rms = np.sqrt(np.nanmean(X * X, axis=0)) if len(X) else mean
         sd = np.nanstd(X, axis=0) if len(X) else mean
-        size = np.where(count >= 2, np.log10(rms / np.sqrt(center ** 2 + scale ** 2)), np.nan)
-        spread = np.where(count >= 2, np.log10(sd / scale), np.nan)
+        usable = (count >= 2) & (np.abs(center) >= UNIT_MIN_MEAN_SHARE * scale)
+        size = np.where(usable, np.log10(rms / np.sqrt(center ** 2 + scale ** 2)), np.nan)
+        spread = np.where(usable, np.log10(sd / scale), np.nan)
     return unit_powers(size, spread)
 
 
@@ -950,6 +1304,9 @@ class FeatureTransform:
     #: Per feature the value of a missing cell in the original units (``missing='mean'``:
     #: the federation's mean); ``()``: none yet.
     fill: tuple[float, ...] = ()
+    #: Declared date/time features (among :attr:`numeric_features`): each client takes
+    #: them as float seconds since 1970-01-01 00:00 UTC (:meth:`FeatureTable.seconds`).
+    datetimes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.missing not in ("keep", "mean", "drop", "refuse"):
@@ -963,6 +1320,10 @@ class FeatureTransform:
         if encoded and tuple(self.features[-len(encoded):]) != tuple(encoded):
             raise ValueError("a feature transform lists its one-hot features last, in the "
                              "order of its categories")
+        stray = [c for c in self.datetimes if c not in self.numeric_features]
+        if stray:
+            raise ValueError(f"date feature(s) {stray} are not among the transform's "
+                             "numeric features")
         if self.scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
                              f"got {self.scaling!r}")
@@ -988,11 +1349,14 @@ class FeatureTransform:
 
     def to_json(self) -> str:
         """The transform as a JSON string (exact floats: Python's shortest repr)."""
-        return json.dumps({"features": list(self.features), "scaling": self.scaling,
-                           "center": list(self.center), "scale": list(self.scale),
-                           "categories": [[c, list(levels)] for c, levels in self.categories],
-                           "missing": self.missing, "fill": list(self.fill)},
-                          separators=(",", ":"))
+        data: dict[str, Any] = {
+            "features": list(self.features), "scaling": self.scaling,
+            "center": list(self.center), "scale": list(self.scale),
+            "categories": [[c, list(levels)] for c, levels in self.categories],
+            "missing": self.missing, "fill": list(self.fill)}
+        if self.datetimes:
+            data["datetimes"] = list(self.datetimes)
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> FeatureTransform:
@@ -1011,7 +1375,8 @@ class FeatureTransform:
                        tuple((str(c), tuple(str(v) for v in levels))
                              for c, levels in data.get("categories", [])),
                        str(data.get("missing", "keep")),
-                       tuple(float(v) for v in data.get("fill", [])))
+                       tuple(float(v) for v in data.get("fill", [])),
+                       tuple(str(c) for c in data.get("datetimes", [])))
         except (TypeError, KeyError, json.JSONDecodeError) as ex:
             raise ValueError(f"malformed feature transform: {ex}") from ex
 
@@ -1026,9 +1391,10 @@ class FeatureTransform:
         Raises
         ------
         SchemaError
-            If the table lacks a feature or holds it as text.
+            If the table lacks a feature or holds it as text (or as dates, undeclared),
+            or a declared date column holds numbers or a cell that is not a date.
         """
-        X = table.columns(self.numeric_features)
+        X = table.columns(self.numeric_features, self.datetimes)
         if self.categories:
             blocks = [np.asarray(X, dtype=np.float64)]
             for column, levels in self.categories:

@@ -116,6 +116,8 @@ class FederationSchema:
         The run's algorithm.
     library_version : str
         The ``flwr_clustering`` version of the run.
+    datetimes : tuple of str
+        The declared date/time features (``datetime-columns``), among ``features``.
     """
 
     features: tuple[str, ...]
@@ -126,6 +128,7 @@ class FederationSchema:
     missing: str = "refuse"
     algorithm: str = ""
     library_version: str = __version__
+    datetimes: tuple[str, ...] = ()
 
     @classmethod
     def from_run(cls, transform: Any, options: Mapping[str, Any], *, labelling: str = "",
@@ -135,7 +138,7 @@ class FederationSchema:
                    _none_if_empty(options.get("index-column")),
                    bool(_none_if_empty(options.get("feature-columns"))), transform.scaling,
                    missing_policy(transform, labelling), str(options.get("algorithm", "")),
-                   library_version)
+                   library_version, tuple(getattr(transform, "datetimes", ())))
 
     @classmethod
     def from_model(cls, model: ClusteringModel) -> FederationSchema:
@@ -145,8 +148,10 @@ class FederationSchema:
 
     def to_dict(self) -> dict[str, Any]:
         """The schema as JSON-able values (the keys of ``schema.json``)."""
+        dates = {"datetime-columns": list(self.datetimes)} if self.datetimes else {}
         return {"format": SCHEMA_FORMAT, "features": list(self.features),
                 "categorical-columns": {c: list(levels) for c, levels in self.categories},
+                **dates,
                 "feature-columns": self.named, "index-column": self.index_column,
                 "scaling": self.scaling, "missing": self.missing,
                 "algorithm": self.algorithm, "library-version": self.library_version}
@@ -169,7 +174,8 @@ class FederationSchema:
             missing = str(data["missing"])
             schema = cls(tuple(features), categories, _none_if_empty(data["index-column"]),
                          bool(data["feature-columns"]), str(data["scaling"]), missing,
-                         str(data.get("algorithm", "")), str(data["library-version"]))
+                         str(data.get("algorithm", "")), str(data["library-version"]),
+                         tuple(str(c) for c in data.get("datetime-columns", [])))
         except (KeyError, TypeError, ValueError) as ex:
             raise ValueError(f"malformed federation schema: {ex}") from ex
         if missing not in MISSING_POLICIES:
@@ -186,6 +192,8 @@ class FederationSchema:
     def describe(self) -> str:
         """One line: features, categorical columns, scaling, missing policy."""
         text = f"{len(self.features)} features"
+        if self.datetimes:
+            text += f" ({len(self.datetimes)} of them dates)"
         if self.categories:
             text += f" and {len(self.categories)} categorical column(s)"
         if self.named:
@@ -309,8 +317,10 @@ class SiteCheck:
             if total else ""))
         ids = [c.name for c in self.columns if c.id_like]
         text = [c.name for c in self.columns if c.kind == "text"]
+        dates = [c.name for c in self.columns if c.kind == "datetime"]
         out.append("identifier-like columns: " + (", ".join(map(repr, ids)) or "none"))
         out.append("text columns: " + (", ".join(map(repr, text)) or "none"))
+        out.append("date columns: " + (", ".join(map(repr, dates)) or "none"))
         if self.schema is not None:
             out.append(f"federation: {self.schema_source or 'schema'}: "
                        f"{self.schema.describe()}")
@@ -371,10 +381,12 @@ def _read(path: str | os.PathLike[str], options: dict[str, Any]
 def _federation_columns(schema: FederationSchema) -> list[ColumnInfo]:
     """The federation's columns as a site would describe them.
 
-    Numeric, and not unique on every row (the federation agreed on them, so they did not
-    look like identifiers across its sites); categorical columns as text.
+    Numeric (declared dates as dates), and not unique on every row (the federation agreed
+    on them, so they did not look like identifiers across its sites); categorical columns
+    as text.
     """
-    return ([ColumnInfo(f, "numeric", False, MIN_ID_ROWS) for f in schema.features]
+    return ([ColumnInfo(f, "datetime" if f in schema.datetimes else "numeric", False,
+                        MIN_ID_ROWS) for f in schema.features]
             + [ColumnInfo(c, "text", False, MIN_ID_ROWS) for c, _ in schema.categories])
 
 
@@ -384,6 +396,8 @@ def _missing_per_column(loaded: LocalFile) -> dict[str, int]:
     for name, values in loaded.text.items():
         counts[str(name)] = int(sum(1 for v in values if v is None or v != v
                                     or (isinstance(v, str) and not v.strip())))
+    for name, seconds in loaded.dates.items():
+        counts[str(name)] = int(np.isnan(seconds).sum())
     return counts
 
 
@@ -394,6 +408,7 @@ def check_file(
     feature_columns: Sequence[str] | None = None,
     index_column: str | None = None,
     categorical_columns: Sequence[str] = (),
+    datetime_columns: Sequence[str] = (),
     label_column: str | None = DEFAULT_LABEL_COLUMN,
     header: str | bool = "auto",
     missing: str = "refuse",
@@ -416,6 +431,8 @@ def check_file(
         ``index-column``) and, without a schema, the run's ``index-column``.
     categorical_columns : sequence of str
         Without a schema: the run's ``categorical-columns`` (the schema has its own).
+    datetime_columns : sequence of str
+        Without a schema: the run's ``datetime-columns`` (the schema has its own).
     label_column, header
         As the node config's ``label-column`` and ``header``.
     missing : str
@@ -454,12 +471,14 @@ def check_file(
                                                   for s in _FEDERATION}
         agreement = {"feature_columns": schema.features if schema.named else None,
                      "index_column": schema.index_column,
-                     "categorical_columns": [c for c, _ in schema.categories]}
+                     "categorical_columns": [c for c, _ in schema.categories],
+                     "datetime_columns": list(schema.datetimes)}
     else:
         sites = {}
         agreement = {"feature_columns": list(feature_columns) if feature_columns else None,
                      "index_column": index_column,
-                     "categorical_columns": list(categorical_columns)}
+                     "categorical_columns": list(categorical_columns),
+                     "datetime_columns": list(datetime_columns)}
     sites[SITE] = infos
     features: tuple[str, ...] = ()
     categorical = tuple(agreement["categorical_columns"])
@@ -469,6 +488,12 @@ def check_file(
         notes.extend(agreed.notes)
     except SchemaError as ex:
         problems.append(str(ex))
+    for column in agreement["datetime_columns"]:  # read as the clients read it
+        if column in table.text:
+            try:
+                table.seconds(column)
+            except SchemaError as ex:  # a cell that is not a date: its row, never its value
+                problems.append(str(ex))
     counts = _missing_per_column(loaded)
     # the features' missing cells; where the file does not fit, those of the federation's
     # features it has (so that one check says both)
@@ -478,7 +503,11 @@ def check_file(
     cells = sum(in_features.values())
     if cells:
         where = ", ".join(f"{f!r}: {n}" for f, n in in_features.items() if n)
-        rows = int(np.isnan(table.columns(judged)).any(axis=1).sum())
+        try:
+            values = table.columns(judged, agreement["datetime_columns"])
+            rows = int(np.isnan(values).any(axis=1).sum())
+        except SchemaError:  # a declared date column's cell that is not a date (above)
+            rows = 0
         if policy not in ACCEPTS_MISSING:
             problems.append(f"{cells} missing cell(s) in the features ({where}; {rows} "
                             f"row(s)): the federation runs with missing={policy!r}, so "

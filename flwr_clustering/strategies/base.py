@@ -134,6 +134,10 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         feature (:func:`~flwr_clustering.data.schema.categorical_scales`); ``"standard"``
         standardises each one-hot feature like a measurement (a rare level then weighs
         most).
+    datetime_columns : sequence of str or str, optional
+        Date/time columns to use as features: every client converts them to float seconds
+        since 1970-01-01 00:00 UTC (a time without a time zone taken as UTC), whatever
+        its file's unit; an undeclared date/time column among the features is refused.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups (two more messages per node; :mod:`~flwr_clustering.strategies.split_check`):
@@ -287,6 +291,7 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         missing: str = "auto",
         unit_check: str = "warn",
         categorical_weight: str = "balanced",
+        datetime_columns: Any = None,
         split_check: bool = True,
         refine_rounds: int = 0,
         **kwargs: Any,
@@ -344,7 +349,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
                                                           index_column, categorical_columns,
                                                           missing, unit_check,
-                                                          categorical_weight)
+                                                          categorical_weight,
+                                                          datetime_columns)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
             raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
                              "minimum and maximum (one row's value each), which secure "

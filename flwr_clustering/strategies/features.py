@@ -111,6 +111,9 @@ class FeatureOptions:
         :func:`~flwr_clustering.data.schema.categorical_scales`) or ``"standard"`` (each
         one-hot column standardised like a measurement). ``minmax`` and ``none`` leave
         the one-hot features 0/1 either way.
+    datetime_columns : tuple of str
+        Date/time columns used as features: each site converts them to float seconds
+        since 1970-01-01 00:00 UTC (an undeclared date column is refused).
     """
 
     scaling: str | None = None
@@ -120,12 +123,14 @@ class FeatureOptions:
     missing: str = "auto"
     unit_check: str = "warn"
     categorical_weight: str = "balanced"
+    datetime_columns: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
         """Whether the run agrees on its features at all (a scaling or a column was named)."""
         return (self.scaling is not None or self.feature_columns is not None
-                or self.index_column is not None or bool(self.categorical_columns))
+                or self.index_column is not None or bool(self.categorical_columns)
+                or bool(self.datetime_columns))
 
     def __post_init__(self) -> None:
         if self.scaling is not None and self.scaling not in SCALINGS:
@@ -151,7 +156,8 @@ class FeatureOptions:
     def from_values(cls, scaling: str | None = None, feature_columns: Any = None,
                     index_column: Any = None, categorical_columns: Any = None,
                     missing: str = "auto", unit_check: str = "warn",
-                    categorical_weight: str = "balanced") -> FeatureOptions:
+                    categorical_weight: str = "balanced",
+                    datetime_columns: Any = None) -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -161,7 +167,8 @@ class FeatureOptions:
         index = None if index_column in (None, "", "none") else str(index_column)
         return cls(None if scaling is None else str(scaling),
                    names(feature_columns) or None, index, names(categorical_columns),
-                   str(missing), str(unit_check), str(categorical_weight))
+                   str(missing), str(unit_check), str(categorical_weight),
+                   names(datetime_columns))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -171,11 +178,20 @@ def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def data_source_config(strategy: Any) -> dict[str, Any]:
-    """The ``data-source`` query's config: a secure scaling also asks for magnitudes."""
+    """The ``data-source`` query's config: a secure scaling also asks for magnitudes.
+
+    With declared ``datetime-columns`` it names them too (a JSON list), so that a client
+    gives the magnitude of a text column of dates in seconds since the epoch.
+    """
     options = getattr(strategy, "feature_options", None)
     secure = (options is not None and options.active and options.scaling != "none"
               and bool(getattr(strategy, "secure_aggregation", False)))
-    return {"magnitudes": True} if secure else {}
+    if not secure:
+        return {}
+    if options.datetime_columns:
+        return {"magnitudes": True, "datetime-columns": json.dumps(
+            list(options.datetime_columns))}
+    return {"magnitudes": True}
 
 
 def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
@@ -255,7 +271,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     schema = agree_schema({f"client {cid}": cols for cid, cols in described.items()},
                           feature_columns=options.feature_columns,
                           index_column=options.index_column,
-                          categorical_columns=options.categorical_columns)
+                          categorical_columns=options.categorical_columns,
+                          datetime_columns=options.datetime_columns)
     strategy.feature_schema = schema
     for note in schema.notes:
         logger.warning("%s", note)
@@ -269,7 +286,9 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     missing = _TRANSFORM_MISSING[policy]
     # the moments' transform: the columns, no fill yet (a missing cell stays NaN and is
     # left out of the sums; with 'drop' its row is left out)
-    _set(strategy, FeatureTransform(features, categories=categories, missing=missing))
+    dates = schema.datetime
+    _set(strategy, FeatureTransform(features, categories=categories, missing=missing,
+                                    datetimes=dates))
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
                                                         timeout, options.scaling)
     if policy == "drop":  # a site left without rows is refused, never silently dropped
@@ -297,11 +316,11 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
             logger.warning("%s", warning)
             strategy.run_warnings.append(warning)
         transform = FeatureTransform(features, categories=categories, missing=missing,
-                                     fill=fill)
+                                     fill=fill, datetimes=dates)
     else:
         transform = FeatureTransform(features, options.scaling,
                                      tuple(map(float, center)), tuple(map(float, scale)),
-                                     categories, missing, fill)
+                                     categories, missing, fill, datetimes=dates)
     _unit_check(strategy, options, schema.features)
     _set(strategy, transform)
     _secure_unit_check(strategy, grid, options, schema.features, timeout)
@@ -315,13 +334,14 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
         **({"categorical-weight": options.categorical_weight} if categories else {}),
-        "scaling": options.scaling, "rows": int(count.max()) if count.size else 0,
+        "datetime-columns": list(dates), "scaling": options.scaling,
+        "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
         "missing": policy, "fill": list(transform.fill),
         "missing-cells": {f: int(m) for f, m in zip(features, rows.read - count,
                                                     strict=True) if m > 0}
         if policy != "drop" else {},
-        "rows-read": int(rows.read.sum()) if rows.read.size else 0,
+        "rows-read": int(rows.read.max()) if rows.read.size else 0,
         "incomplete-rows": int(rows.incomplete.sum()),
         "incomplete-rows-per-site": dict(rows.per_site)}
     names = ", ".join(features[:8]) + (", ..." if len(features) > 8 else "")
@@ -512,6 +532,17 @@ def _secure_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
         raise ValueError("secure unit check: the flags' totals did not come back")
     flags = np.round(np.asarray(totals.sums[0], dtype=np.float64))[:d]
     powers = np.asarray(totals.sums[1], dtype=np.float64)[:d]
+    sites = len(totals.nodes)
+    # a site flags a feature once, with a power of ten a float64 can hold: totals outside
+    # that come from a malformed reply (they are not used)
+    if not (np.isfinite(flags).all() and np.isfinite(powers).all()
+            and ((flags >= 0) & (flags <= sites)).all()
+            and (np.abs(powers) <= 308 * np.maximum(flags, 0)).all()):
+        text = ("secure unit check: the flags' totals are outside what the sites can send "
+                "(a malformed reply): the check is left out")
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+        return
     found = []
     for j in np.flatnonzero(flags > 0):
         n = int(flags[j])
@@ -562,14 +593,16 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
             "guarantee does not cover; run with missing='drop' (rows with a missing cell "
             "left out at their site)")
     # missing='auto' under DP: a site with a missing cell refuses (no federation mean)
-    transform = FeatureTransform(schema.features, missing=_TRANSFORM_MISSING[policy])
+    transform = FeatureTransform(schema.features, missing=_TRANSFORM_MISSING[policy],
+                                 datetimes=schema.datetime)
     _set(strategy, transform)
     strategy.client_moments = {
         cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
         for cid, sums in getattr(strategy, "client_sums", {}).items()}
     strategy.feature_summary = {
         "features": list(schema.features), "index-column": schema.index_column,
-        "categorical-columns": {}, "scaling": "none", "rows": None, "sites": clients,
+        "categorical-columns": {}, "datetime-columns": list(schema.datetime),
+        "scaling": "none", "rows": None, "sites": clients,
         "center": [], "scale": []}
     logger.info("features: %d agreed by %d clients; dp-epsilon > 0: no per-feature sums "
                 "are sent", len(schema.features), clients)
@@ -598,16 +631,21 @@ def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
     before = dict(getattr(strategy, "run_absent", {}))
     replies = strategy.exchange(grid, 0, CATEGORIES_PHASE, (), config, timeout=timeout)
     strategy.run_absent = before
-    sites = {}
+    sites, continuous = {}, {}
     for r in replies:
         try:
             counts = json.loads(str((r.columns or {})["categories"]))
             sites[f"client {r.client_id}"] = {
                 str(c): {str(v): int(n) for v, n in dict(values).items()}
                 for c, values in dict(counts).items()}
+            # the declared columns the client found continuous (names only)
+            flagged = json.loads(str((r.columns or {}).get("continuous", "[]")))
+            if flagged:
+                continuous[f"client {r.client_id}"] = [str(c) for c in flagged]
         except (KeyError, TypeError, ValueError) as ex:
             raise ValueError(f"client {r.client_id}: malformed categories: {ex}") from ex
-    categories = agree_categories(sites, schema.categorical, threshold)
+    categories = agree_categories(sites, schema.categorical, threshold,
+                                  continuous=continuous)
     for column, levels in categories:
         logger.info("categorical column %r: %d levels agreed by %d clients %s", column,
                     len(levels), len(sites), list(levels[:10]))

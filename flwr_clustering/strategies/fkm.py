@@ -202,10 +202,18 @@ class FedKMeans(ClusteringStrategy):
         if shared is None:
             valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
                                   timeout=timeout)
-            dims = sorted({int(r.metrics.get("num-features", -1)) for r in valid})
-            if len(dims) != 1 or dims[0] < 1:
-                raise ValueError(f"DP FKM: the clients report feature counts {dims}, not one")
-            shared = {"clients": len(valid), "features": dims[0]}
+            transform = getattr(self, "feature_transform", None)
+            if transform is not None:
+                # the agreed features: a site's file may hold others (ignored) or dates
+                # and categories (converted), so its own column count is not the width
+                width = len(transform.features)
+            else:
+                dims = sorted({int(r.metrics.get("num-features", -1)) for r in valid})
+                if len(dims) != 1 or dims[0] < 1:
+                    raise ValueError(f"DP FKM: the clients report feature counts {dims}, "
+                                     "not one")
+                width = dims[0]
+            shared = {"clients": len(valid), "features": width}
         self.dp_clients = int(shared["clients"])
         self.n_features = int(shared["features"])
         self.shared_start = shared
