@@ -275,7 +275,7 @@ def test_the_report_lists_the_runs_algorithm_options_only(tmp_path):
     # the keys that matter to this run, by their declarations: k, not k-min (k='auto' only)
     of_run = {*AppOptions.keys_of_run(cfg), *DataOptions.keys_of_run(cfg),
               *fkm.keys_of_run(cfg)}
-    assert shown == of_run | {"features"}  # and the agreed features
+    assert shown == of_run | {"features", "missing cells"}  # and the agreed features
     assert {"k", "dataset", "scaling", "privacy-threshold"} <= shown
     assert not {"k-min", "beta", "dp-delta"} & shown
     model = json.loads((out / "model.json").read_text())

@@ -64,6 +64,9 @@ class Echo(ClusteringStrategy):
     name = "echo"
     #: FedKMeans' options: the same run-config keys and message config.
     Options = FKMOptions
+    #: FedKMeans' train_config reads it: the echo sends plain FKM's messages, never
+    #: partial FKM's (``missing='partial'``).
+    partial = False
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return FedKMeans' client configuration (the same keys and values)."""
