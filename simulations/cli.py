@@ -13,6 +13,7 @@ Usage, from the repository root::
     python -m simulations robust [--seeds N] [--out DIR]  # one lying site, robust-trim
     python -m simulations categorical [--seeds N] [--out DIR]  # categorical-weight's ARI
     python -m simulations secagg [--clients N ...] [--rounds R] [--out DIR]  # SecAgg+'s
+    python -m simulations hostile [--cases a,b] [--out DIR]  # one hostile party per phase
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
 ``experiment, method, setting, metric, ours_mean, ours_std, paper, runs`` and more),
@@ -154,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         "arguments pass through", add_help=False,
     )
     sub.add_parser(
+        "hostile", help="one hostile or broken client, file or run config against the "
+        "App, per phase (simulations.hostile); arguments pass through", add_help=False,
+    )
+    sub.add_parser(
         "categorical", help="a categorical column against the measurements: "
         "categorical-weight's ARI (simulations.categorical); arguments pass through",
         add_help=False,
@@ -261,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
     if argv and argv[0] == "missing":
         return int(importlib.import_module("simulations.missing_data").main(argv[1:]) or 0)
+    if argv and argv[0] == "hostile":
+        return int(importlib.import_module("simulations.hostile").main(argv[1:]) or 0)
     if argv and argv[0] == "categorical":
         return int(importlib.import_module("simulations.categorical").main(argv[1:]) or 0)
     parser = build_parser()
