@@ -226,6 +226,8 @@ def test_a_site_whose_proline_sums_are_1e12_moves_the_plain_model_not_the_robust
     [text] = [w for w in est.warnings_ if w.startswith("robust-scaling:")]
     assert text.startswith("robust-scaling: client 2 set aside from the scaling of '12' (")  # proline
     assert text in caplog.text
+    assert est.strategy_.robust_set_aside == {"client 2": ["12"]}
+    assert est.strategy_.feature_summary["robust-scaling"] == {"set-aside": {"client 2": ["12"]}}
     # the scale of proline is the four other sites'
     others = np.vstack([p for i, p in enumerate(parts) if i != 2])
     scale = est.strategy_.feature_transform.scale[12]

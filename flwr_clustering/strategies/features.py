@@ -349,6 +349,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
         **({"categorical-weight": options.categorical_weight} if categories else {}),
+        **({"robust-scaling": {"set-aside": strategy.robust_set_aside}}
+           if options.robust_scaling else {}),
         "datetime-columns": list(dates), "scaling": options.scaling,
         "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
@@ -375,6 +377,9 @@ def _robust_totals(strategy: Any, features: tuple[str, ...], numeric: int
     """
     sums = strategy.client_sums
     found = robust_moments({f"client {cid}": s for cid, s in sorted(sums.items())}, numeric)
+    # result.json's features: the sites set aside, per feature name
+    strategy.robust_set_aside = {site: [features[j] for j in sorted(aside)]
+                                 for site, aside in sorted(found.set_aside.items())}
     for text in robust_scaling_warnings(found, features, len(sums)):
         logger.warning("%s", text)
         strategy.run_warnings.append(text)
