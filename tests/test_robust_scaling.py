@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.metrics import adjusted_rand_score
@@ -262,3 +263,40 @@ def test_a_dp_run_refuses_robust_scaling_before_any_sum_is_sent():
                                          r"robust-scaling=false"):
         FederatedClustering("fkm", n_clusters=3, robust_scaling=True, server_update="lloyd",
                             dp_epsilon=4.0, data_bound=2000.0).fit(parts)
+
+
+def test_the_app_sets_the_site_aside_names_it_in_result_json_and_fills_from_the_others(
+        tmp_path, monkeypatch):
+    """The run-config key on the App's path (CSV files at five sites, ``missing='mean'``):
+    the fill of a missing proline cell is the kept sites' mean, not the liar's."""
+    import json
+
+    from flwr_clustering.app.client_app import app
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.testing import InProcessGrid
+
+    frame = load_wine(as_frame=True).frame.drop(columns="target")
+    idx = np.array_split(np.random.default_rng(0).permutation(len(frame)), 5)
+    frames = [frame.iloc[i].reset_index(drop=True) for i in idx]
+    frames[0].loc[[1, 4], "proline"] = np.nan
+    configs = []
+    for i, part in enumerate(frames):
+        path = tmp_path / f"s{i}.csv"
+        part.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    _lying_moments(monkeypatch, liar=2, feature=list(frame.columns).index("proline"))
+    rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3, "max-rounds": 3,
+          "split-check": False, "robust-scaling": True, "missing": "mean",
+          "out-dir": str(tmp_path / "run")}
+    run_server(InProcessGrid(app, 5, run_config=rc, node_configs=configs), rc)
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    features = result["features"]
+    assert features["robust-scaling"] == {"set-aside": {"client 2": ["proline"]}}
+    assert any(w.startswith("robust-scaling: client 2 set aside from the scaling of "
+                            "'proline' (") for w in result["warnings"])
+    j = features["features"].index("proline")
+    kept = pd.concat([f for i, f in enumerate(frames) if i != 2])["proline"]
+    assert features["fill"][j] == pytest.approx(kept.mean(), rel=1e-12)
+    assert features["center"][j] == pytest.approx(kept.mean(), rel=1e-12)
+    # alcohol, where no site is set aside: every site's sums
+    assert features["center"][0] == pytest.approx(frame["alcohol"].mean(), rel=1e-12)
