@@ -130,8 +130,9 @@ def markdown(rows: list[dict]) -> str:
                        == (data, split, case)), key=lambda r: r["robust-scaling"])
         cells = [f"{r['ari']:.3f}" + (f" (worst {r['worst-ari']:.3f})" if case != "honest"
                                       else "")
-                 + (f" [{r['set-aside']:g} of {r['features']} set aside]"
-                    if r["robust-scaling"] else "") for r in mine]
+                 + (f" [{r['set-aside']:g} set aside]" if case == "honest"
+                    else f" [{r['set-aside']:g} of {r['features']} set aside]")
+                 * bool(r["robust-scaling"]) for r in mine]
         lines.append(f"| {data}, {split} | {case} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

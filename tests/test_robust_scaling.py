@@ -300,3 +300,26 @@ def test_the_app_sets_the_site_aside_names_it_in_result_json_and_fills_from_the_
     assert features["center"][j] == pytest.approx(kept.mean(), rel=1e-12)
     # alcohol, where no site is set aside: every site's sums
     assert features["center"][0] == pytest.approx(frame["alcohol"].mean(), rel=1e-12)
+
+
+def test_the_command_writes_the_table_and_finds_the_liar_on_every_feature(tmp_path):
+    """``python -m simulations robust-scaling`` on iris, one seed: client 2 set aside on
+    each of the 4 features it poisons, no site in the honest runs."""
+    import json
+
+    from simulations.cli import main
+
+    assert main(["robust-scaling", "--seeds", "1", "--data", "iris",
+                 "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "robust_scaling.json").read_text())
+    by = {(r["split"], r["case"], r["robust-scaling"]): r for r in rows}
+    for split in ("iid", "dirichlet"):
+        assert by[(split, "honest", True)]["set-aside"] == 0
+        assert by[(split, "honest", True)]["ari"] == by[(split, "honest", False)]["ari"]
+        for case in ("sumsq", "rows"):
+            assert by[(split, case, True)]["set-aside"] == 4
+            assert by[(split, case, False)]["set-aside"] == 0
+    honest = by[("iid", "honest", False)]["ari"]
+    assert by[("iid", "sumsq", False)]["worst-ari"] < honest - 0.05
+    assert by[("iid", "sumsq", True)]["worst-ari"] > honest - 0.01
+    assert "| iris, iid | sumsq |" in (tmp_path / "robust_scaling.md").read_text()
