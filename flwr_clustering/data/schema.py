@@ -1051,8 +1051,9 @@ def scaling_from_moments(
 
 #: ``robust-scaling``: a site is set aside from a feature's scaling when its rows' root mean
 #: square deviation from the median of the sites' means is more than this many times the
-#: median site's. Measured on honest splits (iris, wine, breast cancer; 3, 5 and 10 sites,
-#: IID and Dirichlet(0.3, 0.5), 10 seeds): at most 6.5 (breast cancer, Dirichlet(0.3)).
+#: median site's. Measured on honest splits (iris, wine, breast cancer, digits; 3, 5 and 10
+#: sites, IID and Dirichlet(0.3, 0.5), 10 seeds): at most 6.5 on a dense feature (breast
+#: cancer, Dirichlet(0.3)); no site set aside in those 59,940 (site, feature) checks.
 ROBUST_SCALE_FACTOR = 10.0
 #: ... on a sparse feature (the median site's ``|mean|`` below :data:`UNIT_MIN_MEAN_SHARE`
 #: of its deviation: pixels, counts that are mostly 0), whose sites differ far more

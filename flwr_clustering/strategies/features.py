@@ -10,7 +10,10 @@ Before the algorithm's first message, :func:`prepare_features`
 2. asks every client for its per-feature count, sum and sum of squares (one ``QUERY``
    message per node, phase ``feature-moments``; through secure aggregation when it is
    on) and derives the scaling (``standard``, ``minmax``) or, with ``scaling='none'``,
-   warns when the features' spreads differ by more than 10x;
+   warns when the features' spreads differ by more than 10x; with ``robust-scaling``
+   a site whose moments of a numeric feature lie far from the median site's is set aside
+   from that feature's mean and scale
+   (:func:`~flwr_clustering.data.schema.robust_moments`);
 3. keeps the result as the strategy's ``feature_transform``, which every later message
    carries (``feature-transform`` in its config): each client takes its columns by name
    in the federation's order and scales them before the algorithm sees them.
