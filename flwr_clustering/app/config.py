@@ -130,6 +130,13 @@ class AppOptions(Options):
                                      "standard (each one-hot feature standardised like a "
                                      "measurement); see docs/data.md",
                                      when=lambda cfg: bool(cfg.get("categorical-columns")))
+    robust_scaling: bool = option(False, help="scaling='standard': a site whose moments of "
+                                  "a numeric feature lie far from the median site's (its "
+                                  "rows' deviation from the sites' median mean over 10x the "
+                                  "median site's) is set aside from that feature's mean and "
+                                  "scale, and named; plain runs of 3 sites or more; see "
+                                  "docs/data.md",
+                                  when=lambda cfg: cfg.get("scaling", "standard") == "standard")
     datetime_columns: str = option("", help="date/time columns used as features, "
                                    "comma-separated: converted to seconds since "
                                    "1970-01-01 UTC at every site (an undeclared date "
@@ -378,6 +385,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "missing": app.missing, "unit_check": app.unit_check,
            "categorical_weight": app.categorical_weight,
            "datetime_columns": app.datetime_columns,
+           "robust_scaling": app.robust_scaling,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)

@@ -51,7 +51,11 @@ __all__ = [
     "MISSING",
     "MISSING_LEVEL",
     "SCALINGS",
+    "ROBUST_MIN_SITES",
+    "ROBUST_SCALE_FACTOR",
+    "ROBUST_SPARSE_FACTOR",
     "SPREAD_RATIO",
+    "RobustMoments",
     "ColumnInfo",
     "FeatureTable",
     "FeatureTransform",
@@ -72,6 +76,8 @@ __all__ = [
     "one_hot",
     "one_hot_name",
     "parse_datetime_text",
+    "robust_moments",
+    "robust_scaling_warnings",
     "scaling_from_moments",
     "self_scaled_warning",
     "site_unit_powers",
@@ -1041,6 +1047,151 @@ def scaling_from_moments(
         var = np.maximum((np.asarray(sumsq, dtype=np.float64) - count * mean * mean)
                          / np.where(n > 0, n, 1.0), 0.0)
     return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
+
+
+#: ``robust-scaling``: a site is set aside from a feature's scaling when its rows' root mean
+#: square deviation from the median of the sites' means is more than this many times the
+#: median site's. Measured on honest splits (iris, wine, breast cancer, digits; 3, 5 and 10
+#: sites, IID and Dirichlet(0.3, 0.5), 10 seeds): at most 6.5 on a dense feature (breast
+#: cancer, Dirichlet(0.3)); no site set aside in those 59,940 (site, feature) checks.
+ROBUST_SCALE_FACTOR = 10.0
+#: ... on a sparse feature (the median site's ``|mean|`` below :data:`UNIT_MIN_MEAN_SHARE`
+#: of its deviation: pixels, counts that are mostly 0), whose sites differ far more
+#: without any lie: at most 45 measured (digits' pixels, Dirichlet(0.3), 10 sites).
+ROBUST_SPARSE_FACTOR = 100.0
+#: The fewest sites observing a feature for the rule (a median of two is their mean).
+ROBUST_MIN_SITES = 3
+
+
+@dataclass(frozen=True)
+class RobustMoments:
+    """The federation's sums of a robust scaling (:func:`robust_moments`).
+
+    Attributes
+    ----------
+    total, sumsq : numpy.ndarray of shape (d,)
+        Per feature, the sum and sum of squares that the federation's ``count`` rows would
+        have if they were spread like the kept sites' rows: ``count`` times the kept
+        sites' pooled mean and mean square (the scale floored). With every site kept they
+        are the plain totals.
+    set_aside : dict
+        ``{site: {feature index: ratio}}``: the sites set aside per feature, with their
+        deviation over the median site's.
+    unchecked : tuple of int
+        The features observed at fewer than :data:`ROBUST_MIN_SITES` sites (plain sums).
+    """
+
+    total: np.ndarray
+    sumsq: np.ndarray
+    set_aside: dict[str, dict[int, float]]
+    unchecked: tuple[int, ...]
+
+
+def robust_moments(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   checked: int | None = None, *, factor: float = ROBUST_SCALE_FACTOR,
+                   sparse_factor: float = ROBUST_SPARSE_FACTOR) -> RobustMoments:
+    """The federation's per-feature sums with the sites of extreme moments set aside.
+
+    ``sites`` maps a site to its per-feature (count, sum, sum of squares). Per feature,
+    each site that observes it votes once, whatever rows it claims: its mean ``m_s`` and
+    standard deviation ``s_s`` from its own sums. With ``c`` the median of the ``m_s``,
+    a site's deviation is ``r_s = sqrt(s_s**2 + (m_s - c)**2)``, the root mean square
+    distance of its rows from ``c`` (a shifted mean and a wide spread both raise it); with
+    ``r`` the median of the ``r_s``, a site with ``r_s > factor * r`` (``sparse_factor``
+    when ``|c| < UNIT_MIN_MEAN_SHARE * r``) is set aside. The federation's mean and
+    variance of the feature are then the kept sites' (count-weighted, as the plain
+    scaling's), the standard deviation at least ``r / factor`` (a site claiming tight
+    rows and many of them cannot shrink it further). No site set aside: the plain sums
+    exactly. A single site, or fewer than half of them, cannot move ``c`` and ``r``
+    beyond the honest sites' range.
+
+    Parameters
+    ----------
+    sites : mapping
+        ``{site: (count, sum, sumsq)}``, arrays of shape ``(d,)``.
+    checked : int, optional
+        The rule applies to the first ``checked`` features (the numeric ones); the others
+        (one-hot features, whose spread their levels' shares set) keep the plain sums.
+        Default: every feature.
+    factor, sparse_factor : float
+        See :data:`ROBUST_SCALE_FACTOR`, :data:`ROBUST_SPARSE_FACTOR`.
+
+    Returns
+    -------
+    RobustMoments
+        With the federation's ``count`` (the plain one) they give the centre, the scale
+        and ``missing='mean'``'s fill through :func:`scaling_from_moments`.
+    """
+    names = list(sites)
+    C, T, Q = (np.stack([np.asarray(sites[s][i], dtype=np.float64) for s in names])
+               for i in range(3))
+    d = C.shape[1]
+    count, total, sumsq = C.sum(axis=0), T.sum(axis=0), Q.sum(axis=0)
+    voters = (C > 0).sum(axis=0)
+    first = np.arange(d) < (d if checked is None else int(checked))
+    cols = np.flatnonzero(first & (voters >= ROBUST_MIN_SITES))
+    set_aside: dict[str, dict[int, float]] = {}
+    for j in cols:
+        votes = C[:, j] > 0
+        with np.errstate(all="ignore"):
+            mean = T[votes, j] / C[votes, j]
+            var = np.maximum(Q[votes, j] / C[votes, j] - mean * mean, 0.0)
+            centre = float(np.median(mean))
+            r = np.sqrt(var + (mean - centre) ** 2)
+        typical = float(np.median(r))
+        if not typical > 0:  # constant at most sites: no typical deviation to compare with
+            continue
+        limit = sparse_factor if abs(centre) < UNIT_MIN_MEAN_SHARE * typical else factor
+        out = r > limit * typical
+        kept = np.flatnonzero(votes)[~out]  # the median site is among them
+        n = C[kept, j].sum()
+        m = T[kept, j].sum() / n
+        spread = max(Q[kept, j].sum() / n - m * m, 0.0)
+        least = (typical / limit) ** 2
+        if not out.any() and spread >= least:
+            continue  # the plain sums, exactly
+        total[j], sumsq[j] = count[j] * m, count[j] * (max(spread, least) + m * m)
+        for i, ratio in zip(np.flatnonzero(votes)[out], r[out] / typical, strict=True):
+            set_aside.setdefault(names[i], {})[int(j)] = float(ratio)
+    unchecked = tuple(int(j) for j in np.flatnonzero(first & (voters < ROBUST_MIN_SITES)))
+    return RobustMoments(total, sumsq, set_aside, unchecked)
+
+
+def robust_scaling_warnings(found: RobustMoments, names: Sequence[str], sites: int
+                            ) -> list[str]:
+    """Sentences on a robust scaling: the sites set aside, the features it could not check.
+
+    ``found`` is :func:`robust_moments`' answer over ``sites`` sites, ``names`` the
+    features' names. Each set-aside site gets one sentence naming it, the features and how
+    many times the median site's deviation its rows have (a ratio of sums, never a value).
+    """
+    out = []
+    for site, features in sorted(found.set_aside.items()):
+        listed = ", ".join(f"{names[j]!r} ({ratio:.3g}x)" for j, ratio in sorted(features.items()))
+        out.append(
+            f"robust-scaling: {site} set aside from the scaling of {listed}: its rows' "
+            "deviation from the sites' median mean is that many times the median site's "
+            f"(the rule: over {ROBUST_SCALE_FACTOR:g}x, {ROBUST_SPARSE_FACTOR:g}x for a "
+            "sparse feature), so the federation's mean and scale of "
+            f"{'that feature' if len(features) == 1 else 'those features'} come from the "
+            "other sites' sums (its rows are still clustered): a site in other units, or a "
+            "false reply?")
+    if found.unchecked:
+        if sites < ROBUST_MIN_SITES:
+            out.append(
+                f"robust-scaling: {sites} site{'s' if sites != 1 else ''} sent feature sums; "
+                f"a median of sites needs {ROBUST_MIN_SITES} or more, so the scaling is the "
+                "plain one (every site's sums): run with more sites, or "
+                "robust-scaling=false")
+        else:
+            unchecked = [names[j] for j in found.unchecked]
+            listed = ", ".join(repr(n) for n in unchecked[:10])
+            out.append(
+                f"robust-scaling: {listed}{', ...' if len(unchecked) > 10 else ''} observed "
+                f"at fewer than {ROBUST_MIN_SITES} sites: "
+                f"{'its' if len(unchecked) == 1 else 'their'} scaling is the plain one "
+                "(a median of sites needs 3)")
+    return out
 
 
 def categorical_scales(levels_per_column: Sequence[int], shares: Any) -> np.ndarray:

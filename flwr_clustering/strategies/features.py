@@ -10,7 +10,10 @@ Before the algorithm's first message, :func:`prepare_features`
 2. asks every client for its per-feature count, sum and sum of squares (one ``QUERY``
    message per node, phase ``feature-moments``; through secure aggregation when it is
    on) and derives the scaling (``standard``, ``minmax``) or, with ``scaling='none'``,
-   warns when the features' spreads differ by more than 10x;
+   warns when the features' spreads differ by more than 10x; with ``robust-scaling``
+   a site whose moments of a numeric feature lie far from the median site's is set aside
+   from that feature's mean and scale
+   (:func:`~flwr_clustering.data.schema.robust_moments`);
 3. keeps the result as the strategy's ``feature_transform``, which every later message
    carries (``feature-transform`` in its config): each client takes its columns by name
    in the federation's order and scales them before the algorithm sees them.
@@ -47,6 +50,8 @@ from ..data.schema import (
     agree_schema,
     categorical_scales,
     one_hot_name,
+    robust_moments,
+    robust_scaling_warnings,
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
@@ -114,6 +119,10 @@ class FeatureOptions:
     datetime_columns : tuple of str
         Date/time columns used as features: each site converts them to float seconds
         since 1970-01-01 00:00 UTC (an undeclared date column is refused).
+    robust_scaling : bool
+        ``scaling='standard'`` only: a site whose moments of a numeric feature lie far from
+        the median site's is set aside from that feature's mean and scale
+        (:func:`~flwr_clustering.data.schema.robust_moments`; plain runs, 3 sites or more).
     """
 
     scaling: str | None = None
@@ -124,6 +133,7 @@ class FeatureOptions:
     unit_check: str = "warn"
     categorical_weight: str = "balanced"
     datetime_columns: tuple[str, ...] = ()
+    robust_scaling: bool = False
 
     @property
     def active(self) -> bool:
@@ -145,6 +155,11 @@ class FeatureOptions:
         if self.categorical_weight not in CATEGORICAL_WEIGHTS:
             raise ValueError(f"categorical_weight must be one of "
                              f"{', '.join(CATEGORICAL_WEIGHTS)}, got {self.categorical_weight!r}")
+        if self.robust_scaling and self.scaling != "standard":
+            raise ValueError(
+                f"robust-scaling=true with scaling={self.scaling!r}: the robust rule sets "
+                "aside a site's means and spreads, which only scaling='standard' uses: run "
+                "with scaling='standard', or robust-scaling=false")
 
     def policy(self, reads_missing: bool) -> str:
         """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
@@ -157,7 +172,8 @@ class FeatureOptions:
                     index_column: Any = None, categorical_columns: Any = None,
                     missing: str = "auto", unit_check: str = "warn",
                     categorical_weight: str = "balanced",
-                    datetime_columns: Any = None) -> FeatureOptions:
+                    datetime_columns: Any = None,
+                    robust_scaling: bool = False) -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -168,7 +184,7 @@ class FeatureOptions:
         return cls(None if scaling is None else str(scaling),
                    names(feature_columns) or None, index, names(categorical_columns),
                    str(missing), str(unit_check), str(categorical_weight),
-                   names(datetime_columns))
+                   names(datetime_columns), bool(robust_scaling))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -291,6 +307,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                     datetimes=dates))
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
                                                         timeout, options.scaling)
+    if options.robust_scaling:  # the sites' medians decide whose sums set mean and scale
+        total, sumsq = _robust_totals(strategy, features, len(schema.features))
     if policy == "drop":  # a site left without rows is refused, never silently dropped
         empty = [why for why in getattr(strategy, "last_absent", {}).values()
                  if DROP_LEAVES_NO_ROW in why]
@@ -334,6 +352,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
         **({"categorical-weight": options.categorical_weight} if categories else {}),
+        **({"robust-scaling": {"set-aside": strategy.robust_set_aside}}
+           if options.robust_scaling else {}),
         "datetime-columns": list(dates), "scaling": options.scaling,
         "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
@@ -349,6 +369,24 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                 "sites", len(features), len(described), names, options.scaling,
                 int(count.max()) if count.size else 0, sites)
     return transform
+
+
+def _robust_totals(strategy: Any, features: tuple[str, ...], numeric: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``robust-scaling``: the federation's sum and sum of squares of every feature.
+
+    The sites whose moments of a numeric feature lie far from the median site's are set
+    aside from it and named (:func:`~flwr_clustering.data.schema.robust_moments`).
+    """
+    sums = strategy.client_sums
+    found = robust_moments({f"client {cid}": s for cid, s in sorted(sums.items())}, numeric)
+    # result.json's features: the sites set aside, per feature name
+    strategy.robust_set_aside = {site: [features[j] for j in sorted(aside)]
+                                 for site, aside in sorted(found.set_aside.items())}
+    for text in robust_scaling_warnings(found, features, len(sums)):
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+    return found.total, found.sumsq
 
 
 def _missing_policy(strategy: Any, options: FeatureOptions) -> str:
@@ -574,6 +612,11 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
     noise, outside the guarantee ``privacy.json`` reports, so a DP run takes its rows in
     the data's units and sends no ``feature-moments`` (nor ``categories``) message.
     """
+    if options.robust_scaling:
+        raise ValueError(
+            "dp-epsilon > 0 with robust-scaling=true: a differentially private run sends no "
+            "per-feature sums (they would leave the sites without noise), so there is no "
+            "site's moments to set aside: run with robust-scaling=false and scaling='none'")
     if options.scaling != "none":
         raise ValueError(
             f"dp-epsilon > 0 with scaling={options.scaling!r}: the scaling needs each site's "
