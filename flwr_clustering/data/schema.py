@@ -57,6 +57,7 @@ __all__ = [
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "SiteDataError",
     "CATEGORICAL_WEIGHTS",
     "agree_categories",
     "agree_schema",
@@ -127,6 +128,36 @@ _OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features
 
 class SchemaError(ValueError):
     """The sites' columns do not make one federation: the message names the fix."""
+
+
+class SiteDataError(ValueError):
+    """A site's data cannot be used: a message for the federation and one for the site.
+
+    ``public`` names the file (its name), the column, the row and the kind of problem and
+    the fix, never a cell's value nor a line of the file: it is what a client sends the
+    server. ``str(error)`` (``detail``) is the full message, with the cell or the line,
+    for the site's own log and for a user reading the file on their own machine.
+
+    Parameters
+    ----------
+    public : str
+        The message without any value of the data.
+    detail : str, optional
+        The full message; default ``public``.
+    """
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__(public if detail is None else detail)
+        self.public = public
+
+    @property
+    def detail(self) -> str:
+        """The full message (the site's own log only)."""
+        return str(self)
+
+    def prefixed(self, prefix: str) -> SiteDataError:
+        """The same error with ``prefix`` (``"client 3: "``) before both messages."""
+        return SiteDataError(prefix + self.public, prefix + self.detail)
 
 
 @dataclass(frozen=True)
@@ -216,8 +247,9 @@ class FeatureTable:
 
         Raises
         ------
-        ValueError
-            If a column mixes numbers and text (the first text value is named).
+        SiteDataError
+            If a column mixes numbers and text (its public message names the column and
+            the row of the first text cell; the cell itself is in the detail only).
         """
         import pandas as pd
 
@@ -245,8 +277,11 @@ class FeatureTable:
                 text[str(name)] = col.to_numpy(dtype=object)
             elif bad.any():
                 row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ValueError(f"non-numeric value {col.iloc[row]!r} in column {name!r} "
-                                 f"(data row {row + 1}, 1-based)")
+                where = (f"in column {name!r} (data row {row + 1}, 1-based), "
+                         f"{int(bad.sum())} such cell(s): a column of numbers holds text; "
+                         "fix or empty those cells, or leave the column out")
+                raise SiteDataError(f"non-numeric value {where}",
+                                    f"non-numeric value {col.iloc[row]!r} {where}")
             else:
                 numeric[str(name)] = values.to_numpy(dtype=np.float64, na_value=np.nan)
         X = (np.column_stack(list(numeric.values())) if numeric

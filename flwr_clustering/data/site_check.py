@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from flwr_clustering.data.schema import (
     OTHER,
     ColumnInfo,
     SchemaError,
+    SiteDataError,
     _looks_like_id,
     agree_schema,
     category_counts,
@@ -338,18 +338,9 @@ class SiteCheck:
         return out
 
 
-#: The parts of the loader's messages that quote a cell (the check prints none).
-_VALUE_IN_MESSAGE = (
-    re.compile(r"non-numeric value .+? in (label )?column "),
-    re.compile(r"(missing or fractional) value \S+ at data row "),
-)
-
-
-def _without_values(message: str) -> str:
-    """A loader's message with the quoted cell left out (counts, names and rows stay)."""
-    message = _VALUE_IN_MESSAGE[0].sub(lambda m: f"non-numeric value in {m.group(1) or ''}"
-                                                 "column ", message)
-    return _VALUE_IN_MESSAGE[1].sub(r"\1 value at data row ", message)
+def _without_values(ex: ValueError) -> str:
+    """A loader's refusal without any cell or line (the message a client sends)."""
+    return ex.public if isinstance(ex, SiteDataError) else str(ex)
 
 
 def _read(path: str | os.PathLike[str], options: dict[str, Any]
@@ -369,7 +360,7 @@ def _read(path: str | os.PathLike[str], options: dict[str, Any]
     except FileNotFoundError:
         raise
     except ValueError as ex:
-        first = _without_values(str(ex))
+        first = _without_values(ex)
         if options.get("index_column") is not None:
             raise ValueError(first) from None
         try:
