@@ -287,3 +287,20 @@ def test_complex_arrays_are_refused_naming_the_fix(tmp_path, suffix):
         load_local_file(path)
     assert "hold complex numbers (dtype complex128)" in info.value.public
     assert "numpy.column_stack([X.real, X.imag])" in info.value.public
+
+
+def test_an_index_column_that_no_site_has_is_refused_naming_it():
+    from flwr_clustering.data.schema import ColumnInfo, SchemaError, agree_schema
+
+    sites = {f"client {i}": [ColumnInfo("patient_id", "integer", True, 40),
+                             ColumnInfo("age", "numeric", False, 40)] for i in range(2)}
+    with pytest.raises(SchemaError) as info:
+        agree_schema(sites, index_column="patientid")
+    assert str(info.value).startswith(
+        "index-column names 'patientid', which no site has ('patientid' may be "
+        "'patient_id'); the sites' columns are 'patient_id', 'age': check the name, or "
+        "leave index-column out of the run config")
+    # the same with feature-columns and with categorical columns beside
+    with pytest.raises(SchemaError, match="index-column names 'pid', which no site has"):
+        agree_schema(sites, index_column="pid", feature_columns=["age"])
+    assert agree_schema(sites, index_column="patient_id").features == ("age",)

@@ -754,10 +754,11 @@ def agree_schema(
         (named like one, or integer or text values that differ on every row at every site
         with at least :data:`MIN_ID_ROWS` rows) that is not declared; an undeclared
         date/time column among the features, or a declared one that is not a feature or
-        holds numbers.
+        holds numbers; an ``index_column`` that no site has.
     """
     if not sites:
         raise SchemaError("no site described its columns")
+    _check_index_column(sites, index_column)
     categorical = tuple(str(c) for c in categorical_columns)
     dated = tuple(str(c) for c in datetime_columns)
     if categorical:
@@ -856,6 +857,26 @@ def agree_schema(
                 f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
                 "feature, list it with the others in -c \"feature-columns='...'\"")
     return Schema(tuple(features), index, positional, datetime=dated)
+
+
+def _check_index_column(sites: Mapping[str, Sequence[ColumnInfo]], index_column: Any) -> None:
+    """Refuse an ``index-column`` that no site has (a typo would leave the id a feature).
+
+    As for ``feature-columns``, the refusal names the column and a near name of the
+    sites' columns.
+    """
+    if index_column in (None, "", "none"):
+        return
+    index = str(index_column)
+    every = _union_in_order({site: [c.name for c in cols] for site, cols in sites.items()})
+    if index in every:
+        return
+    shown = _listing(every[:30]) + (f", ... ({len(every)} columns)" if len(every) > 30 else "")
+    raise SchemaError(
+        f"index-column names {index!r}, which no site has{_near([index], every)}; the "
+        f"sites' columns are {shown}: check the name, or leave index-column out of the run "
+        "config (a column that a SuperNode's own node-config index-column drops when it "
+        "reads its file is never described to the federation, and needs none)")
 
 
 def _check_datetime(sites: Mapping[str, Sequence[ColumnInfo]],

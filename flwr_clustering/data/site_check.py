@@ -471,6 +471,11 @@ def check_file(
                      "categorical_columns": list(categorical_columns),
                      "datetime_columns": list(datetime_columns)}
     sites[SITE] = infos
+    index = agreement["index_column"]
+    if index and not any(str(index) == c.name for cols in sites.values() for c in cols):
+        # dropped when the file was read (--index-column), or a federation's column that
+        # this file lacks too (the schema's sites do not list it): nothing to agree on
+        agreement["index_column"] = None
     features: tuple[str, ...] = ()
     categorical = tuple(agreement["categorical_columns"])
     try:
