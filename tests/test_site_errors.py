@@ -304,3 +304,60 @@ def test_an_index_column_that_no_site_has_is_refused_naming_it():
     with pytest.raises(SchemaError, match="index-column names 'pid', which no site has"):
         agree_schema(sites, index_column="pid", feature_columns=["age"])
     assert agree_schema(sites, index_column="patient_id").features == ("age",)
+
+
+def test_the_estimator_refuses_duplicated_column_names_naming_them():
+    import pandas as pd
+
+    from flwr_clustering.estimator import FederatedClustering
+
+    rng = np.random.default_rng(0)
+    good = pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "c"])
+    bad = pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "a"])
+    with pytest.raises(ValueError) as info:
+        FederatedClustering("fkm", n_clusters=2).fit([good, bad])
+    assert str(info.value) == (
+        "partitions[1]: column name(s) 'a' appear twice (positions 'a': 0, 2): give each "
+        "column its own name (frame.columns.duplicated() finds the copies; "
+        "frame.loc[:, ~frame.columns.duplicated()] drops them)")
+
+
+@pytest.mark.parametrize("frames", [False, True])
+def test_the_estimator_refuses_complex_input_naming_the_fix(frames):
+    import pandas as pd
+
+    from flwr_clustering.estimator import FederatedClustering
+
+    rng = np.random.default_rng(0)
+    parts = [rng.normal(size=(30, 2)) for _ in range(2)]
+    parts[1] = parts[1] + 1j
+    if frames:
+        parts = [pd.DataFrame(p, columns=["a", "b"]) for p in parts]
+    with pytest.raises(ValueError) as info:
+        FederatedClustering("fkm", n_clusters=2).fit(parts)
+    where = ("partitions[1]: column 'a' holds complex numbers (dtype complex128)" if frames
+             else "partitions[1] holds complex numbers")
+    assert str(info.value).startswith(f"{where}: clustering needs real numbers"), info.value
+    assert "numpy.column_stack([X.real, X.imag])" in str(info.value)
+    # and at prediction
+    model = FederatedClustering("fkm", n_clusters=2, random_state=0).fit(
+        [np.real(p) if not frames else p.apply(np.real) for p in parts])
+    with pytest.raises(ValueError, match="X holds complex numbers|holds complex numbers"):
+        model.predict(parts[1])
+
+
+def test_a_deeply_nested_model_json_is_refused_as_not_a_model(tmp_path):
+    from flwr_clustering.data.site_check import load_schema
+    from flwr_clustering.model import load_model
+
+    path = tmp_path / "model.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError) as info:
+        load_model(path)
+    assert str(info.value) == (
+        f"{str(path)!r} is not a model file of flwr_clustering: its JSON nests deeper than "
+        "Python reads (a model.json is a few levels deep): give the model.json that a run "
+        "wrote")
+    with pytest.raises(ValueError, match="neither a schema.json nor a model.json of "
+                                         "flwr_clustering: its JSON nests deeper"):
+        load_schema(path)

@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import FeatureTable, SiteDataError, datetime_seconds, is_datetime_column
+from .schema import (
+    COMPLEX_HINT,
+    FeatureTable,
+    SiteDataError,
+    datetime_seconds,
+    is_datetime_column,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -159,12 +165,6 @@ def _refusal(path: Path, problem: str, detail: str | None = None) -> SiteDataErr
     """
     return SiteDataError(f"{path.name}: {problem}",
                          f"{path}: {problem if detail is None else detail}")
-
-
-#: What to do with complex numbers, said with every refusal of them.
-COMPLEX_HINT = ("clustering needs real numbers: save the real and imaginary parts as two "
-                "columns (numpy.column_stack([X.real, X.imag])) or the magnitude "
-                "(numpy.abs(X)), as the run should see them")
 
 
 def _as_features(path: Path, values: np.ndarray, what: str = "features") -> np.ndarray:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "COMPLEX_HINT",
     "CONTINUOUS_LEVELS",
     "CONTINUOUS_SHARE",
     "EPOCH",
@@ -124,6 +125,13 @@ SPREAD_RATIO = 10.0
 
 _OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features (each site's "
                  "other columns are then ignored)")
+
+
+#: What to do with complex numbers, said with every refusal of them (a file's array, an
+#: estimator's array or DataFrame column): their real part alone would be clustered.
+COMPLEX_HINT = ("clustering needs real numbers: give the real and imaginary parts as two "
+                "columns (numpy.column_stack([X.real, X.imag])) or the magnitude "
+                "(numpy.abs(X)), as the run should see them")
 
 
 class SchemaError(ValueError):
@@ -250,14 +258,29 @@ class FeatureTable:
         SiteDataError
             If a column mixes numbers and text (its public message names the column and
             the row of the first text cell; the cell itself is in the detail only).
+        ValueError
+            If two columns have the same name (as text), or a column holds complex
+            numbers.
         """
         import pandas as pd
 
+        names = [str(n) for n in frame.columns]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # frame[name] would be a DataFrame of the copies
+            raise ValueError(
+                f"column name(s) {_listing(twice)} appear twice (positions "
+                + "; ".join(f"{n!r}: {', '.join(str(j) for j, m in enumerate(names) if m == n)}"
+                            for n in twice)
+                + "): give each column its own name (frame.columns.duplicated() finds the "
+                "copies; frame.loc[:, ~frame.columns.duplicated()] drops them)")
         numeric: dict[str, np.ndarray] = {}
         text: dict[str, np.ndarray] = {}
         dates: dict[str, np.ndarray] = {}
         for name in frame.columns:
             col = frame[name]
+            if col.dtype.kind == "c":
+                raise ValueError(f"column {str(name)!r} holds complex numbers "
+                                 f"(dtype {col.dtype}): " + COMPLEX_HINT)
             if is_datetime_column(col):
                 dates[str(name)] = datetime_seconds(col)
                 continue

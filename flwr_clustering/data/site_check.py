@@ -221,6 +221,10 @@ def load_schema(path: str | os.PathLike[str]) -> FederationSchema:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as ex:
         raise ValueError(f"{str(path)!r} is not a schema: not JSON ({ex})") from ex
+    except RecursionError:  # a JSON nested thousands of levels deep
+        raise ValueError(f"{str(path)!r} is neither a schema.json nor a model.json of "
+                         "flwr_clustering: its JSON nests deeper than Python reads (they "
+                         "are a few levels deep): give the file a run wrote") from None
     if isinstance(data, Mapping) and data.get("format") == MODEL_FORMAT:
         return FederationSchema.from_model(load_model(path))
     try:
