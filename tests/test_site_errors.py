@@ -361,3 +361,35 @@ def test_a_deeply_nested_model_json_is_refused_as_not_a_model(tmp_path):
     with pytest.raises(ValueError, match="neither a schema.json nor a model.json of "
                                          "flwr_clustering: its JSON nests deeper"):
         load_schema(path)
+
+
+def test_a_foreign_error_while_reading_a_nodes_file_sends_no_cell(tmp_path, monkeypatch):
+    """pandas' own words (an out-of-range date, a parse error) may quote a cell."""
+    from flwr_clustering.app import client_app as app_module
+
+    def foreign(path, **options):
+        raise ValueError("Out of bounds nanosecond timestamp: 2999-01-01 00:00:00")
+
+    monkeypatch.setattr(app_module, "read_local_file", foreign)
+    app_module._load_file.cache_clear()
+    path = tmp_path / "ward.parquet"
+    with pytest.raises(SiteDataError) as info:
+        app_module.load_node_file({"data-path": str(path)}, 3)
+    app_module._load_file.cache_clear()
+    assert info.value.public == ("client 3: ward.parquet: ValueError while reading the file "
+                                 "(the detail is in the site's log)")
+    assert "2999-01-01" in info.value.detail
+
+
+def test_a_failed_candidate_of_a_search_sends_no_cell():
+    from flwr_clustering.clients.candidates import fit_candidates
+
+    client = FedKMeansClient(np.ones((6, 2)), client_id=1)
+
+    def step(params, config):
+        float("Jane Doe")  # a foreign error quoting a cell
+
+    config = {"candidates": '[{"arrays": 0, "config": {}}]'}
+    _, _, _, errors = fit_candidates(client, step, [], config)
+    assert errors == {"0": "client 1: ValueError while answering candidate 0 (the detail "
+                           "is in the site's log)"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,8 +139,11 @@ def load_node_file(
         ) from exc
     except SiteDataError as exc:  # the server gets its public message (clients.errors)
         raise exc.prefixed(f"client {client_id}: ") from exc
-    except ValueError as exc:
-        raise ValueError(f"client {client_id}: {exc}") from exc
+    except ValueError as exc:  # pandas' or NumPy's words may quote a cell: the log only
+        raise SiteDataError(
+            f"client {client_id}: {Path(path).name}: {type(exc).__name__} while reading "
+            "the file (the detail is in the site's log)",
+            f"client {client_id}: {exc}") from exc
 
 
 def client_fn(context: Context) -> ClusteringClient:
