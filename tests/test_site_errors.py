@@ -393,3 +393,28 @@ def test_a_failed_candidate_of_a_search_sends_no_cell():
     _, _, _, errors = fit_candidates(client, step, [], config)
     assert errors == {"0": "client 1: ValueError while answering candidate 0 (the detail "
                            "is in the site's log)"}
+
+
+def test_a_site_of_text_columns_only_is_refused_by_the_schema_not_by_its_hash(tmp_path):
+    """Rows without a numeric column (a ';' file read as one text column, before) failed
+    the data-source reply with 'memoryview: cannot cast view ...'."""
+    from flwr_clustering.app.client_app import app as client
+    from flwr_clustering.app.server_app import run_server
+    from flwr_clustering.clients.base import data_hash
+    from flwr_clustering.data.schema import SchemaError
+
+    X = np.arange(6.0).reshape(3, 2)
+    assert data_hash(X) == data_hash(X.copy()) != data_hash(X[:, ::-1].copy())
+    assert isinstance(data_hash(np.zeros((3, 0))), int)
+    configs = []
+    for i in range(3):
+        path = tmp_path / f"site{i}.csv"
+        if i == 2:
+            path.write_text("name\n" + "".join(f"person{j}\n" for j in range(40)))
+        else:
+            _good_csv(path, i)
+        configs.append({"data-path": str(path)})
+    run_config = {"dataset": "local", "k": 2, "min-nodes": 3, "out-dir": str(tmp_path / "o")}
+    grid = InProcessGrid(client, 3, run_config=run_config, node_configs=configs)
+    with pytest.raises(SchemaError, match="client 2 lacks 'age', 'weight' and has 'name'"):
+        run_server(grid, run_config)
