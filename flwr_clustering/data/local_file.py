@@ -15,7 +15,10 @@ Nothing is clustered silently by mistake: a row index written with the data (a c
 refused unless declared (``index_column``, ``feature_columns``); ``feature_columns`` and
 ``label_column`` select columns by name, and an unknown name is an error listing the file's
 columns. A CSV is read as written: a line with more fields than the first (a decimal comma,
-another separator, a trailing one) is refused naming the line, never turned into a row index.
+a trailing separator) is refused naming the line, never turned into a row index; a header
+that names a column twice is refused naming it. A CSV whose header has no comma but ``;``
+or tabs is read with that separator when the header and every line agree (and no value has
+a decimal comma), else refused naming the separator.
 Booleans are read as 0/1, and a nullable integer or boolean column's missing values as
 NaN. Date/time columns (a Parquet timestamp in any unit, with or without a time zone, or a
 date) are kept apart as seconds since 1970-01-01 00:00 UTC (``LocalFile.dates``): the
@@ -23,8 +26,11 @@ federation uses them only where the run declares them (``datetime-columns``).
 Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
 algorithms read them as unobserved); with ``allow_nan=False`` the first one is reported by
 column and row. Everything else that is wrong (unknown extension, non-numeric values, wrong
-shape, no rows or no feature columns, labels that are not integers) raises a ``ValueError``.
-Every message names the file.
+shape, no rows or no feature columns, labels that are not integers, an empty or cut file,
+complex numbers) raises a ``ValueError``: a
+:class:`~flwr_clustering.data.schema.SiteDataError` whose ``public`` message (what a client
+sends the server) names the file by its name, the column, the row and the kind of problem,
+never a cell or a line, and whose ``str()`` (the site's log) adds them and the whole path.
 """
 
 from __future__ import annotations
