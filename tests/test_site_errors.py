@@ -418,3 +418,14 @@ def test_a_site_of_text_columns_only_is_refused_by_the_schema_not_by_its_hash(tm
     grid = InProcessGrid(client, 3, run_config=run_config, node_configs=configs)
     with pytest.raises(SchemaError, match="client 2 lacks 'age', 'weight' and has 'name'"):
         run_server(grid, run_config)
+
+
+def test_a_site_data_error_keeps_both_messages_through_pickling():
+    import pickle
+
+    from flwr_clustering.data.local_file import MalformedCsvError
+
+    for cls in (SiteDataError, MalformedCsvError):
+        back = pickle.loads(pickle.dumps(cls("a.csv: line 2", "/x/a.csv: line 2 ('1,2,3')")))
+        assert type(back) is cls
+        assert (back.public, back.detail) == ("a.csv: line 2", "/x/a.csv: line 2 ('1,2,3')")

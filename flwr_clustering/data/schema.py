@@ -158,6 +158,10 @@ class SiteDataError(ValueError):
         super().__init__(public if detail is None else detail)
         self.public = public
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # both messages through pickling (a Ray actor, a process pool), not the detail alone
+        return type(self), (self.public, self.detail)
+
     @property
     def detail(self) -> str:
         """The full message (the site's own log only)."""
