@@ -588,7 +588,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         DataFrames every client's :class:`~flwr_clustering.data.schema.FeatureTable`
         (``None`` for arrays).
         """
-        from .data.schema import FeatureTable
+        from .data.schema import COMPLEX_HINT, FeatureTable
 
         if isinstance(partitions, np.ndarray) and partitions.ndim != 3:
             raise ValueError(
@@ -624,6 +624,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         for i, part in enumerate(partitions if tables is None else ()):
             if hasattr(part, "toarray") or hasattr(part, "tocsr"):
                 raise ValueError(f"partitions[{i}] is sparse; pass dense arrays")
+            if np.iscomplexobj(part):  # float64 would keep the real part, with a warning
+                raise ValueError(f"partitions[{i}] holds complex numbers: {COMPLEX_HINT}")
             try:
                 X = np.asarray(part, dtype=np.float64)
             except (TypeError, ValueError) as ex:
@@ -900,6 +902,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         elif named:
             warnings.warn(f"X does not have valid feature names, but {name} was fitted with "
                           "feature names", UserWarning, stacklevel=3)
+        if np.iscomplexobj(X):  # float64 would keep the real part, with a warning
+            from .data.schema import COMPLEX_HINT
+
+            raise ValueError(f"X holds complex numbers: {COMPLEX_HINT}")
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape "

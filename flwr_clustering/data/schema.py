@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "COMPLEX_HINT",
     "CONTINUOUS_LEVELS",
     "CONTINUOUS_SHARE",
     "EPOCH",
@@ -61,6 +62,7 @@ __all__ = [
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "SiteDataError",
     "CATEGORICAL_WEIGHTS",
     "agree_categories",
     "agree_schema",
@@ -131,8 +133,49 @@ _OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features
                  "other columns are then ignored)")
 
 
+#: What to do with complex numbers, said with every refusal of them (a file's array, an
+#: estimator's array or DataFrame column): their real part alone would be clustered.
+COMPLEX_HINT = ("clustering needs real numbers: give the real and imaginary parts as two "
+                "columns (numpy.column_stack([X.real, X.imag])) or the magnitude "
+                "(numpy.abs(X)), as the run should see them")
+
+
 class SchemaError(ValueError):
     """The sites' columns do not make one federation: the message names the fix."""
+
+
+class SiteDataError(ValueError):
+    """A site's data cannot be used: a message for the federation and one for the site.
+
+    ``public`` names the file (its name), the column, the row and the kind of problem and
+    the fix, never a cell's value nor a line of the file: it is what a client sends the
+    server. ``str(error)`` (``detail``) is the full message, with the cell or the line,
+    for the site's own log and for a user reading the file on their own machine.
+
+    Parameters
+    ----------
+    public : str
+        The message without any value of the data.
+    detail : str, optional
+        The full message; default ``public``.
+    """
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__(public if detail is None else detail)
+        self.public = public
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # both messages through pickling (a Ray actor, a process pool), not the detail alone
+        return type(self), (self.public, self.detail)
+
+    @property
+    def detail(self) -> str:
+        """The full message (the site's own log only)."""
+        return str(self)
+
+    def prefixed(self, prefix: str) -> SiteDataError:
+        """The same error with ``prefix`` (``"client 3: "``) before both messages."""
+        return SiteDataError(prefix + self.public, prefix + self.detail)
 
 
 @dataclass(frozen=True)
@@ -222,16 +265,32 @@ class FeatureTable:
 
         Raises
         ------
+        SiteDataError
+            If a column mixes numbers and text (its public message names the column and
+            the row of the first text cell; the cell itself is in the detail only).
         ValueError
-            If a column mixes numbers and text (the first text value is named).
+            If two columns have the same name (as text), or a column holds complex
+            numbers.
         """
         import pandas as pd
 
+        names = [str(n) for n in frame.columns]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # frame[name] would be a DataFrame of the copies
+            raise ValueError(
+                f"column name(s) {_listing(twice)} appear twice (positions "
+                + "; ".join(f"{n!r}: {', '.join(str(j) for j, m in enumerate(names) if m == n)}"
+                            for n in twice)
+                + "): give each column its own name (frame.columns.duplicated() finds the "
+                "copies; frame.loc[:, ~frame.columns.duplicated()] drops them)")
         numeric: dict[str, np.ndarray] = {}
         text: dict[str, np.ndarray] = {}
         dates: dict[str, np.ndarray] = {}
         for name in frame.columns:
             col = frame[name]
+            if col.dtype.kind == "c":
+                raise ValueError(f"column {str(name)!r} holds complex numbers "
+                                 f"(dtype {col.dtype}): " + COMPLEX_HINT)
             if is_datetime_column(col):
                 dates[str(name)] = datetime_seconds(col)
                 continue
@@ -251,8 +310,11 @@ class FeatureTable:
                 text[str(name)] = col.to_numpy(dtype=object)
             elif bad.any():
                 row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ValueError(f"non-numeric value {col.iloc[row]!r} in column {name!r} "
-                                 f"(data row {row + 1}, 1-based)")
+                where = (f"in column {name!r} (data row {row + 1}, 1-based), "
+                         f"{int(bad.sum())} such cell(s): a column of numbers holds text; "
+                         "fix or empty those cells, or leave the column out")
+                raise SiteDataError(f"non-numeric value {where}",
+                                    f"non-numeric value {col.iloc[row]!r} {where}")
             else:
                 numeric[str(name)] = values.to_numpy(dtype=np.float64, na_value=np.nan)
         X = (np.column_stack(list(numeric.values())) if numeric
@@ -725,10 +787,11 @@ def agree_schema(
         (named like one, or integer or text values that differ on every row at every site
         with at least :data:`MIN_ID_ROWS` rows) that is not declared; an undeclared
         date/time column among the features, or a declared one that is not a feature or
-        holds numbers.
+        holds numbers; an ``index_column`` that no site has.
     """
     if not sites:
         raise SchemaError("no site described its columns")
+    _check_index_column(sites, index_column)
     categorical = tuple(str(c) for c in categorical_columns)
     dated = tuple(str(c) for c in datetime_columns)
     if categorical:
@@ -827,6 +890,26 @@ def agree_schema(
                 f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
                 "feature, list it with the others in -c \"feature-columns='...'\"")
     return Schema(tuple(features), index, positional, datetime=dated)
+
+
+def _check_index_column(sites: Mapping[str, Sequence[ColumnInfo]], index_column: Any) -> None:
+    """Refuse an ``index-column`` that no site has (a typo would leave the id a feature).
+
+    As for ``feature-columns``, the refusal names the column and a near name of the
+    sites' columns.
+    """
+    if index_column in (None, "", "none"):
+        return
+    index = str(index_column)
+    every = _union_in_order({site: [c.name for c in cols] for site, cols in sites.items()})
+    if index in every:
+        return
+    shown = _listing(every[:30]) + (f", ... ({len(every)} columns)" if len(every) > 30 else "")
+    raise SchemaError(
+        f"index-column names {index!r}, which no site has{_near([index], every)}; the "
+        f"sites' columns are {shown}: check the name, or leave index-column out of the run "
+        "config (a column that a SuperNode's own node-config index-column drops when it "
+        "reads its file is never described to the federation, and needs none)")
 
 
 def _check_datetime(sites: Mapping[str, Sequence[ColumnInfo]],
