@@ -255,6 +255,9 @@ def _one(case: str, out: str, memory_gib: float, queue) -> None:
 
     class Keep(logging.Handler):
         def emit(self, record):
+            if record.name.startswith(("flwr_clustering.clients",  # the site's own log
+                                       "flwr_clustering.app.client_app")):
+                return
             try:
                 log_lines.append(record.getMessage())
             except Exception:  # noqa: BLE001
@@ -276,7 +279,8 @@ def _one(case: str, out: str, memory_gib: float, queue) -> None:
         paths, labels, rows = _write_sites(root, how)
         cfg = {"algorithm": "fkm", "dataset": "local", "k": 3, "max-rounds": 10,
                "out-dir": str(root / "run"), "min-nodes": SITES - 1, "round-timeout": 60.0, **extra}
-        grid = _grid_class()(app, SITES, run_config=cfg, node_configs=[{"data-path": p} for p in paths],
+        grid = _grid_class()(app, SITES, run_config=cfg,
+                             node_configs=[{"data-path": p} for p in paths],
                              node=100 + HOSTILE, phase=phase, how=how)
         try:
             try:
