@@ -247,6 +247,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                         strategy.name, options.scaling, strategy.scales_features_why)
         return None
     records = getattr(strategy, "site_columns", None)
+    absent = getattr(strategy, "site_absent", None) or {}
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
@@ -254,14 +255,22 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                               for n in nodes},
                                     min_replies=0, timeout=timeout)
         records = {r.client_id: r.columns for r in replies}
+        absent = {strategy.who(n): why for n, why in strategy.last_absent.items()}
     described = {cid: columns_of(rec) for cid, rec in sorted(records.items())
                  if rec is not None}
     silent = sorted(cid for cid, rec in records.items() if rec is None)
+    if len(records) < strategy.min_nodes:  # never past round 0 with fewer than min-nodes
+        reasons = "; ".join(f"{who} {why}" for who, why in absent.items()) or "no reply"
+        raise ValueError(
+            f"round 0: {len(records)} client(s) described their data, fewer than "
+            f"min-nodes={strategy.min_nodes}: {reasons}. Fix those sites (each reason "
+            "above), raise round-timeout if they did not reply in time, or lower min-nodes")
     if not described:
         if options.scaling != "none" or options.feature_columns:
             raise ValueError(
-                f"scaling={options.scaling!r}: no client described its columns (clients "
-                "that are not flwr-clustering's ClusteringClient): run with scaling='none'")
+                f"scaling={options.scaling!r}: client(s) {', '.join(map(str, silent))} "
+                "answered without describing their columns (clients that are not "
+                "flwr-clustering's ClusteringClient): run with scaling='none'")
         return None
     if silent:
         raise SchemaError(
