@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from flwr_clustering.algorithms.dgc import build_graph, edge_list_graph, ring_graph
@@ -23,6 +23,7 @@ from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.config import merged_config
 from flwr_clustering.app.paths import ALLOWED_PATHS_ENV, check_run_config_paths
 from flwr_clustering.app.server_app import RunRefused, run_server
+from flwr_clustering.clients.base import FEATURE_MOMENTS_PHASE
 from flwr_clustering.data.local_file import save_local_file
 from flwr_clustering.data.registry import load_partition
 from flwr_clustering.strategies.base import ClusteringStrategy
@@ -366,3 +367,40 @@ def test_main_lets_a_failure_after_round_1_through(tmp_path):
                       run_config=rc)
     with pytest.raises(RuntimeError, match="SuperLink gone"):
         server_app.main(Lost(client_app, 2, run_config=rc), context)
+
+
+class FailsMoments(InProcessGrid):
+    """Node 101's feature-moments reply is an error (its file became unreadable)."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        out = []
+        for reply in replies:
+            phase = None
+            if not reply.has_error():
+                sent = next(m for m in self.sent
+                            if m.metadata.message_id == reply.metadata.reply_to_message_id)
+                phase = sent.content["config"].get("phase")
+            if phase == FEATURE_MOMENTS_PHASE and reply.metadata.src_node_id == 101:
+                reply = Message(Error(code=0, reason="client 1: site1.csv: unreadable"),
+                                reply_to=sent)
+            out.append(reply)
+        return out
+
+
+def test_a_client_failing_its_feature_sums_below_min_nodes_stops_at_round_0(tmp_path):
+    rc = {**RC, "min-nodes": 3, "out-dir": str(tmp_path / "out")}
+    grid = FailsMoments(client_app, 3, run_config=rc)
+    with pytest.raises(ValueError) as err:
+        run_server(grid, rc)
+    assert str(err.value).startswith(
+        "round 0 feature-moments: 2 client(s) sent their feature sums, fewer than "
+        "min-nodes=3 with the ones that withheld them: client 1 (node 101) failed: client 1: "
+        "site1.csv: unreadable. Fix those sites")
+    assert {m.metadata.message_type for m in grid.sent} == {"query"}
+    assert _result(tmp_path / "out")["refused"] is True
+    # with min-nodes=2 the run goes on, scaled from the other sites' sums, and says so
+    rc = {**rc, "min-nodes": 2, "out-dir": str(tmp_path / "two")}
+    out = run_server(FailsMoments(client_app, 3, run_config=rc), rc)
+    assert any(w.startswith("feature scaling without client 1 (node 101)")
+               for w in out["strategy"].warnings)

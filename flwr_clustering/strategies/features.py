@@ -705,6 +705,16 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                                 min_replies=1, timeout=timeout)
     # a client without moments still takes part in the run: not absent from the model
     strategy.run_absent = before
+    failed = {node: why for node, why in strategy.last_absent.items()
+              if "privacy threshold" not in why}
+    if len(strategy.last_absent) - len(failed) + len(replies) < strategy.min_nodes:
+        # withheld sums (a small site) still take part; a failed site does not
+        raise ValueError(
+            f"round 0 {FEATURE_MOMENTS_PHASE}: {len(replies)} client(s) sent their feature "
+            f"sums, fewer than min-nodes={strategy.min_nodes} with the ones that withheld "
+            "them: " + "; ".join(f"{strategy.who(node)} {why}" for node, why in failed.items())
+            + ". Fix those sites (each reason above), raise round-timeout if they did not "
+            "reply in time, or lower min-nodes")
     if strategy.last_absent:
         text = ("feature scaling without " + "; ".join(
             f"{strategy.who(node)} ({why})" for node, why in strategy.last_absent.items())
