@@ -404,3 +404,19 @@ def test_a_client_failing_its_feature_sums_below_min_nodes_stops_at_round_0(tmp_
     out = run_server(FailsMoments(client_app, 3, run_config=rc), rc)
     assert any(w.startswith("feature scaling without client 1 (node 101)")
                for w in out["strategy"].warnings)
+
+
+def test_a_refused_run_config_without_out_dir_says_so_in_a_folder_of_its_own(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    rc = {"algorithm": "x:../../escape", "seed": 1}
+    with pytest.raises(ValueError, match="cannot load algorithm 'x:../../escape'"):
+        run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
+    (folder,) = (tmp_path / "flwr-clustering-results").iterdir()
+    assert folder.name.startswith("run-")  # an unknown algorithm names no folder
+    result = _result(folder)
+    assert result["refused"] is True and result["run-config"] == rc
+    # an out-dir that is not a string names no directory: the ERROR line alone says it
+    with pytest.raises(ValueError, match="out_dir must be a string"):
+        run_server(InProcessGrid(client_app, 2), {"out-dir": 5})
+    assert len(list((tmp_path / "flwr-clustering-results").iterdir())) == 1
