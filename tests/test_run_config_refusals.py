@@ -420,3 +420,26 @@ def test_a_refused_run_config_without_out_dir_says_so_in_a_folder_of_its_own(
     with pytest.raises(ValueError, match="out_dir must be a string"):
         run_server(InProcessGrid(client_app, 2), {"out-dir": 5})
     assert len(list((tmp_path / "flwr-clustering-results").iterdir())) == 1
+
+
+def test_a_refused_resumption_leaves_the_interrupted_runs_result_as_it_is(tmp_path, caplog):
+    class Crash(InProcessGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            if messages and messages[0].metadata.group_id == "2":
+                raise RuntimeError("SuperLink gone")
+            return super().send_and_receive(messages, timeout=timeout)
+
+    run = tmp_path / "run"
+    rc = {**RC, "max-rounds": 4, "out-dir": str(run)}
+    with pytest.raises(RuntimeError):
+        run_server(Crash(client_app, 2, run_config=rc), rc)
+    before = (run / "result.json").read_text()
+    assert json.loads(before)["last-round"] == 1
+    resume = {**rc, "k": 4, "resume-from": str(run)}
+    with caplog.at_level(logging.INFO), pytest.raises(ValueError, match=r"in k \(3 in the "):
+        run_server(InProcessGrid(client_app, 2, run_config=resume), resume)
+    assert (run / "result.json").read_text() == before
+    assert any(e.startswith("run refused before round 1: ") and
+               e.endswith(f"({run} keeps the interrupted run's result.json)")
+               for e in _errors(caplog))

@@ -133,8 +133,8 @@ def run_server(grid: Grid, run_config: dict, *,
         if refused:
             _mark_refused(ex)
         if writer is None and not fresh:
-            logger.error("run refused before round 1: %s (%s keeps the interrupted run's "
-                         "result.json)", ex, out_dir)
+            logger.error("run %s before round 1: %s (%s keeps the interrupted run's "
+                         "result.json)", "refused" if refused else "failed", ex, out_dir)
             raise
         try:
             write_failure(out_dir, strategy, cfg, ex,
