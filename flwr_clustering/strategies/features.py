@@ -263,6 +263,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                         strategy.name, options.scaling, strategy.scales_features_why)
         return None
     records = getattr(strategy, "site_columns", None)
+    absent = getattr(strategy, "site_absent", None) or {}
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
@@ -270,14 +271,22 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                               for n in nodes},
                                     min_replies=0, timeout=timeout)
         records = {r.client_id: r.columns for r in replies}
+        absent = {strategy.who(n): why for n, why in strategy.last_absent.items()}
     described = {cid: columns_of(rec) for cid, rec in sorted(records.items())
                  if rec is not None}
     silent = sorted(cid for cid, rec in records.items() if rec is None)
+    if len(records) < strategy.min_nodes:  # never past round 0 with fewer than min-nodes
+        reasons = "; ".join(f"{who} {why}" for who, why in absent.items()) or "no reply"
+        raise ValueError(
+            f"round 0: {len(records)} client(s) described their data, fewer than "
+            f"min-nodes={strategy.min_nodes}: {reasons}. Fix those sites (each reason "
+            "above), raise round-timeout if they did not reply in time, or lower min-nodes")
     if not described:
         if options.scaling != "none" or options.feature_columns:
             raise ValueError(
-                f"scaling={options.scaling!r}: no client described its columns (clients "
-                "that are not flwr-clustering's ClusteringClient): run with scaling='none'")
+                f"scaling={options.scaling!r}: client(s) {', '.join(map(str, silent))} "
+                "answered without describing their columns (clients that are not "
+                "flwr-clustering's ClusteringClient): run with scaling='none'")
         return None
     if silent:
         raise SchemaError(
@@ -739,6 +748,16 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                                 min_replies=1, timeout=timeout)
     # a client without moments still takes part in the run: not absent from the model
     strategy.run_absent = before
+    failed = {node: why for node, why in strategy.last_absent.items()
+              if "privacy threshold" not in why}
+    if len(strategy.last_absent) - len(failed) + len(replies) < strategy.min_nodes:
+        # withheld sums (a small site) still take part; a failed site does not
+        raise ValueError(
+            f"round 0 {FEATURE_MOMENTS_PHASE}: {len(replies)} client(s) sent their feature "
+            f"sums, fewer than min-nodes={strategy.min_nodes} with the ones that withheld "
+            "them: " + "; ".join(f"{strategy.who(node)} {why}" for node, why in failed.items())
+            + ". Fix those sites (each reason above), raise round-timeout if they did not "
+            "reply in time, or lower min-nodes")
     if strategy.last_absent:
         text = ("feature scaling without " + "; ".join(
             f"{strategy.who(node)} ({why})" for node, why in strategy.last_absent.items())
