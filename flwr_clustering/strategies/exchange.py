@@ -42,6 +42,7 @@ from ..protocol import (
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
 )
+from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
 from .features import with_features
 from .ledger import ledger_entry, min_count
 
@@ -369,7 +370,8 @@ class Exchange:
         for msg in replies:
             node = origin[id(msg)]
             if msg.has_error():
-                reason = str(msg.error.reason)
+                # a client's reason, cut: a hostile one could send megabytes
+                reason = short_reason(msg.error.reason)
                 # our clients' errors start "client 3", also inside a legacy runtime's
                 named = _CLIENT_PREFIX.match(reason) or _CLIENT_WRAPPED.search(reason)
                 if named is not None:
@@ -387,9 +389,19 @@ class Exchange:
                                server_round, kind, self.who(node), ex)
                 continue
             decoded.append((cid, node, msg, metrics))
-        self._refuse_duplicates(server_round, kind, decoded)
+        decoded = self._drop_duplicates(server_round, kind, decoded, problems)
+        sent_to = {int(m.metadata.dst_node_id): m for m in messages}
         valid: list[Reply] = []
         for cid, node, msg, metrics in sorted(decoded, key=lambda t: t[0]):
+            try:  # the phase's reply contract, before anything of the reply is used
+                check_contract(kind, msg.content,
+                               self.reply_bounds(kind, cid, Sent.of(sent_to.get(node))))
+            except ContractBreach as ex:
+                self.client_of.setdefault(node, cid)
+                problems[node] = f"broke the reply contract: {ex}"
+                logger.warning("round %d %s: dropping reply of %s: it broke the reply "
+                               "contract: %s", server_round, kind, self.who(node), ex)
+                continue
             self.client_of[node] = cid
             entry = ledger_entry(server_round, kind, cid, msg, metrics)
             self.ledger.append(entry)
@@ -465,20 +477,64 @@ class Exchange:
                                    and sent is not None and self.fraction >= 1.0)
         return valid
 
-    def _refuse_duplicates(self, server_round: int, kind: str, decoded) -> None:
-        """Two nodes with one client id end the run, whatever the order of their replies."""
+    def reply_bounds(self, kind: str, client_id: int, sent: Sent) -> Bounds:
+        """What a reply of ``client_id`` is checked against (:mod:`.contracts`).
+
+        The federation's ``d`` (its agreed features, else :attr:`n_features`), the model's
+        ``k`` and the rows the client declared before (its first reply of the rows as
+        read; after round 0 its rows in the rounds, which ``missing='drop'`` may lower).
+        """
+        transform = getattr(self, "feature_transform", None)
+        d = len(transform.features) if transform is not None else self.n_features
+        k = getattr(self, "k", None)
+        rows_of = getattr(self, "client_rows", {})
+        cid = int(client_id)
+        rows = rows_of.get((cid, "read"))
+        if kind not in (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE):
+            rows = rows_of.get((cid, False), rows)
+        return Bounds(d=None if d is None else int(d),
+                      k=int(k) if isinstance(k, int | np.integer) else None,
+                      rows=None if rows is None else int(rows), sent=sent)
+
+    def _drop_duplicates(self, server_round: int, kind: str, decoded,
+                         problems: dict[int, str]) -> list:
+        """Drop the replies of nodes that claim another node's client id, naming them.
+
+        A client id claimed by several nodes of this exchange stays with the node that
+        held it earlier in the run (:attr:`client_of`); the others (the later claims) are
+        dropped. When none of them, or more than one, held it before, nothing tells the
+        liar: every claim is dropped. A node that claims a known client id while the node
+        that held it is not in this exchange is a SuperNode that reconnected under a new
+        node id: it is kept.
+        """
         claims: dict[int, list[int]] = {}
         for cid, node, _, _ in decoded:
             claims.setdefault(cid, []).append(node)
-        duplicates = {cid: sorted(nodes) for cid, nodes in sorted(claims.items())
-                      if len(nodes) > 1}
-        if duplicates:
-            which = "; ".join(f"client id {cid} is claimed by nodes "
-                              + ", ".join(map(str, nodes)) for cid, nodes in duplicates.items())
-            raise RuntimeError(
-                f"round {server_round} {kind}: duplicate client ids: {which}. Every SuperNode "
-                "needs its own client id: give each a unique 'partition-id' in its node "
-                "config (flower-supernode --node-config \"partition-id=N ...\")")
+        liars: dict[int, str] = {}
+        for cid, nodes in sorted(claims.items()):
+            if len(nodes) < 2:
+                continue
+            nodes = sorted(nodes)
+            holders = [n for n in nodes if self.client_of.get(n) == cid]
+            if len(holders) == 1:
+                for n in nodes:
+                    if n != holders[0]:
+                        liars[n] = (f"claims client id {cid}, which node {holders[0]} holds "
+                                    "since an earlier reply of the run (the later claim is "
+                                    "dropped)")
+                continue
+            for n in nodes:
+                others = [str(o) for o in nodes if o != n]
+                liars[n] = (f"claims client id {cid}, which node{'s' if len(others) > 1 else ''} "
+                            f"{', '.join(others)} also claim{'' if len(others) > 1 else 's'} in "
+                            "the same exchange, and nothing tells which holds it: every claim "
+                            "is dropped; give every SuperNode its own 'partition-id' in its "
+                            "node config")
+        for node, why in sorted(liars.items()):
+            problems[node] = why
+            logger.warning("round %d %s: dropping reply of %s: it %s", server_round, kind,
+                           self.who(node), why)
+        return [t for t in decoded if t[1] not in liars]
 
     def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply],
                           *, complete: bool) -> None:
