@@ -208,25 +208,25 @@ def _sumsq_at_least(sumsq: np.ndarray, sums: np.ndarray, count: np.ndarray, what
         raise _breach(f"{what}: {key} is below sum**2 / count (no rows have such sums)")
 
 
-def _metrics(metrics: Mapping[str, Any]) -> int:
+def _metrics(metrics: Mapping[str, Any], what: str) -> int:
     """Scalar metrics with short keys; ``num-examples`` a non-negative integer. Its value."""
     if len(metrics) > MAX_METRICS:
-        raise _breach(f"more than {MAX_METRICS} metrics")
+        raise _breach(f"{what}: more than {MAX_METRICS} metrics")
     for key, value in metrics.items():
         if len(str(key)) > MAX_NAME_CHARS:
-            raise _breach(f"a metric key is longer than {MAX_NAME_CHARS} characters")
+            raise _breach(f"{what}: a metric key is longer than {MAX_NAME_CHARS} characters")
         if isinstance(value, list):
             if not all(isinstance(v, int | float) and not isinstance(v, bool)
                        for v in value):
-                raise _breach("a metric list holds a value that is not a number")
+                raise _breach(f"{what}: a metric list holds a value that is not a number")
         elif isinstance(value, bool) or not isinstance(value, int | float):
-            raise _breach("a metric is not a number")
+            raise _breach(f"{what}: a metric is not a number")
     rows = metrics.get("num-examples", 0)
     if isinstance(rows, list) or not float(rows).is_integer() or not 0 <= rows < 2**53:
-        raise _breach("num-examples must be a non-negative integer")
+        raise _breach(f"{what}: num-examples must be a non-negative integer")
     cid = metrics.get("client-id", 0)
     if isinstance(cid, list) or not float(cid).is_integer():
-        raise _breach("client-id must be an integer")
+        raise _breach(f"{what}: client-id must be an integer")
     return int(rows)
 
 
@@ -349,7 +349,7 @@ def _categories(reply: Any, bounds: Bounds, rows: int) -> None:
     asked = _asked_columns(bounds)
     n = max(len(asked), 1)
     counts = _json(rec, "categories", MAX_JSON_DEPTH, _categories_chars(n), what)
-    if not isinstance(counts, dict) or len(counts) > n:
+    if not isinstance(counts, dict) or (not asked and len(counts) > n):
         raise _breach(f"{what}: categories must map each column asked to its levels")
     for column, levels in counts.items():
         if asked and column not in asked:
@@ -560,12 +560,13 @@ def _evaluate(reply: Any, bounds: Bounds, rows: int) -> None:
         raise _breach(f"{what}: {short_reason(_without_values(str(ex)), 160)}") from None
 
 
-_VALUE = re.compile(r", got .*$")
+_GOT = re.compile(r",? got .*$")
+_NUMBER = re.compile(r"(?<![\w-])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _without_values(text: str) -> str:
-    """A rule's message without the value it quotes (``..., got 1e9``)."""
-    return _VALUE.sub("", text)
+    """A rule's message without the values it quotes (``got 1e9``, ``sum to 4500``)."""
+    return _NUMBER.sub("<n>", _GOT.sub("", text))
 
 
 def _evaluate_bytes(bounds: Bounds, rows: int) -> int:
@@ -651,7 +652,7 @@ def check_contract(phase: str, content: Any, bounds: Bounds) -> int:
     extra = set(content.keys()) - contract.records - {"metrics"}
     if extra:
         raise _breach(f"{what}: {len(extra)} record(s) the phase does not have")
-    rows_here = _metrics(content["metrics"])
+    rows_here = _metrics(content["metrics"], what)
     rows = rows_here if bounds.rows is None or phase == "evaluate" else int(bounds.rows)
     size = sum(_record_bytes(content[name]) for name in content.keys())
     limit = contract.max_bytes(bounds, max(rows, rows_here))

@@ -249,10 +249,13 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     records = getattr(strategy, "site_columns", None)
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
+        before = dict(getattr(strategy, "run_absent", {}))
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
                                     per_node={int(n): ([], data_source_config(strategy))
                                               for n in nodes},
                                     min_replies=0, timeout=timeout)
+        # a client whose description was dropped (logged) may still answer the rounds
+        strategy.run_absent = before
         records = {r.client_id: r.columns for r in replies}
     described = {}
     for cid, rec in sorted(records.items()):
