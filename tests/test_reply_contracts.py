@@ -215,8 +215,8 @@ def _withheld(reply):
 
 @pytest.mark.parametrize("how, rule", [
     ("negative-sumsq", "feature-moments: moment-sumsq is negative"),
-    ("count-1e9", "feature-moments: moment-count count to more than the 150 rows the client "
-                  "declared"),
+    ("count-1e9", "feature-moments: moment-count holds a count above the 150 rows the "
+                  "client declared"),
     ("below-sum2", "feature-moments: moment-sumsq is below sum**2 / count (no rows have "
                    "such sums)"),
     ("rows", "feature-moments: moment-rows' rows read differ from the rows the client "

@@ -20,6 +20,7 @@ and what the server sent. docs/protocol.md ("Reply contracts") has the table.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -39,10 +40,12 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     K_MOMENTS_PHASE,
     K_SPREADS_PHASE,
+    MAX_REASON_CHARS,
     MOMENT_KEYS,
     REFINE_PHASE,
     SPLIT_HISTOGRAM_PHASE,
     SPLIT_SCATTER_PHASE,
+    short_reason,
 )
 
 __all__ = ["CONTRACTS", "MAX_COLUMNS", "MAX_JSON_DEPTH", "MAX_LEVELS", "MAX_NAME_CHARS",
@@ -59,8 +62,6 @@ MAX_LEVELS = 10_000
 MAX_JSON_DEPTH = 2
 #: The most scalar metrics a reply may carry.
 MAX_METRICS = 256
-#: How much of a client's error reason the server logs and stores (characters).
-MAX_REASON_CHARS = 300
 #: Bytes every reply may spend on its keys and scalars, beyond its phase's arrays.
 BASE_BYTES = 64 * 1024
 #: The same for an algorithm's own phases (their metrics and small arrays vary).
@@ -72,14 +73,6 @@ RTOL = 1e-6
 
 class ContractBreach(ValueError):
     """A reply broke its phase's contract; the message names the rule, never the content."""
-
-
-def short_reason(reason: Any, limit: int = MAX_REASON_CHARS) -> str:
-    """``reason`` as text of at most ``limit`` characters (a client's error, for the log)."""
-    text = str(reason)
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"... [{len(text) - limit} more characters cut]"
 
 
 @dataclass(frozen=True)
@@ -188,10 +181,11 @@ def _counts(c: np.ndarray, rows: int, what: str, key: str, *, total: bool = True
     """Counts whole, non-negative and (summed, or each with ``total=False``) at most rows."""
     if (c < 0).any() or not _whole(c):
         raise _breach(f"{what}: {key} must be whole and non-negative")
-    top = float(c.sum()) if total else float(c.max(initial=0.0))
-    if top > rows:
-        raise _breach(f"{what}: {key} {'sum' if total else 'count'} to more than the "
-                      f"{rows} rows the client declared")
+    if total and float(c.sum()) > rows:
+        raise _breach(f"{what}: {key} sum to more than the {rows} rows the client declared")
+    if not total and float(c.max(initial=0.0)) > rows:
+        raise _breach(f"{what}: {key} holds a count above the {rows} rows the client "
+                      "declared")
 
 
 def _sumsq_at_least(sumsq: np.ndarray, sums: np.ndarray, count: np.ndarray, what: str,
@@ -654,6 +648,12 @@ def check_contract(phase: str, content: Any, bounds: Bounds) -> int:
         raise _breach(f"{what}: {len(extra)} record(s) the phase does not have")
     rows_here = _metrics(content["metrics"], what)
     rows = rows_here if bounds.rows is None or phase == "evaluate" else int(bounds.rows)
+    if contract is TRAIN_CONTRACT and bounds.d is None:
+        # before the federation's d is known (the first round of a run without a features
+        # step): the reply's own widest row, so that its rows stay bounded by the rows
+        bounds = dataclasses.replace(bounds, d=max(
+            [int(a.shape[-1]) for name in ("arrays", "stats") if name in content
+             for a in content[name].values() if len(a.shape) >= 2] or [1]))
     size = sum(_record_bytes(content[name]) for name in content.keys())
     limit = contract.max_bytes(bounds, max(rows, rows_here))
     if size > limit:
