@@ -404,3 +404,59 @@ def test_a_reply_without_metrics_or_with_a_record_its_phase_lacks_breaks_the_con
         check_contract("data-source", content, Bounds())
     ok = RecordDict({"metrics": MetricRecord({"num-examples": 3, "client-id": 1})})
     assert check_contract("data-source", ok, Bounds()) == 3
+
+
+# --------------------------------------------------------------- every algorithm's train
+
+
+#: Short runs of every algorithm but DeepFeCA (images; its train reply is its weights,
+#: bounded by twice what the server sent, as every train phase's).
+ALGORITHMS = [
+    ("fkm", {"max-rounds": 2, "tol": -1.0}),
+    ("kfed", {}),
+    ("feca", {}),
+    ("mavg", {}),
+    ("ffcm", {"max-rounds": 2, "tol": -1.0}),
+    ("masked-federated", {"federated-rounds": 2, "tol": -1.0}),
+    ("masked-oneshot", {}),
+    ("kdc", {"sample-size": 200, "ik-t": 20, "kdc-auto": False,
+             "kdc-step2": "kernel-kmeans"}),
+    ("dgc", {"iterations": 2}),
+]
+
+
+@pytest.mark.parametrize("algorithm, config", ALGORITHMS, ids=[a for a, _ in ALGORITHMS])
+def test_every_algorithms_train_reply_is_bounded_by_the_train_contract(algorithm, config,
+                                                                       log):
+    from flwr_clustering import registry
+    from flwr_clustering.data.synthetic import garst_beta_split
+
+    X, y, c = garst_beta_split(10.0)
+    data = [(X[c == i], y[c == i]) for i in range(5)]
+    spec = registry.get(algorithm)
+
+    def client_fn(ctx):
+        i = int(ctx.node_config["partition-id"])
+        return spec.client(*data[i], client_id=i)
+
+    def flood(reply):  # 24 MB of statistics no phase asked for
+        if "stats" not in reply.content:
+            reply.content["stats"] = ArrayRecord()
+        reply.content["stats"]["flood"] = Array(np.ones(3 * 10**6))
+        return reply
+
+    grid = TamperGrid(client_app(client_fn), 5, phase="train", tamper=flood)
+    strategy = spec.build_strategy({**spec.options.run_config_defaults(), "k": 8, **config},
+                                   min_nodes=3, seed=0)
+    if algorithm == "dgc":  # every node of its graph, every round: the run stops, naming it
+        with pytest.raises(RuntimeError, match=r"client 1 \(node 101\) broke the reply "
+                                               r"contract: train: \d+ bytes, more than"):
+            strategy.start(grid=grid)
+        return
+    strategy.start(grid=grid)
+    warnings = _dropped(log, "")
+    assert warnings and all("it broke the reply contract: train: " in w
+                            and "bytes, more than the phase's bound" in w
+                            for w in warnings), warnings
+    assert strategy.centroids is not None and all(h["clients"] == 4
+                                                  for h in strategy.history)

@@ -114,12 +114,16 @@ class Bounds:
         declared, its reply's own ``num-examples`` bounds its counts).
     sent : Sent
         What the server sent the node in this exchange.
+    model : tuple of int or None
+        ``(k, d)`` of the server's model (its centroids), which evaluation statistics
+        describe (``None``: none yet).
     """
 
     d: int | None = None
     k: int | None = None
     rows: int | None = None
     sent: Sent = field(default_factory=Sent)
+    model: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -543,12 +547,11 @@ def _evaluate(reply: Any, bounds: Bounds, rows: int) -> None:
             if len(str(key)) > MAX_NAME_CHARS or np.dtype(a.dtype).kind not in "fiub":
                 raise _breach(f"{what}: a statistic with a long key or not numeric")
             stats[key] = a.numpy()
-    # as the strategy's own check: the model's clusters and features, as sent
-    model = bounds.sent.shapes[0] if bounds.sent.shapes else ()
-    k_max = max([int(bounds.k or 0)] + ([model[0]] if len(model) == 2 else [])) or None
+    # as the strategy's own check: the model's clusters and features
+    model = bounds.model or ()
+    k_max = max([int(bounds.k or 0)] + ([model[0]] if model else [])) or None
     try:
-        check_evaluation_stats(stats, k_max=k_max,
-                               n_features=model[1] if len(model) == 2 else None)
+        check_evaluation_stats(stats, k_max=k_max, n_features=model[1] if model else None)
     except (ValueError, TypeError, IndexError) as ex:
         # the rule's own words name the statistic and the rule; cut, as any reason
         raise _breach(f"{what}: {short_reason(_without_values(str(ex)), 160)}") from None
@@ -564,8 +567,8 @@ def _without_values(text: str) -> str:
 
 
 def _evaluate_bytes(bounds: Bounds, rows: int) -> int:
-    k = int(bounds.k or max([s[0] for s in bounds.sent.shapes if s] or [1]))
-    d = int(bounds.d or max([s[-1] for s in bounds.sent.shapes if s] or [1]))
+    k = max(int(bounds.k or 0), bounds.model[0] if bounds.model else 0, 1)
+    d = max(int(bounds.d or 0), bounds.model[1] if bounds.model else 0, 1)
     return BASE_BYTES + 2 * bounds.sent.nbytes + 8 * (8 * (k + 2) * (d + 2)
                                                       + 4 * (rows + 2) * (k + 2))
 

@@ -9,9 +9,12 @@ valid replies, in client-id order (:meth:`Exchange.exchange`, :meth:`Exchange.co
   (:meth:`~Exchange.records`, :meth:`~Exchange.message`, :meth:`~Exchange.sent`);
 * **node identity**: ``{node id: client id}`` learned from the replies
   (:attr:`~Exchange.client_of`, :meth:`~Exchange.who`, :meth:`~Exchange.identify_clients`);
-* **collection**: error replies, malformed payloads and invalid replies dropped with a
-  logged reason, duplicate client ids refused, the feature dimension agreed by majority,
-  ``k`` checked against the rows, too few valid replies an error naming the absent nodes.
+* **collection**: error replies (their reasons cut), replies that break their phase's
+  contract (:mod:`~flwr_clustering.strategies.contracts`, checked before any use),
+  malformed payloads and invalid replies dropped with a logged reason, a node claiming
+  another's client id dropped (both claims if undecidable), the feature dimension agreed
+  by majority, ``k`` checked against the rows, too few valid replies an error naming the
+  absent nodes.
 
 What a reply must satisfy is :meth:`check_reply`'s (here: nothing; the strategy base uses
 :class:`~flwr_clustering.strategies.validation.ReplyValidation`'s rules); every reply goes
@@ -307,10 +310,7 @@ class Exchange:
             ``{client id: node id}`` of the valid replies; nodes without one are in
             ``last_absent`` (``{node id: reason}``).
 
-        Raises
-        ------
-        RuntimeError
-            If two nodes claim one client id (naming both), see :meth:`collect`.
+        Nodes that claim one client id are dropped and named (see :meth:`collect`).
         """
         nodes = self.wait_for_nodes(grid)
         replies = self.exchange(grid, server_round, DATA_SOURCE_PHASE,
@@ -346,16 +346,20 @@ class Exchange:
         Raises
         ------
         RuntimeError
-            If two replies carry the same client id (whatever their order: the error names
-            the client id and the nodes), or if fewer than ``min_nodes`` valid replies
-            remain (the error names the nodes that did not reply within the round timeout
-            and the ones dropped, by client id where a reply of the run told it).
+            If fewer than ``min_nodes`` valid replies remain (the error names the nodes
+            that did not reply within the round timeout and the ones dropped, by client id
+            where a reply of the run told it).
         ValueError
             If the clients that replied hold fewer rows than ``k`` (sum of num-examples;
             not checked for ``"evaluate"``).
 
         Notes
         -----
+        Every reply is checked against its phase's contract
+        (:func:`~flwr_clustering.strategies.contracts.check_contract`, bounds from
+        :meth:`reply_bounds`) before anything of it is used; a node that claims a client id
+        another node held earlier in the run is dropped, and when nothing tells which of
+        several claims holds it, every claim is (:meth:`_drop_duplicates`).
         A node sent a message (:meth:`sent`) without a reply is logged as "did not reply
         within round-timeout"; the nodes without a valid reply, with the reason, are left
         in ``last_absent`` (``{node id: reason}``) for the strategy to read.
@@ -492,9 +496,11 @@ class Exchange:
         rows = rows_of.get((cid, "read"))
         if kind not in (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE):
             rows = rows_of.get((cid, False), rows)
+        C = getattr(self, "centroids", None)
         return Bounds(d=None if d is None else int(d),
                       k=int(k) if isinstance(k, int | np.integer) else None,
-                      rows=None if rows is None else int(rows), sent=sent)
+                      rows=None if rows is None else int(rows), sent=sent,
+                      model=tuple(int(v) for v in np.shape(C)) if np.ndim(C) == 2 else None)
 
     def _drop_duplicates(self, server_round: int, kind: str, decoded,
                          problems: dict[int, str]) -> list:

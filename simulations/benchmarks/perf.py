@@ -232,7 +232,8 @@ def _reply_cases(d: int, k: int, rows: int) -> dict[str, tuple[Any, Any]]:
             "split-scatter": Array(outer)})), Bounds(d=d, k=k, rows=rows, sent=model)),
         "evaluate": (content(stats=ArrayRecord({
             "cluster-counts": Array(counts.astype(np.int64)),
-            "cluster-sums": Array(sums)})), Bounds(d=d, k=k, rows=rows, sent=model)),
+            "cluster-sums": Array(sums)})), Bounds(d=d, k=k, rows=rows, sent=model,
+                                                   model=(k, d))),
         "train (fkm)": (content(arrays=ArrayRecord([sums / np.maximum(counts, 1)[:, None],
                                                     counts])),
                         Bounds(d=d, k=k, rows=rows, sent=model)),
