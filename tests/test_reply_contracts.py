@@ -460,3 +460,28 @@ def test_every_algorithms_train_reply_is_bounded_by_the_train_contract(algorithm
                             for w in warnings), warnings
     assert strategy.centroids is not None and all(h["clients"] == 4
                                                   for h in strategy.history)
+
+
+def test_undecodable_or_misdeclared_arrays_break_the_contract_not_the_server():
+    def moments(**bad):
+        stats = {"moment-count": Array(np.full(3, 5.0)), "moment-sum": Array(np.ones(3)),
+                 "moment-sumsq": Array(np.ones(3)), "moment-rows": Array(np.array([5.0, 0])),
+                 **bad}
+        return RecordDict({"metrics": MetricRecord({"num-examples": 5, "client-id": 1}),
+                           "stats": ArrayRecord(stats)})
+
+    bounds = Bounds(d=3, rows=5)
+    assert check_contract("feature-moments", moments(), bounds) == 5  # honest
+    garbage = Array(dtype="float64", shape=(3,), stype="numpy.ndarray", data=b"\x00" * 24)
+    with pytest.raises(ContractBreach, match="^feature-moments: moment-sum is not a readable "
+                                             "array$"):
+        check_contract("feature-moments", moments(**{"moment-sum": garbage}), bounds)
+    liar = Array(np.ones(4))
+    liar.shape = (3,)  # declares 3 values, holds 4
+    with pytest.raises(ContractBreach, match="moment-sum's data do not match its declared"):
+        check_contract("feature-moments", moments(**{"moment-sum": liar}), bounds)
+    columns = RecordDict({"metrics": MetricRecord({"num-examples": 5}),
+                          "columns": ConfigRecord({"names": ["a"], "kinds": ["numeric"],
+                                                   "unique": [0], "rows": "5"})})
+    with pytest.raises(ContractBreach, match="^data-source: the columns record's rows differ"):
+        check_contract("data-source", columns, Bounds())

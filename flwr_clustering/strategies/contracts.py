@@ -175,10 +175,20 @@ def _array(record: Any, key: str, shape: tuple[int, ...], what: str) -> np.ndarr
         raise _breach(f"{what}: {key} has shape {got}, the contract {tuple(shape)}")
     if np.dtype(a.dtype).kind not in "fiu":
         raise _breach(f"{what}: {key} is not numeric")
-    out = np.asarray(a.numpy(), dtype=np.float64)
+    out = np.asarray(_numpy(a, what, key), dtype=np.float64)
+    if out.shape != tuple(shape):
+        raise _breach(f"{what}: {key}'s data do not match its declared shape")
     if not np.isfinite(out).all():
         raise _breach(f"{what}: {key} holds a value that is not finite")
     return out
+
+
+def _numpy(a: Any, what: str, key: str) -> np.ndarray:
+    """An ``Array``'s values; data that do not decode break the contract."""
+    try:
+        return a.numpy()
+    except Exception:  # noqa: BLE001 - any decoding failure of hostile bytes
+        raise _breach(f"{what}: {key} is not a readable array") from None
 
 
 def _counts(c: np.ndarray, rows: int, what: str, key: str, *, total: bool = True) -> None:
@@ -408,8 +418,8 @@ def _feature_moments(reply: Any, bounds: Bounds, rows: int) -> None:
     _counts(count, int(read), what, "moment-count", total=False)
     _sumsq_at_least(sumsq, total, count, what, "moment-sumsq")
     if minmax:
-        lo = np.asarray(stats["moment-min"].numpy(), dtype=np.float64)
-        hi = np.asarray(stats["moment-max"].numpy(), dtype=np.float64)
+        lo = np.asarray(_numpy(stats["moment-min"], what, "moment-min"), dtype=np.float64)
+        hi = np.asarray(_numpy(stats["moment-max"], what, "moment-max"), dtype=np.float64)
         if lo.shape != (d,) or hi.shape != (d,):
             raise _breach(f"{what}: moment-min and moment-max must have {d} values")
         seen = count > 0
@@ -546,7 +556,7 @@ def _evaluate(reply: Any, bounds: Bounds, rows: int) -> None:
         for key, a in reply["stats"].items():
             if len(str(key)) > MAX_NAME_CHARS or np.dtype(a.dtype).kind not in "fiub":
                 raise _breach(f"{what}: a statistic with a long key or not numeric")
-            stats[key] = a.numpy()
+            stats[key] = _numpy(a, what, "a statistic")
     # as the strategy's own check: the model's clusters and features
     model = bounds.model or ()
     k_max = max([int(bounds.k or 0)] + ([model[0]] if model else [])) or None
@@ -661,5 +671,11 @@ def check_contract(phase: str, content: Any, bounds: Bounds) -> int:
     limit = contract.max_bytes(bounds, max(rows, rows_here))
     if size > limit:
         raise _breach(f"{what}: {size} bytes, more than the phase's bound of {limit}")
-    contract.check(content, bounds, rows)
+    try:
+        contract.check(content, bounds, rows)
+    except ContractBreach:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as ex:
+        # a record of another form than the phase's (a number where a list belongs, ...)
+        raise _breach(f"{what}: a malformed record ({type(ex).__name__})") from None
     return rows_here
