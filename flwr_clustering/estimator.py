@@ -263,6 +263,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         ``pandas.to_datetime``. Such a feature is in seconds since the epoch in
         ``cluster_centers_`` and the profile. An undeclared ``datetime64`` column among
         the features is refused at ``fit``. DataFrames only.
+    robust_scaling : bool, default False
+        With ``scaling="standard"`` (run-config key ``robust-scaling``): a client whose
+        moments of a numeric feature lie far from the median client's (its rows' deviation
+        from the clients' median mean more than 10 times the median client's) is set
+        aside from that feature's mean and scale, and named in ``warnings_``
+        (:func:`~flwr_clustering.data.schema.robust_moments`); at least 3 clients.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups along its main axis (run-config key ``split-check``): a poor local
@@ -404,6 +410,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         unit_check: str = "warn",
         categorical_weight: str = "balanced",
         datetime_columns: Sequence[str] | None = None,
+        robust_scaling: bool = False,
         split_check: bool = True,
         refine_rounds: int = 0,
         k_min: int = 2,
@@ -426,6 +433,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.unit_check = unit_check
         self.categorical_weight = categorical_weight
         self.datetime_columns = datetime_columns
+        self.robust_scaling = robust_scaling
         self.split_check = split_check
         self.refine_rounds = refine_rounds
         self.k_min = k_min
@@ -525,6 +533,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                       "missing": _plain(self.missing), "unit-check": _plain(self.unit_check),
                       "categorical-weight": _plain(self.categorical_weight),
                       "datetime-columns": self._feature_columns_key("datetime_columns"),
+                      "robust-scaling": _plain(self.robust_scaling),
                       "split-check": _plain(self.split_check),
                       "refine-rounds": _plain(self.refine_rounds),
                       "k-min": _plain(self.k_min), "k-max": _plain(self.k_max),
@@ -579,7 +588,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         DataFrames every client's :class:`~flwr_clustering.data.schema.FeatureTable`
         (``None`` for arrays).
         """
-        from .data.schema import FeatureTable
+        from .data.schema import COMPLEX_HINT, FeatureTable
 
         if isinstance(partitions, np.ndarray) and partitions.ndim != 3:
             raise ValueError(
@@ -615,6 +624,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         for i, part in enumerate(partitions if tables is None else ()):
             if hasattr(part, "toarray") or hasattr(part, "tocsr"):
                 raise ValueError(f"partitions[{i}] is sparse; pass dense arrays")
+            if np.iscomplexobj(part):  # float64 would keep the real part, with a warning
+                raise ValueError(f"partitions[{i}] holds complex numbers: {COMPLEX_HINT}")
             try:
                 X = np.asarray(part, dtype=np.float64)
             except (TypeError, ValueError) as ex:
@@ -891,6 +902,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         elif named:
             warnings.warn(f"X does not have valid feature names, but {name} was fitted with "
                           "feature names", UserWarning, stacklevel=3)
+        if np.iscomplexobj(X):  # float64 would keep the real part, with a warning
+            from .data.schema import COMPLEX_HINT
+
+            raise ValueError(f"X holds complex numbers: {COMPLEX_HINT}")
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape "

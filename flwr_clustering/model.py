@@ -605,8 +605,9 @@ def load_model(path: str | os.PathLike[str]) -> ClusteringModel:
     FileNotFoundError
         If there is no such file.
     ValueError
-        Naming the path: the file is not UTF-8 JSON, or not a model of
-        :data:`MODEL_FORMAT` (:meth:`ClusteringModel.from_dict`'s reasons).
+        Naming the path: the file is not UTF-8 JSON (or nests deeper than Python
+        reads), or not a model of :data:`MODEL_FORMAT` (:meth:`ClusteringModel.from_dict`'s
+        reasons).
     """
     path = Path(path)
     if not path.is_file():
@@ -616,7 +617,15 @@ def load_model(path: str | os.PathLike[str]) -> ClusteringModel:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as ex:
         raise ValueError(f"{str(path)!r} is not a model file: not JSON ({ex})") from ex
+    except RecursionError:  # a JSON nested thousands of levels deep
+        raise ValueError(f"{str(path)!r} is not a model file of flwr_clustering: its JSON "
+                         "nests deeper than Python reads (a model.json is a few levels "
+                         "deep): give the model.json that a run wrote") from None
     try:
         return ClusteringModel.from_dict(data)
+    except RecursionError:
+        raise ValueError(f"{str(path)!r} is not a model file of flwr_clustering: it nests "
+                         "deeper than a model (a few levels): give the model.json that a "
+                         "run wrote") from None
     except ValueError as ex:
         raise ValueError(f"{str(path)!r} is not a usable model: {ex}") from ex

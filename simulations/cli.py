@@ -11,8 +11,10 @@ Usage, from the repository root::
     python -m simulations docs [--check]               # regenerate docs/protocol.md
     python -m simulations dp-utility [--runs N] [--rounds R] [--out DIR]  # DP's cost
     python -m simulations robust [--seeds N] [--out DIR]  # one lying site, robust-trim
+    python -m simulations robust-scaling [--seeds N] [--out DIR]  # extreme feature moments
     python -m simulations categorical [--seeds N] [--out DIR]  # categorical-weight's ARI
     python -m simulations secagg [--clients N ...] [--rounds R] [--out DIR]  # SecAgg+'s
+    python -m simulations hostile [--cases a,b] [--out DIR]  # one hostile party per phase
 
 ``reproduce`` writes ``<out>/<experiment>.json`` (one row per method and setting:
 ``experiment, method, setting, metric, ours_mean, ours_std, paper, runs`` and more),
@@ -149,9 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(simulations.robust); arguments pass through", add_help=False,
     )
     sub.add_parser(
+        "robust-scaling", help="one site's extreme feature moments against the scaling: "
+        "robust-scaling (simulations.robust_scaling); arguments pass through",
+        add_help=False,
+    )
+    sub.add_parser(
         "missing", help="missing cells (mean, drop, partial against the centralized "
         "pipeline) and the unit check's hits and false alarms (simulations.missing_data); "
         "arguments pass through", add_help=False,
+    )
+    sub.add_parser(
+        "hostile", help="one hostile or broken client, file or run config against the "
+        "App, per phase (simulations.hostile); arguments pass through", add_help=False,
     )
     sub.add_parser(
         "categorical", help="a categorical column against the measurements: "
@@ -259,8 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(importlib.import_module("simulations.choose_k").main(argv[1:]) or 0)
     if argv and argv[0] == "robust":
         return int(importlib.import_module("simulations.robust").main(argv[1:]) or 0)
+    if argv and argv[0] == "robust-scaling":
+        return int(importlib.import_module("simulations.robust_scaling").main(argv[1:]) or 0)
     if argv and argv[0] == "missing":
         return int(importlib.import_module("simulations.missing_data").main(argv[1:]) or 0)
+    if argv and argv[0] == "hostile":
+        return int(importlib.import_module("simulations.hostile").main(argv[1:]) or 0)
     if argv and argv[0] == "categorical":
         return int(importlib.import_module("simulations.categorical").main(argv[1:]) or 0)
     parser = build_parser()

@@ -188,7 +188,7 @@ def test_get_set_params_and_clone_carry_the_algorithm_options():
                       "index_column": None, "categorical_columns": None,
                       "missing": "auto", "unit_check": "warn",
                       "categorical_weight": "balanced",
-                      "datetime_columns": None,
+                      "datetime_columns": None, "robust_scaling": False,
                       "split_check": True, "refine_rounds": 0, "k_min": 2, "k_max": 10,
                       "k_rule": "silhouette",
                       "max_rounds": 5, "tol": 1e-3}

@@ -227,10 +227,20 @@ def test_a_failing_client_is_named_with_its_reason(log):
     grid = InProcessGrid(_app(_data(3), _FailingSecondRound), 3)
     with pytest.raises(RuntimeError) as info:
         FedKMeans(4, min_nodes=3, max_rounds=3, tol=-1.0).start(grid=grid)
-    assert "round 2 train: client 1 (node 101) failed: client 1: disk on fire" in log.text
+    # a user's own exception may quote a cell: the server hears its type and the phase,
+    # the site's log keeps the message (a client sends its own words by raising a
+    # SiteDataError with a public message)
+    said = "client 1: RuntimeError while answering round 2 train (update) (the detail is in " \
+           "the site's log)"
+    assert f"round 2 train: client 1 (node 101) failed: {said}" in log.text
     assert str(info.value) == (
         "round 2 train: only 2 valid replies, fewer than min_nodes=3; dropped: client 1 "
-        "(node 101) failed: client 1: disk on fire")
+        f"(node 101) failed: {said}")
+    node_side = [r for r in log.records if r.name == "flwr_clustering.clients.base"
+                 and r.levelno >= logging.WARNING]
+    # (each record twice: the fixture's handler and caplog's own)
+    assert {r.getMessage() for r in node_side} == {"client 1: disk on fire (RuntimeError)"}
+    assert all(r.exc_info is not None for r in node_side)  # with its traceback
 
 
 def _dgc_app(data):
@@ -361,5 +371,7 @@ def test_data_whose_squares_overflow_names_the_column_and_the_fix(scaling):
     with pytest.raises(RuntimeError) as err:
         FederatedClustering("fkm", n_clusters=2, scaling=scaling).fit(parts)
     message = str(err.value)
-    assert "client 0: column 'count' reaches 2.2e+200" in message, message
-    assert "overflows float64" in message and "Rescale that column" in message
+    # the server hears the column and the fix; the largest value (one row's) stays on
+    # the site (its log: test_site_errors)
+    assert "client 0: column 'count': its sum of squares overflows float64" in message, message
+    assert "Rescale that column" in message and "2.2e+200" not in message, message

@@ -291,7 +291,8 @@ def test_a_row_index_written_with_the_data_is_refused_in_the_loaders_words(tmp_p
     frame.to_csv(path)  # pandas' to_csv with its index: a column 'Unnamed: 0'
     code, out = _check(capsys, path)
     assert code == 1
-    assert "refused: " + str(path) + ": column 'Unnamed: 0' looks like a row index" in out
+    # in the words the server would hear: the file by its name (issue 50)
+    assert "refused: indexed.csv: column 'Unnamed: 0' looks like a row index" in out
     assert _check(capsys, path, "--index-column", "Unnamed: 0")[0] == 0
 
 

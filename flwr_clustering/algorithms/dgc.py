@@ -25,6 +25,7 @@ No Flower import (layer 1).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,7 +253,16 @@ def adjacency_from(source: np.ndarray | str | Path) -> np.ndarray:
     """
     if isinstance(source, (str, Path)):
         path = Path(source)
-        A = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, ndmin=2)
+        try:
+            A = (np.load(path, allow_pickle=False) if path.suffix == ".npy"
+                 else np.loadtxt(path, ndmin=2))
+        except (OSError, ValueError, EOFError) as ex:
+            # numpy's message quotes the line it could not read: never repeat it (a graph
+            # file is a server-side file; its lines are nobody else's business)
+            raise ValueError(
+                f"graph file {str(path)!r} is not an adjacency matrix ({type(ex).__name__} "
+                "while reading it): give a .npy array or a text file of 0/1 rows, one per "
+                "node") from None
     else:
         A = source
     A = _check_adjacency(A)
@@ -263,6 +273,43 @@ def adjacency_from(source: np.ndarray | str | Path) -> np.ndarray:
 
 GRAPHS = ("ring", "complete", "star", "grid", "erdos-renyi")
 
+#: An inline edge list: ``"0-1,1-2,2-0"``, client ids joined by ``-``, edges by ``,``.
+_EDGE_LIST = re.compile(r"\s*\d+\s*-\s*\d+\s*(,\s*\d+\s*-\s*\d+\s*)*,?\s*")
+
+
+def is_edge_list(text: str) -> bool:
+    """Whether ``text`` is an inline edge list (``"0-1,1-2,2-0"``; see :func:`edge_list_graph`)."""
+    return isinstance(text, str) and _EDGE_LIST.fullmatch(text) is not None
+
+
+def edge_list_graph(text: str, m: int) -> np.ndarray:
+    """The adjacency of ``m`` users from an inline edge list such as ``"0-1,1-2,2-0"``.
+
+    Each edge is two client ids (``0..m-1``) joined by ``-``; edges are separated by
+    commas (spaces are ignored). Undirected: ``0-1`` and ``1-0`` are one edge.
+
+    Raises
+    ------
+    ValueError
+        On a malformed list, a self-loop, an id outside ``0..m-1``, or a graph that is not
+        connected (every user needs a path to every other, the paper's Assumption 2).
+    """
+    if not is_edge_list(text):
+        raise ValueError(f"graph {text!r} is not an edge list such as '0-1,1-2,2-0'")
+    A = np.zeros((m, m))
+    for edge in filter(None, (e.strip() for e in text.split(","))):
+        i, j = (int(v) for v in edge.split("-"))
+        if i == j:
+            raise ValueError(f"graph edge {i}-{j}: a node is not its own neighbour")
+        if max(i, j) >= m:
+            raise ValueError(f"graph edge {i}-{j}: the federation has {m} nodes, client ids "
+                             f"0..{m - 1}")
+        A[i, j] = A[j, i] = 1.0
+    if not _connected(A):
+        raise ValueError(f"graph {text!r}: not connected over the {m} nodes (every node "
+                         "needs a path to every other, the paper's Assumption 2)")
+    return A
+
 
 def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
                 seed: int = 0) -> np.ndarray:
@@ -270,8 +317,10 @@ def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
 
     Names: ``ring``, ``complete``, ``star``, ``grid`` (``r x c`` with ``r`` the largest
     divisor of ``m`` up to ``sqrt(m)``), ``erdos-renyi`` (``G(m, p)`` redrawn until
-    connected, with ``default_rng(seed)``). Anything else is read by
-    :func:`adjacency_from` and must have ``m`` nodes.
+    connected, with ``default_rng(seed)``); an inline edge list ``"0-1,1-2,2-0"``
+    (:func:`edge_list_graph`). Anything else is read by :func:`adjacency_from` and must
+    have ``m`` nodes (the Flower App reads a file only from the operator's allow-list,
+    :mod:`flwr_clustering.app.paths`).
     """
     if isinstance(graph, str) and graph in GRAPHS:
         if graph == "ring":
@@ -284,9 +333,11 @@ def build_graph(graph: str | np.ndarray | Path, m: int, *, p: float = 0.3,
             rows = max(r for r in range(1, int(np.sqrt(m)) + 1) if m % r == 0)
             return grid_graph(rows, m // rows)
         return erdos_renyi_graph(m, p, np.random.default_rng(seed))
+    if is_edge_list(graph):
+        return edge_list_graph(graph, m)
     if isinstance(graph, str) and not Path(graph).exists():
-        raise ValueError(f"graph must be one of {GRAPHS}, an adjacency array or a file; "
-                         f"got {graph!r}")
+        raise ValueError(f"graph must be one of {GRAPHS}, an edge list such as "
+                         f"'0-1,1-2,2-0', an adjacency array or a file; got {graph!r}")
     A = adjacency_from(graph)
     if len(A) != m:
         raise ValueError(f"the adjacency has {len(A)} nodes, the federation {m}")
@@ -770,8 +821,9 @@ class DGCOptions(Options):
     rho: float = option(0.0, minimum=0.0, help="the clustering term is scaled by 1/rho "
                         "(>= 1; 0: adapt to the data and the graph, max(10, beta N_max / "
                         "(0.2 lambda_2(L))); the paper's runs use 10-1000)")
-    graph: str = option("ring", help="ring, complete, star, grid, erdos-renyi, or an adjacency "
-                        "file")
+    graph: str = option("ring", help="ring, complete, star, grid, erdos-renyi, an edge list "
+                        "such as '0-1,1-2,2-0', or an adjacency file (the App reads one "
+                        "only from the operator's allowed paths)")
     iterations: int = option(100, minimum=1, help="T")
     inner_steps: int = option(1, minimum=1, help="S")
     delta: float = option(1.0, help="Huber / Fair parameter")

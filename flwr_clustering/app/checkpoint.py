@@ -46,6 +46,7 @@ __all__ = [
     "check_resume",
     "check_resumed_data",
     "load_checkpoint",
+    "run_files",
     "run_status",
     "pack",
     "unpack",
@@ -178,7 +179,7 @@ class OutDirLock:
         logger.warning("out-dir %s: %s", self.out_dir, summary["reason"])
 
     def _refuse_other_run(self, cfg: dict[str, Any]) -> None:
-        found = [f for f in RUN_FILES if (self.out_dir / f).exists()]
+        found = run_files(self.out_dir)
         if not found:
             return
         resume = cfg.get("resume-from")
@@ -237,6 +238,23 @@ def _alive(holder: dict[str, Any]) -> bool:
     except (KeyError, TypeError, ValueError):
         return False
     return True
+
+
+def run_files(out_dir: str | os.PathLike) -> list[str]:
+    """The files of :data:`RUN_FILES` that make ``out_dir`` another run's results.
+
+    Empty when there are none, or only the ``result.json`` of a run refused before round 1
+    (``"refused": true``): the corrected run may use the directory.
+    """
+    out = Path(out_dir)
+    found = [f for f in RUN_FILES if (out / f).exists()]
+    if found == ["result.json"]:
+        try:
+            if json.loads((out / "result.json").read_text()).get("refused") is True:
+                return []
+        except (OSError, ValueError, AttributeError):
+            pass
+    return found
 
 
 def _checkpoint_round(out_dir: Path) -> int:
@@ -375,13 +393,15 @@ def centroid_arrays(strategy) -> dict[str, np.ndarray]:
 
 
 def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, Any],
-                  error: BaseException, last_round: int) -> Path:
+                  error: BaseException, last_round: int, *, refused: bool = False) -> Path:
     """Write ``result.json`` of a failed run (``status``, ``reason``, ``last-round``, ...).
 
     The per-round files of the completed rounds stay as they are. A run ended by
     ``SystemExit`` or ``KeyboardInterrupt`` (``flwr stop``, Ctrl-C, a signal to the
     ServerApp: Flower's handlers exit the process) is recorded as ``"stopped"`` by the
-    user, not as failed, with the way to continue it.
+    user, not as failed, with the way to continue it. ``refused``: the App's checks
+    refused the run before round 1 (its run config, options, paths or the clients' data):
+    ``"refused": true`` and the ERROR line says "run refused before round 1".
     """
     stopped = isinstance(error, SystemExit | KeyboardInterrupt)
     reason = str(error) or repr(error)
@@ -395,6 +415,8 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
         "error-type": type(error).__name__, "last-round": int(last_round),
         "algorithm": getattr(strategy, "name", run_config.get("algorithm")),
     }
+    if refused and not stopped:
+        summary["refused"] = True
     if strategy is not None:
         summary.update({
             "config": strategy.describe(), "rounds": len(strategy.history),
@@ -407,8 +429,11 @@ def write_failure(out_dir: str | os.PathLike, strategy, run_config: dict[str, An
         atomic_write_text(Path(out_dir) / PRIVACY_LEDGER,
                           json.dumps(to_jsonable(strategy.privacy_ledger()), indent=1))
     atomic_write_text(path, json.dumps(to_jsonable(summary), indent=2))
-    logger.log(logging.WARNING if stopped else logging.ERROR, "run %s after round %d: %s "
-               "(written to %s)", summary["status"], last_round, summary["reason"], path)
+    if summary.get("refused"):
+        logger.error("run refused before round 1: %s (written to %s)", summary["reason"], path)
+    else:
+        logger.log(logging.WARNING if stopped else logging.ERROR, "run %s after round %d: %s "
+                   "(written to %s)", summary["status"], last_round, summary["reason"], path)
     return path
 
 

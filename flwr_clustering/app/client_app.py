@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..clients import client_app
 from ..clients.base import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, ClusteringClient, client_id_of
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, feature_names, load_partition
-from ..data.schema import FeatureTable
+from ..data.schema import FeatureTable, SiteDataError
 from ..log import configure_console, hide_actor_termination
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
 from .data_source import NO_DATA_PATH
@@ -136,8 +137,13 @@ def load_node_file(
         raise FileNotFoundError(
             f"client {client_id}: data-path {path!r} of the node config: no such file"
         ) from exc
-    except ValueError as exc:
-        raise ValueError(f"client {client_id}: {exc}") from exc
+    except SiteDataError as exc:  # the server gets its public message (clients.errors)
+        raise exc.prefixed(f"client {client_id}: ") from exc
+    except ValueError as exc:  # pandas' or NumPy's words may quote a cell: the log only
+        raise SiteDataError(
+            f"client {client_id}: {Path(path).name}: {type(exc).__name__} while reading "
+            "the file (the detail is in the site's log)",
+            f"client {client_id}: {exc}") from exc
 
 
 def client_fn(context: Context) -> ClusteringClient:

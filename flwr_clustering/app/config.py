@@ -11,6 +11,7 @@ may see an empty run config, so every key has a default here.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,8 @@ class AppOptions(Options):
                             "replies a round may aggregate (Flower's default federation "
                             "has 2); others are left out and named. Use more than half "
                             "of your sites; DGC needs every node")
-    seed: int = option(0, help="server and client random generators")
+    seed: int = option(0, minimum=0, help="server and client random generators (an "
+                       "integer >= 0, NumPy's seeds)")
     out_dir: str = option("", help="results directory (absolute; empty: "
                           "~/flwr-clustering-results/<algorithm>-<time>)")
     round_timeout: float = option(600.0, minimum=0.0, help="seconds to wait for the replies "
@@ -130,6 +132,13 @@ class AppOptions(Options):
                                      "standard (each one-hot feature standardised like a "
                                      "measurement); see docs/data.md",
                                      when=lambda cfg: bool(cfg.get("categorical-columns")))
+    robust_scaling: bool = option(False, help="scaling='standard': a site whose moments of "
+                                  "a numeric feature lie far from the median site's (its "
+                                  "rows' deviation from the sites' median mean over 10x the "
+                                  "median site's) is set aside from that feature's mean and "
+                                  "scale, and named; plain runs of 3 sites or more; see "
+                                  "docs/data.md",
+                                  when=lambda cfg: cfg.get("scaling", "standard") == "standard")
     datetime_columns: str = option("", help="date/time columns used as features, "
                                    "comma-separated: converted to seconds since "
                                    "1970-01-01 UTC at every site (an undeclared date "
@@ -175,7 +184,8 @@ class DataOptions(Options):
     n_features: int = option(2, minimum=1, help="blobs: features", when=_dataset("blobs"))
     centers: int = option(16, minimum=1, help="blobs: centres", when=_dataset("blobs"))
     cluster_std: float = option(1.0, help="blobs: spread", when=_dataset("blobs"))
-    data_seed: int = option(0, help="data generation and partitioning seed", when=_built_in)
+    data_seed: int = option(0, minimum=0, help="data generation and partitioning seed (an "
+                            "integer >= 0)", when=_built_in)
     feature_mask: str = option("none", help="feature masks of the clients (masked algorithms)",
                                when=_built_in)
     mask_overlap: float = option(0.3, help="feature-mask overlap",
@@ -245,10 +255,10 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     spec = registry.get(str(run_config.get("algorithm", cfg["algorithm"])))
     for key, value in spec.options.run_config_defaults().items():
         cfg.setdefault(key, value)
-    for key, value in run_config.items():
-        if key not in cfg:
-            raise ValueError(f"unknown run-config key {key!r}; valid keys: {sorted(cfg)}")
-        cfg[key] = value
+    unknown = [key for key in run_config if key not in cfg]
+    if unknown:
+        raise ValueError("; ".join(_unknown_key(str(key), cfg) for key in unknown))
+    cfg.update(run_config)
     ks = search_ks(cfg, spec)
     # a bad option value is an error here (k='auto': every option at the largest k)
     spec.options.from_config(cfg if ks is None else {**cfg, "k": ks[-1]},
@@ -264,6 +274,18 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
+
+
+def _unknown_key(key: str, cfg: dict[str, Any]) -> str:
+    """The refusal of an unknown run-config key, naming the nearest known one."""
+    near = difflib.get_close_matches(key, list(cfg), n=1)
+    if not near:  # "seed_" or "MIN_NODES": the same key in another spelling
+        canonical = {k.replace("-", "").lower(): k for k in cfg}
+        found = canonical.get(key.replace("-", "").replace("_", "").lower())
+        near = [found] if found else []
+    hint = (f"did you mean {near[0]!r}?" if near else
+            "docs/configuration.md lists every key")
+    return f"unknown run-config key {key!r}: {hint}"
 
 
 def run_settings(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -378,6 +400,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
            "missing": app.missing, "unit_check": app.unit_check,
            "categorical_weight": app.categorical_weight,
            "datetime_columns": app.datetime_columns,
+           "robust_scaling": app.robust_scaling,
            "split_check": app.split_check, "refine_rounds": app.refine_rounds,
            **overrides})
     ks = search_ks(cfg, spec)

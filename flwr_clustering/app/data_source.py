@@ -25,8 +25,8 @@ from ..log import logger
 from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 
-__all__ = ["NO_DATA_PATH", "check_data_sources", "check_raw_row_consent",
-           "identical_data_warning", "query_data_sources"]
+__all__ = ["NO_DATA_PATH", "absent_reasons", "check_data_sources", "check_enough_sources",
+           "check_raw_row_consent", "identical_data_warning", "query_data_sources"]
 
 #: Part of a client's error when the run config says ``dataset='local'`` and its node has
 #: no ``data-path`` (the server refuses the run on it).
@@ -50,6 +50,8 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
     # the clients' column names and kinds: the strategy agrees on the features from them
     # before round 1 (strategies.features) without asking again
     strategy.site_columns = {r.client_id: r.columns for r in replies}
+    strategy.site_absent = {strategy.who(n): why for n, why in
+                            (getattr(strategy, "last_absent", {}) or {}).items()}
     sources = []
     for r in replies:
         local = int(r.metrics.get("data-local", -1))
@@ -119,10 +121,12 @@ def check_data_sources(cfg: dict, sources: list[dict], absent: dict[int, str],
                 if wrong else "",
                 f"{', '.join(missing)} {_verb(missing, 'has', 'have')} no data-path in "
                 "the node config" if missing else ""]))
+            others = {_who(n, why): why for n, why in absent.items() if NO_DATA_PATH not in why}
             raise ValueError(
                 f"data source: the run config says dataset='local' but {who}: give every "
                 "SuperNode a data file (flower-supernode --node-config \"data-path='...'\"), "
-                "or run with -c \"dataset='<a built-in dataset>'\"")
+                "or run with -c \"dataset='<a built-in dataset>'\""
+                + (f"; also without a valid reply: {absent_reasons(others)}" if others else ""))
         return None
     local = [s for s in sources if s["source"] == "local file"]
     if local:
@@ -154,6 +158,61 @@ def check_data_sources(cfg: dict, sources: list[dict], absent: dict[int, str],
         return ("the clients' data is not the server's partition of "
                 f"dataset={dataset!r} over {num_nodes} nodes: " + "; ".join(differ))
     return None
+
+
+def absent_reasons(absent: dict[str, str]) -> str:
+    """``"client 1 (node 101) failed: ...; node 102 did not reply ..."``, one per client.
+
+    ``absent`` maps who (``strategy.who(node)``) to why it sent no valid reply, as an
+    exchange leaves it (``failed: client 1: <the client's error>``); the client's own
+    prefix is not repeated.
+    """
+    parts = []
+    for who, why in absent.items():
+        why = re.sub(r"^(failed: )client \d+: ", r"\1", str(why))
+        parts.append(f"{who} {why}")
+    return "; ".join(parts)
+
+
+def _fixes(reasons: list[str]) -> str:
+    """What to change, from the kinds of reasons the clients gave."""
+    fixes = []
+    if any("round-timeout" in why for why in reasons):
+        fixes.append("raise round-timeout (a site that reads a large file needs longer) or "
+                     "check the nodes that did not reply")
+    if any(NO_DATA_PATH in why for why in reasons):
+        fixes.append("give every SuperNode a data file (flower-supernode --node-config "
+                     "\"data-path='...'\")")
+    if any(why.startswith("failed") and "round-timeout" not in why and NO_DATA_PATH not in why
+           for why in reasons):
+        fixes.append("fix each failing site's data as its reason says (the site's own log "
+                     "has the details)")
+    if any(not why.startswith("failed") and "round-timeout" not in why for why in reasons):
+        fixes.append("check the clients whose replies were dropped")
+    return "; ".join(fixes)
+
+
+def check_enough_sources(strategy, sources: list[dict], absent: dict[int, str],
+                         num_nodes: int) -> None:
+    """Refuse the run before round 1 when fewer than ``min-nodes`` clients described their data.
+
+    Raises
+    ------
+    ValueError
+        Listing every client without a valid reply with its own reason (never the
+        first one only), and the fixes those reasons call for, or a lower ``min-nodes``.
+    """
+    if len(sources) >= strategy.min_nodes:
+        return
+    named = {strategy.who(n): why for n, why in absent.items()}
+    fixes = _fixes(list(named.values()))
+    if sources:
+        fixes = "; ".join(filter(None, [fixes, "or lower min-nodes (run config 'min-nodes') "
+                                        "to run without them"]))
+    raise ValueError(
+        f"round 0: {len(sources)} of {num_nodes} node(s) described their data, fewer than "
+        f"min-nodes={strategy.min_nodes}: {absent_reasons(named) or 'no reply'}"
+        + (f". To go on: {fixes}" if fixes else ""))
 
 
 def identical_data_warning(sources: list[dict]) -> str | None:

@@ -17,6 +17,9 @@ interrupted iterative run from its checkpoint.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+
 import numpy as np
 from flwr.app import ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
@@ -36,25 +39,35 @@ from .checkpoint import (
     check_resume,
     check_resumed_data,
     load_checkpoint,
+    run_files,
     write_failure,
 )
 from .config import build_strategy, dataset_kwargs, merged_config, results_dir
 from .data_source import (
     check_data_sources,
+    check_enough_sources,
     check_raw_row_consent,
     describe,
     identical_data_warning,
     query_data_sources,
 )
+from .paths import check_run_config_paths
 from .results import save_results
 
-__all__ = ["app", "run_server"]
+__all__ = ["REFUSALS", "RunRefused", "app", "main", "run_server"]
 
 app = ServerApp()
 
 
-def run_server(grid: Grid, run_config: dict) -> dict:
+def run_server(grid: Grid, run_config: dict, *,
+               allowed_paths: Iterable[str | os.PathLike] | str | None = None) -> dict:
     """Run one clustering job on ``grid`` and save its results.
+
+    A run refused before round 1 (its run config, its options, a path it may not read,
+    the clients' data) says why in one ERROR line and in ``result.json``
+    (``"status": "failed"``, ``"refused": true``), also when the refusal comes before the
+    strategy exists; only an out-dir that is not this run's (another run's results, or
+    one being written) is left untouched.
 
     Parameters
     ----------
@@ -62,6 +75,10 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         The grid (simulation, deployment or in-process).
     run_config : dict
         The run config (missing keys take :data:`~flwr_clustering.app.config.DEFAULTS`).
+    allowed_paths : iterable of path-like, str, optional
+        The directories whose files the run config may name (DGC's ``graph`` file,
+        ``resume-from``); default: the environment variable
+        ``FLWR_CLUSTERING_ALLOWED_PATHS`` (:mod:`flwr_clustering.app.paths`).
 
     Returns
     -------
@@ -71,39 +88,120 @@ def run_server(grid: Grid, run_config: dict) -> dict:
     Raises
     ------
     PermissionError
-        If ``out-dir`` cannot be created or written (before any message is sent).
+        If ``out-dir`` cannot be created or written (before any message is sent), or the
+        run config names a file outside the allowed directories.
     FileExistsError
         If ``out-dir`` holds another run's results (unless ``resume-from`` is that
         directory) or another run is writing there (before any message is sent).
     ValueError
-        If ``resume-from`` names a checkpoint of another algorithm or run config, or the
-        algorithm cannot resume (before any message is sent).
+        If the run config is refused (an unknown key, a bad value), or ``resume-from``
+        names a checkpoint of another algorithm or run config, or the algorithm cannot
+        resume (before any message is sent).
     Exception
         Whatever ended the run, after ``result.json`` recorded it as failed.
     """
-    cfg = merged_config(run_config)
-    out_dir = results_dir(cfg)
-    spec = registry.get(str(cfg["algorithm"]))
-    checkpoint = None
-    if cfg["resume-from"]:
-        checkpoint = load_checkpoint(cfg["resume-from"])
-        check_resume(checkpoint, cfg)
-    check_out_dir(out_dir)
-    lock = OutDirLock(out_dir).acquire(cfg)  # one run per out-dir; nothing overwritten
     try:
+        cfg = merged_config(run_config)
+    except Exception as ex:
+        _refused_run_config(run_config, ex)
+        _mark_refused(ex)
+        raise
+    out_dir = results_dir(cfg)
+    try:
+        check_out_dir(out_dir)
+        lock = OutDirLock(out_dir).acquire(cfg)  # one run per out-dir; nothing overwritten
+    except Exception as ex:  # the out-dir is not this run's to write: say it, write nothing
+        logger.error("run refused before round 1: %s", ex)
+        _mark_refused(ex)
+        raise
+    # a directory that already holds a run's files is the interrupted run being resumed:
+    # a refusal before this run starts leaves its result.json as it is
+    fresh = not run_files(out_dir)
+    strategy = writer = None
+    try:
+        spec = registry.get(str(cfg["algorithm"]))
+        check_run_config_paths(cfg, allowed_paths)
+        checkpoint = None
+        if cfg["resume-from"]:
+            checkpoint = load_checkpoint(cfg["resume-from"])
+            check_resume(checkpoint, cfg)
         strategy = build_strategy(cfg)
         writer = RoundWriter(out_dir, cfg, last_round=checkpoint["round"] if checkpoint else 0)
-        try:
-            return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
-        except BaseException as ex:  # also an interrupt: record it, then let it end the run
-            try:
-                write_failure(out_dir, strategy, cfg, ex, writer.last_round)
-            except Exception as write_error:  # noqa: BLE001 - the run's own error matters
-                logger.error("could not write result.json of the failed run to %s: %s",
-                             out_dir, write_error)
+        return _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint)
+    except BaseException as ex:  # also an interrupt: record it, then let it end the run
+        refused = _refused(ex, strategy)
+        if refused:
+            _mark_refused(ex)
+        if writer is None and not fresh:
+            logger.error("run %s before round 1: %s (%s keeps the interrupted run's "
+                         "result.json)", "refused" if refused else "failed", ex, out_dir)
             raise
+        try:
+            write_failure(out_dir, strategy, cfg, ex,
+                          writer.last_round if writer is not None else 0, refused=refused)
+        except Exception as write_error:  # noqa: BLE001 - the run's own error matters
+            logger.error("could not write result.json of the failed run to %s: %s",
+                         out_dir, write_error)
+        raise
     finally:
         lock.release()
+
+
+#: The errors with which the App's checks refuse a run (a wrong run config, option, path
+#: or data); anything else before round 1 (a lost SuperLink) is a failure.
+REFUSALS = (ValueError, PermissionError, FileNotFoundError, FileExistsError)
+
+
+def _refused(error: BaseException, strategy) -> bool:
+    """Whether ``error`` refused the run before its first training round."""
+    before = strategy is None or not getattr(strategy, "training_round", 0)
+    return before and isinstance(error, REFUSALS)
+
+
+def _mark_refused(error: BaseException) -> None:
+    """Mark ``error`` as a refusal before round 1 (for :func:`main`)."""
+    if isinstance(error, REFUSALS):
+        try:
+            error.refused_before_round_1 = True  # type: ignore[attr-defined]
+        except AttributeError:  # an exception class without a __dict__
+            pass
+
+
+def _refused_run_config(run_config: dict, error: Exception) -> None:
+    """A run config refused before it could be merged: one ERROR line and ``result.json``.
+
+    ``result.json`` goes to the run config's ``out-dir`` (or a folder of the run's own)
+    when that directory can be written and holds no other run's files; otherwise the
+    ERROR line alone says it.
+    """
+    raw = run_config.get("out-dir", "")
+    algorithm = run_config.get("algorithm", "fkm")
+    named = algorithm if isinstance(algorithm, str) and algorithm in registry.names() else "run"
+    if not isinstance(raw, str):
+        logger.error("run refused before round 1: %s", error)
+        return
+    out_dir = results_dir({"out-dir": raw, "algorithm": named})
+    try:
+        check_out_dir(out_dir)
+        lock = OutDirLock(out_dir).acquire({})
+    except Exception:  # noqa: BLE001 - not this run's directory: the log says it
+        logger.error("run refused before round 1: %s", error)
+        return
+    try:
+        write_failure(out_dir, None, dict(run_config), error, 0, refused=True)
+    except Exception as write_error:  # noqa: BLE001 - the refusal matters
+        logger.error("run refused before round 1: %s (result.json not written to %s: %s)",
+                     error, out_dir, write_error)
+    finally:
+        lock.release()
+
+
+class RunRefused(Exception):
+    """A run the App refused before round 1 (its reason already logged and written).
+
+    :func:`main` raises it in place of the check's own error, without that error's
+    traceback, so that Flower's report of the failed ServerApp ends with the reason.
+    """
 
 
 def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
@@ -142,6 +240,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
         logger.warning("%s", same)
         warnings.append(same)
     strategy.pre_run_warnings = warnings
+    check_enough_sources(strategy, sources, absent, num_nodes)
     not_pooled = check_data_sources(cfg, sources, absent, num_nodes)
     check_raw_row_consent(strategy, sources)
     if not_pooled is not None:
@@ -245,6 +344,15 @@ def feature_rows(strategy, X: np.ndarray, dataset: str) -> np.ndarray:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """ServerApp entry point: run the job named by the run config."""
+    """ServerApp entry point: run the job named by the run config.
+
+    A run refused before round 1 ends with :class:`RunRefused` carrying the reason (already
+    one ERROR line and ``result.json``), not with the check's traceback.
+    """
     configure_console()
-    run_server(grid, dict(context.run_config))
+    try:
+        run_server(grid, dict(context.run_config))
+    except REFUSALS as ex:
+        if not getattr(ex, "refused_before_round_1", False):
+            raise
+        raise RunRefused(f"run refused before round 1: {ex}") from None

@@ -55,6 +55,7 @@ from ..data.schema import (
     FeatureTable,
     FeatureTransform,
     SchemaError,
+    SiteDataError,
     category_counts,
     column_moments,
     continuous_columns,
@@ -87,6 +88,7 @@ from ..protocol import (  # the message protocol's names, re-exported here
     split_metrics,
 )
 from .candidates import fit_candidates, score_arrays
+from .errors import error_reasons
 from .legacy import legacy_client
 
 __all__ = [
@@ -137,8 +139,10 @@ def data_hash(X: np.ndarray) -> int:
     """
     a = np.asarray(X, dtype=np.float64)
     a = np.ascontiguousarray(a.reshape(len(a), -1))
-    # hashed through the buffer protocol: no bytes copy of the rows (10 M rows = 1.3 GB)
-    return int.from_bytes(hashlib.sha256(memoryview(a).cast("B")).digest()[:8], "big") >> 1
+    # hashed through the buffer protocol: no bytes copy of the rows (10 M rows = 1.3 GB);
+    # flat, so that rows without a column (a file of text columns only) hash too
+    return int.from_bytes(hashlib.sha256(memoryview(a.reshape(-1)).cast("B")).digest()[:8],
+                          "big") >> 1
 
 
 def data_source_metrics(client: Any) -> tuple[int, dict[str, int]]:
@@ -300,12 +304,14 @@ def feature_moments_arrays(client: Any, config: dict[str, Any]) -> list[np.ndarr
         names = FeatureTransform.from_json(key).features if key else ()
         name = names[j] if j < len(names) else None
         what = f"column {name!r}" if name is not None else f"feature {j}"
-        raise ValueError(
-            f"client {client.client_id}: {what} reaches {top:.3g}: its sum of squares "
-            f"overflows float64 (above {np.finfo(np.float64).max:.3g}), so no scaling (nor "
-            "a centroid's squared distance) can be computed in these units. Rescale that "
-            "column before the run (for example divide it by a power of ten), with the "
-            "same factor at every site")
+        why = (f"its sum of squares overflows float64 (above "
+               f"{np.finfo(np.float64).max:.3g}), so no scaling (nor a centroid's squared "
+               "distance) can be computed in these units. Rescale that column before the "
+               "run (for example divide it by a power of ten), with the same factor at "
+               "every site")
+        # the largest value is one row's: the site's log only
+        raise SiteDataError(f"client {client.client_id}: {what}: {why}",
+                            f"client {client.client_id}: {what} reaches {top:.3g}: {why}")
     mask = getattr(client, "row_mask", None)
     if mask is not None:  # missing='drop': the rows as read, those left out
         rows = [len(mask), int(len(mask) - np.count_nonzero(mask))]
@@ -864,6 +870,7 @@ def sent_summary(reply: Message) -> str:
 def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind: str
             ) -> Message:
     cid = client_id_of(context)
+    config: dict[str, Any] = {}
     try:
         if not isinstance(client, NumPyClient):
             client = client(context)
@@ -976,8 +983,10 @@ def _handle(msg: Message, context: Context, client: NumPyClient | Callable, kind
         logger.info("client %d %s: %s", cid, _phase_name(msg, config), sent_summary(reply))
         return reply
     except Exception as ex:  # noqa: BLE001 - every failure becomes an error reply
-        reason = str(ex) if str(ex).startswith(f"client {cid}") else f"client {cid}: {ex}"
-        logger.warning("%s (%s)", reason, type(ex).__name__)
+        # the server gets the problem and where, never a cell (clients.errors); the
+        # site's log keeps the whole message
+        reason, detail, vetted = error_reasons(ex, cid, _phase_name(msg, config))
+        logger.warning("%s (%s)", detail, type(ex).__name__, exc_info=not vetted)
         return Message(Error(code=CLIENT_ERROR_CODE, reason=reason), reply_to=msg)
 
 

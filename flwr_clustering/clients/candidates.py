@@ -21,6 +21,7 @@ import numpy as np
 
 from ..algorithms.choose_k import client_moments, client_spreads
 from ..protocol import CANDIDATES_KEY, K_MOMENTS_PHASE, K_SPREADS_PHASE
+from .errors import error_reasons
 
 __all__ = ["candidate_list", "fit_candidates", "score_arrays"]
 
@@ -86,7 +87,11 @@ def fit_candidates(client: Any, step, params: list[np.ndarray], config: dict[str
         except (ValueError, RuntimeError) as ex:
             if strict:
                 raise
-            errors[str(i)] = str(ex)
+            # sent to the server: the vetted reason, never a cell (clients.errors); the
+            # site's log keeps the whole message
+            public, detail, vetted = error_reasons(ex, client.client_id, f"candidate {i}")
+            logger.warning("candidate %d: %s", i, detail, exc_info=not vetted)
+            errors[str(i)] = public
             sizes.append(-1)
             continue
         arrays = list(arrays or [])

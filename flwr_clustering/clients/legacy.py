@@ -9,6 +9,7 @@ returns :func:`legacy_client`; the server side is :class:`flwr_clustering.legacy
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +18,11 @@ from flwr.client import Client, NumPyClient
 from flwr.common import Scalar, bytes_to_ndarray, ndarray_to_bytes
 
 from ..protocol import split_metrics
+from .errors import error_reasons
 
 __all__ = ["ARRAY_PREFIX", "LegacyClient", "decode_metrics", "encode_metrics", "legacy_client"]
+
+logger = logging.getLogger(__name__)
 
 #: Prefix of the legacy metric keys that carry an array (``np.save`` bytes).
 ARRAY_PREFIX = "ndarray:"
@@ -97,10 +101,12 @@ class LegacyClient(NumPyClient):
         self.client = client
         self.client_id = getattr(client, "client_id", None) if client_id is None else client_id
 
-    def _fail(self, ex: Exception) -> RuntimeError:
-        prefix = f"client {self.client_id}"
-        text = str(ex) if str(ex).startswith(prefix) else f"{prefix}: {ex}"
-        return RuntimeError(f"{text} ({type(ex).__name__})")
+    def _fail(self, ex: Exception, phase: str) -> RuntimeError:
+        # Flower sends the message of the RuntimeError to the server: the vetted reason,
+        # never a cell (clients.errors); the site's log keeps the whole message
+        reason, detail, vetted = error_reasons(ex, self.client_id, phase)
+        logger.warning("%s (%s)", detail, type(ex).__name__, exc_info=not vetted)
+        return RuntimeError(f"{reason} ({type(ex).__name__})")
 
     def fit(self, parameters, config):
         """Run the wrapped client's ``fit`` (every protocol phase) and encode its metrics.
@@ -121,7 +127,7 @@ class LegacyClient(NumPyClient):
             arrays, n, metrics = self.client.fit(parameters, config)
             return list(arrays), int(n), encode_metrics(metrics, self.client_id)
         except Exception as ex:  # noqa: BLE001 - re-raised with the client id in front
-            raise self._fail(ex) from ex
+            raise self._fail(ex, f"fit ({config.get('phase', 'train')})") from ex
 
     def evaluate(self, parameters, config):
         """Run the wrapped client's ``evaluate`` and encode its statistics.
@@ -145,7 +151,7 @@ class LegacyClient(NumPyClient):
             loss, n, metrics = self.client.evaluate(parameters, config)
             return float(loss), int(n), encode_metrics(metrics, self.client_id)
         except Exception as ex:  # noqa: BLE001 - re-raised with the client id in front
-            raise self._fail(ex) from ex
+            raise self._fail(ex, "evaluate") from ex
 
 
 def legacy_client(client: NumPyClient, client_id: int | None = None) -> Client:

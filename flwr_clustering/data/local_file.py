@@ -15,7 +15,10 @@ Nothing is clustered silently by mistake: a row index written with the data (a c
 refused unless declared (``index_column``, ``feature_columns``); ``feature_columns`` and
 ``label_column`` select columns by name, and an unknown name is an error listing the file's
 columns. A CSV is read as written: a line with more fields than the first (a decimal comma,
-another separator, a trailing one) is refused naming the line, never turned into a row index.
+a trailing separator) is refused naming the line, never turned into a row index; a header
+that names a column twice is refused naming it. A CSV whose header has no comma but ``;``
+or tabs is read with that separator when the header and every line agree (and no value has
+a decimal comma), else refused naming the separator.
 Booleans are read as 0/1, and a nullable integer or boolean column's missing values as
 NaN. Date/time columns (a Parquet timestamp in any unit, with or without a time zone, or a
 date) are kept apart as seconds since 1970-01-01 00:00 UTC (``LocalFile.dates``): the
@@ -23,8 +26,11 @@ federation uses them only where the run declares them (``datetime-columns``).
 Missing values (empty CSV cells, NaN) are kept when ``allow_nan`` is true (the masked
 algorithms read them as unobserved); with ``allow_nan=False`` the first one is reported by
 column and row. Everything else that is wrong (unknown extension, non-numeric values, wrong
-shape, no rows or no feature columns, labels that are not integers) raises a ``ValueError``.
-Every message names the file.
+shape, no rows or no feature columns, labels that are not integers, an empty or cut file,
+complex numbers) raises a ``ValueError``: a
+:class:`~flwr_clustering.data.schema.SiteDataError` whose ``public`` message (what a client
+sends the server) names the file by its name, the column, the row and the kind of problem,
+never a cell or a line, and whose ``str()`` (the site's log) adds them and the whole path.
 """
 
 from __future__ import annotations
@@ -33,13 +39,20 @@ import csv
 import dataclasses
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .schema import FeatureTable, datetime_seconds, is_datetime_column
+from .schema import (
+    COMPLEX_HINT,
+    FeatureTable,
+    SiteDataError,
+    datetime_seconds,
+    is_datetime_column,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -148,18 +161,33 @@ class LocalFile:
         return text
 
 
+def _refusal(path: Path, problem: str, detail: str | None = None) -> SiteDataError:
+    """A refusal of the file ``path``, for a client to raise.
+
+    The public message (what leaves the site) names the file by its name: the folders
+    of the site's machine tell the federation nothing and stay in the detail, which
+    names the whole path and adds ``detail`` (a cell's value, a line of the file) in
+    place of ``problem`` when given.
+    """
+    return SiteDataError(f"{path.name}: {problem}",
+                         f"{path}: {problem if detail is None else detail}")
+
+
 def _as_features(path: Path, values: np.ndarray, what: str = "features") -> np.ndarray:
     """Check a loaded feature array (numeric, 2-D, non-empty) and return it as float64."""
+    if values.dtype.kind == "c":
+        raise _refusal(path, f"{what} hold complex numbers (dtype {values.dtype}): "
+                       + COMPLEX_HINT)
     if values.dtype.kind not in "biuf":
-        raise ValueError(f"{path}: {what} must be numeric, got dtype {values.dtype}")
+        raise _refusal(path, f"{what} must be numeric, got dtype {values.dtype}")
     if values.ndim != 2:
-        raise ValueError(
-            f"{path}: {what} must be a 2-D array (n_samples, n_features), got shape {values.shape}"
+        raise _refusal(path,
+            f"{what} must be a 2-D array (n_samples, n_features), got shape {values.shape}"
         )
     if values.shape[0] == 0:
-        raise ValueError(f"{path}: file is empty (no data rows)")
+        raise _refusal(path, "file is empty (no data rows)")
     if values.shape[1] == 0:
-        raise ValueError(f"{path}: file has no feature columns")
+        raise _refusal(path, "file has no feature columns")
     return values.astype(np.float64)
 
 
@@ -167,8 +195,8 @@ def _as_labels(path: Path, values: np.ndarray, n: int, what: str = "labels") -> 
     """Check loaded labels (1-D, length ``n``, integer-valued) and return them as int64."""
     values = np.asarray(values)
     if values.ndim != 1 or values.shape[0] != n:
-        raise ValueError(
-            f"{path}: {what} must have shape ({n},) to match the features, got {values.shape}"
+        raise _refusal(path,
+            f"{what} must have shape ({n},) to match the features, got {values.shape}"
         )
     if values.dtype.kind in "iub":
         return values.astype(np.int64)
@@ -177,12 +205,12 @@ def _as_labels(path: Path, values: np.ndarray, n: int, what: str = "labels") -> 
         bad[~bad] = values[~bad] != np.round(values[~bad])
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{path}: {what} must be integers (missing or fractional value "
-                f"{float(values[row])} at data row {row + 1}, 1-based)"
-            )
+            where = f"at data row {row + 1}, 1-based), {int(bad.sum())} such value(s)"
+            raise _refusal(path, f"{what} must be integers (missing or fractional value "
+                           f"{where}", f"{what} must be integers (missing or fractional "
+                           f"value {float(values[row])} {where}")
         return values.astype(np.int64)
-    raise ValueError(f"{path}: {what} must be integers, got dtype {values.dtype}")
+    raise _refusal(path, f"{what} must be integers, got dtype {values.dtype}")
 
 
 # ------------------------------------------------------------------------------------ options
@@ -196,8 +224,8 @@ def _header_mode(path: Path, header: Any) -> str:
         return "none"
     mode = str(header).strip().lower()
     if mode not in HEADER_MODES:
-        raise ValueError(
-            f"{path}: header={header!r} is not one of {', '.join(map(repr, HEADER_MODES))} "
+        raise _refusal(path,
+            f"header={header!r} is not one of {', '.join(map(repr, HEADER_MODES))} "
             "(or True/False)"
         )
     return mode
@@ -219,7 +247,7 @@ def _column_list(path: Path, columns: Any) -> list[Column] | None:
     else:
         names = list(columns)
     if not names:
-        raise ValueError(f"{path}: feature_columns={columns!r} names no column")
+        raise _refusal(path, f"feature_columns={columns!r} names no column")
     return names
 
 
@@ -253,8 +281,8 @@ def _check_no_index(path: Path, frame: pd.DataFrame, features: list[Column]) -> 
     """Refuse an undeclared row-index column among ``features``."""
     for name in features:
         if name in INDEX_COLUMN_NAMES:
-            raise ValueError(
-                f"{path}: column {name!r} looks like a row index written with the data "
+            raise _refusal(path,
+                f"column {name!r} looks like a row index written with the data "
                 "(pandas' to_csv() without index=False) and would be clustered as a feature. "
                 + _declare_hint(name)
             )
@@ -262,8 +290,8 @@ def _check_no_index(path: Path, frame: pd.DataFrame, features: list[Column]) -> 
     n = frame.shape[0]
     if first in features and n >= 2 and frame[first].dtype.kind in "iuf":
         if np.array_equal(frame[first].to_numpy(), np.arange(n)):
-            raise ValueError(
-                f"{path}: the first column {first!r} holds the row numbers 0..{n - 1}, which "
+            raise _refusal(path,
+                f"the first column {first!r} holds the row numbers 0..{n - 1}, which "
                 "looks like a row index written with the data, and would be clustered as a "
                 "feature. " + _declare_hint(first)
             )
@@ -280,8 +308,8 @@ def _check_nan(path: Path, X: np.ndarray, features: Sequence[Column], header: bo
         where += ", header row not counted" if header else ", the file has no header row"
     where += ")"
     n_cols = int(missing.any(axis=0).sum())
-    raise ValueError(
-        f"{path}: missing value (NaN or empty cell) in column {features[col]!r} at {where}; "
+    raise _refusal(path,
+        f"missing value (NaN or empty cell) in column {features[col]!r} at {where}; "
         f"{int(missing.sum())} missing value(s) in {n_cols} column(s). This algorithm needs "
         "complete rows: fill or drop them, or use an algorithm that accepts missing values."
     )
@@ -290,7 +318,52 @@ def _check_nan(path: Path, X: np.ndarray, features: Sequence[Column], header: bo
 # ------------------------------------------------------------------------------------ reading
 
 
-def _first_line_is_data(path: Path) -> bool:
+#: Separators read besides ',' when the header and every line agree on them (see
+#: :func:`_separator`).
+OTHER_SEPARATORS: tuple[str, ...] = (";", "\t")
+_SEPARATOR_NAMES = {",": "','", ";": "';'", "\t": "tabs"}
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
+
+
+def _separator(path: Path) -> str:
+    """The separator of a CSV: ``','``, or ``';'`` or a tab that every line agrees on.
+
+    A header without a comma but with a ``;`` (or a tab) is a file written with that
+    separator (a spreadsheet's export in many locales): it is read so when the header
+    and every line have the same number of fields and no value holds a decimal comma;
+    otherwise it is refused, naming the separator and the first line that disagrees
+    (never a line's content).
+    """
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        header = next((line for line in fh if line.strip()), "")
+    if "," in header:
+        return ","
+    found = [sep for sep in OTHER_SEPARATORS if sep in header]
+    if not found:
+        return ","
+    sep = found[0]
+    name = _SEPARATOR_NAMES[sep]
+    fix = ("write it with ',' between values and '.' as the decimal mark (pandas: "
+           "to_csv(path, index=False))")
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        lines = ((n, row) for n, row in enumerate(csv.reader(fh, delimiter=sep), start=1)
+                 if row)
+        first_n, first = next(lines)
+        for n, row in lines:
+            if len(row) != len(first):
+                raise _refusal(path, f"the values are separated by {name}, and line {n} has "
+                               f"{len(row)} fields where line {first_n} has {len(first)}: "
+                               + fix)
+            comma = next((j for j, v in enumerate(row) if _DECIMAL_COMMA.match(v)), None)
+            if comma is not None:
+                raise _refusal(path, f"the values are separated by {name} and line {n} "
+                               f"holds a decimal comma (field {comma + 1}): " + fix)
+    logger.info("%s: the values are separated by %s (the header and every line agree): "
+                "read so", path, name)
+    return sep
+
+
+def _first_line_is_data(path: Path, sep: str = ",") -> bool:
     """Whether the first non-blank line of a CSV has only numbers (and missing values)."""
     with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
         for line in fh:
@@ -298,7 +371,7 @@ def _first_line_is_data(path: Path) -> bool:
                 break
         else:
             return False
-    fields = [f.strip() for f in next(csv.reader([line]))]
+    fields = [f.strip() for f in next(csv.reader([line], delimiter=sep))]
     numbers = 0
     for field in fields:
         if field.lower() in _NA_TOKENS:
@@ -335,47 +408,60 @@ _FIELDS_HINT = (
 )
 
 
-class MalformedCsvError(ValueError):
-    """A CSV that cannot be read as written (its message names the file and the line)."""
+class MalformedCsvError(SiteDataError):
+    """A CSV that cannot be read as written (its line's content in the detail only)."""
 
 
-def _read_csv(path: Path, has_header: bool, pd, exact: dict) -> pd.DataFrame:
+def _read_csv(path: Path, has_header: bool, pd, exact: dict, sep: str = ",") -> pd.DataFrame:
     """Read a CSV exactly as written: every row as many fields as the first line, or refuse.
 
     pandas takes the first field(s) of rows longer than the header as a row index (a
     decimal comma in a one-column file loads ``-0,80`` as 80), drops an empty last field
     of the data rows, and names an empty last column ``Unnamed: <i>``: each is refused
-    here, naming the line and the likely cause.
+    here, naming the line and the likely cause. A header that names a column twice
+    (pandas would rename the second ``f0.1``) is refused naming it.
     """
     import warnings
 
-    first, second = _first_two_lines(path)
+    first, second = _first_two_lines(path, sep)
     if second is not None and len(second[1]) > len(first[1]):
-        raise MalformedCsvError(_ragged(path, first, second))
+        raise _ragged(path, first, second)
+    if has_header:
+        names = [f.strip() for f in first[1]]
+        twice = sorted({f for f in names if names.count(f) > 1 and f})
+        if twice:
+            where = "; ".join(
+                f"{f!r} (columns {', '.join(str(j + 1) for j, g in enumerate(names) if g == f)})"
+                for f in twice)
+            raise _refusal(path, f"the header names a column twice: {where}: give each "
+                           "column its own name (or drop the copy) before the run")
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.ParserWarning)
         try:
             frame = pd.read_csv(path, header=0 if has_header else None, index_col=False,
-                                **exact)
+                                sep=sep, **exact)
         except pd.errors.ParserWarning:  # a longer line that the first two did not show
-            raise MalformedCsvError(f"{path}: the lines have different numbers of fields: "
-                              f"{_FIELDS_HINT}") from None
+            problem = f"the lines have different numbers of fields: {_FIELDS_HINT}"
+            raise MalformedCsvError(f"{path.name}: {problem}", f"{path}: {problem}") from None
         except pd.errors.ParserError as exc:
-            raise MalformedCsvError(f"{path}: cannot parse csv file ({str(exc).strip()}): "
-                              f"{_FIELDS_HINT}") from None
+            raise MalformedCsvError(
+                f"{path.name}: cannot parse csv file: {_FIELDS_HINT}",
+                f"{path}: cannot parse csv file ({str(exc).strip()}): {_FIELDS_HINT}") from None
     last = frame.columns[-1]
     if (len(frame.columns) > 1 and frame[last].isna().all()
             and (not has_header or str(last).startswith("Unnamed: "))):
-        raise MalformedCsvError(f"{path}: column {len(frame.columns)} has no name and no value "
-                          f"on any line: {_FIELDS_HINT}")
+        problem = f"column {len(frame.columns)} has no name and no value on any line"
+        raise MalformedCsvError(f"{path.name}: {problem}: {_FIELDS_HINT}",
+                                f"{path}: {problem}: {_FIELDS_HINT}")
     return frame
 
 
-def _first_two_lines(path: Path) -> tuple[tuple[int, list[str]], tuple[int, list[str]] | None]:
+def _first_two_lines(path: Path, sep: str = ","
+                     ) -> tuple[tuple[int, list[str]], tuple[int, list[str]] | None]:
     """The first two non-blank lines of a CSV as (line number, fields)."""
     lines: list[tuple[int, list[str]]] = []
     with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-        for number, row in enumerate(csv.reader(fh), start=1):
+        for number, row in enumerate(csv.reader(fh, delimiter=sep), start=1):
             if row:
                 lines.append((number, row))
                 if len(lines) == 2:
@@ -385,10 +471,15 @@ def _first_two_lines(path: Path) -> tuple[tuple[int, list[str]], tuple[int, list
     return lines[0], (lines[1] if len(lines) > 1 else None)
 
 
-def _ragged(path: Path, first: tuple[int, list[str]], line: tuple[int, list[str]]) -> str:
+def _ragged(path: Path, first: tuple[int, list[str]], line: tuple[int, list[str]]
+            ) -> MalformedCsvError:
+    """A line longer than the first: its number and fields' count (the lines: detail only)."""
     (n1, f1), (n, f) = first, line
-    return (f"{path}: line {n} has {len(f)} fields ({','.join(f)!r}) where line {n1} has "
-            f"{len(f1)} ({','.join(f1)!r}): {_FIELDS_HINT}")
+    return MalformedCsvError(
+        f"{path.name}: line {n} has {len(f)} fields where line {n1} has {len(f1)}: "
+        f"{_FIELDS_HINT}",
+        f"{path}: line {n} has {len(f)} fields ({','.join(f)!r}) where line {n1} has "
+        f"{len(f1)} ({','.join(f1)!r}): {_FIELDS_HINT}")
 
 
 def _select(
@@ -406,7 +497,7 @@ def _select(
     import pandas as pd
 
     if frame.shape[0] == 0:
-        raise ValueError(f"{path}: file is empty (no data rows)")
+        raise _refusal(path, "file is empty (no data rows)")
     # Positions (NPY, headerless CSV) as plain ints, for messages and the node-config hints.
     frame.columns = [int(c) if isinstance(c, np.integer) else c for c in frame.columns]
     columns = list(frame.columns)
@@ -415,13 +506,13 @@ def _select(
     if not _is_none(label_column):
         label = _find(label_column, columns)
         if label is None and label_column != DEFAULT_LABEL_COLUMN:
-            raise ValueError(
-                f"{path}: no label column {label_column!r}; the file's columns are: "
+            raise _refusal(path,
+                f"no label column {label_column!r}; the file's columns are: "
                 f"{_listing(columns)}"
             )
     if label is not None and labels is not None:
-        raise ValueError(
-            f"{path}: the archive has labels 'y', so label_column={label_column!r} cannot "
+        raise _refusal(path,
+            f"the archive has labels 'y', so label_column={label_column!r} cannot "
             "name a column of 'X' as well"
         )
 
@@ -430,26 +521,26 @@ def _select(
     if not check_index and not (index_column is False or _is_none(index_column)):
         index = _find(index_column, columns)
         if index is None:
-            raise ValueError(
-                f"{path}: no index column {index_column!r}; the file's columns are: "
+            raise _refusal(path,
+                f"no index column {index_column!r}; the file's columns are: "
                 f"{_listing(columns)}"
             )
         if index == label:
-            raise ValueError(f"{path}: column {index!r} is declared both index and label")
+            raise _refusal(path, f"column {index!r} is declared both index and label")
 
     if feature_columns is not None:
         features: list[Column] = []
         for name in feature_columns:
             found = _find(name, columns)
             if found is None:
-                raise ValueError(
-                    f"{path}: unknown feature column {name!r}; the file's columns are: "
+                raise _refusal(path,
+                    f"unknown feature column {name!r}; the file's columns are: "
                     f"{_listing(columns)}"
                 )
             if found in (label, index) or found in features:
                 role = "the label" if found == label else "the index" if found == index else ""
-                raise ValueError(
-                    f"{path}: feature column {found!r} is "
+                raise _refusal(path,
+                    f"feature column {found!r} is "
                     + (f"also {role} column" if role else "listed twice")
                 )
             features.append(found)
@@ -461,8 +552,8 @@ def _select(
             suspect = _suspect_label(frame)
             if suspect is not None:
                 distinct = len(np.unique(frame[suspect].to_numpy()))
-                raise ValueError(
-                    f"{path}: the last column ({suspect!r}) of this headerless file holds "
+                raise _refusal(path,
+                    f"the last column ({suspect!r}) of this headerless file holds "
                     f"integers only ({distinct} distinct values), like a label column; say "
                     f"what it is: label_column={suspect!r} to read it as labels, or "
                     "label_column='none' to cluster it as a feature (node config: "
@@ -476,15 +567,17 @@ def _select(
         bad = numeric.isna() & raw.notna()
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ValueError(
-                f"{path}: non-numeric value {raw.iloc[row]!r} in label column "
-                f"{label!r} (data row {row + 1}, 1-based)"
-            )
+            where = (f"in label column {label!r} (data row {row + 1}, 1-based), "
+                     f"{int(bad.sum())} such cell(s): labels are integers; fix those cells, "
+                     "or name another label column (label_column; node config "
+                     "label-column='none' reads none)")
+            raise _refusal(path, f"non-numeric value {where}",
+                           f"non-numeric value {raw.iloc[row]!r} {where}")
         y = _as_labels(
             path, numeric.to_numpy(dtype=np.float64), len(frame), what=f"label column {label!r}"
         )
     if not features:
-        raise ValueError(f"{path}: file has no feature columns")
+        raise _refusal(path, "file has no feature columns")
 
     data = {}
     text: dict[Column, np.ndarray] = {}
@@ -508,10 +601,11 @@ def _select(
                 continue
             if bad.any():
                 row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ValueError(
-                    f"{path}: non-numeric value {col.iloc[row]!r} in column {name!r} "
-                    f"(data row {row + 1}, 1-based)"
-                )
+                where = (f"in column {name!r} (data row {row + 1}, 1-based), "
+                         f"{int(bad.sum())} such cell(s): a column of numbers holds text; "
+                         "fix or empty those cells, or leave the column out of the features")
+                raise _refusal(path, f"non-numeric value {where}",
+                               f"non-numeric value {col.iloc[row]!r} {where}")
             col = numeric
         # bool: 0/1; a nullable integer or boolean's missing value (pd.NA): NaN
         data[name] = col.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -555,12 +649,16 @@ def read_local_file(
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_EXTENSIONS:
-        raise ValueError(
-            f"{path}: unsupported file extension {path.suffix!r}; "
+        raise _refusal(path,
+            f"unsupported file extension {path.suffix!r}; "
             f"expected one of {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: data file not found")
+    if path.stat().st_size == 0:
+        raise _refusal(path, "file is empty (0 bytes): write the site's rows into it "
+                       "(numpy.save for .npy, pandas' to_csv or to_parquet), or point "
+                       "data-path at the file that holds them")
     mode = _header_mode(path, header)
     features = _column_list(path, feature_columns)
     options = dict(
@@ -577,8 +675,11 @@ def read_local_file(
         if suffix == ".npy":
             try:
                 arr = np.load(path, allow_pickle=False)
-            except ValueError as exc:
-                raise ValueError(f"{path}: cannot read as a NumPy .npy array ({exc})") from exc
+            except (ValueError, EOFError, OSError) as exc:
+                raise _refusal(path, "cannot read as a NumPy .npy array (a cut or "
+                               "overwritten file, or another format): save the rows with "
+                               "numpy.save(path, X)",
+                               f"cannot read as a NumPy .npy array ({exc})") from exc
             X = _as_features(path, arr)
         else:
             X, labels = _read_npz(path)
@@ -586,21 +687,27 @@ def read_local_file(
 
     try:
         if suffix == ".csv":
-            has_header = mode == "first-row" or (mode == "auto" and not _first_line_is_data(path))
+            sep = _separator(path)
+            has_header = mode == "first-row" or (mode == "auto"
+                                                 and not _first_line_is_data(path, sep))
             # pandas >= 3 parses floats exactly by default and deprecates the option.
             exact = {}
             if int(pd.__version__.split(".")[0]) < 3:
                 exact["float_precision"] = "round_trip"
-            frame = _read_csv(path, has_header, pd, exact)
+            frame = _read_csv(path, has_header, pd, exact, sep)
         else:
             has_header = None
             frame = pd.read_parquet(path)
-    except MalformedCsvError:
+    except SiteDataError:
         raise
     except pd.errors.EmptyDataError as exc:
-        raise ValueError(f"{path}: file is empty (no header row and no data)") from exc
+        raise _refusal(path, "file is empty (no header row and no data)") from exc
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot parse {suffix[1:]} file ({exc})") from exc
+        # pandas' and pyarrow's own words may quote a line: the site's log only
+        raise _refusal(path, f"cannot parse {suffix[1:]} file ({type(exc).__name__}; the "
+                       "reason is in the site's log): check that it is a "
+                       f"{suffix[1:]} file, written as save_local_file writes one",
+                       f"cannot parse {suffix[1:]} file ({exc})") from exc
     if has_header is False and mode == "auto":
         logger.info(
             "%s: the first line holds numbers only, so the file has no header row: read it "
@@ -617,20 +724,20 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
         with np.load(path, allow_pickle=False) as archive:
             keys = set(archive.files)
             if "X" not in keys:
-                raise ValueError(
-                    f"{path}: .npz file must contain an array named 'X' "
+                raise _refusal(path,
+                    f".npz file must contain an array named 'X' "
                     f"(found keys: {sorted(keys)})"
                 )
             X = _as_features(path, archive["X"], what="array 'X'")
             y = None
             if "y" in keys:
                 y = _as_labels(path, archive["y"], len(X), what="array 'y'")
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
-    except ValueError as exc:
-        if str(exc).startswith(str(path)):
-            raise
-        raise ValueError(f"{path}: cannot read as a NumPy .npz archive ({exc})") from exc
+    except SiteDataError:
+        raise
+    except (OSError, EOFError, ValueError) as exc:
+        raise _refusal(path, "cannot read as a NumPy .npz archive (a cut or overwritten "
+                       "file, or another format): save the arrays with numpy.savez(path, "
+                       "X=X, y=y)", f"cannot read as a NumPy .npz archive ({exc})") from exc
     return X, y
 
 
@@ -735,23 +842,23 @@ def save_local_file(
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_EXTENSIONS:
-        raise ValueError(
-            f"{path}: unsupported file extension {path.suffix!r}; "
+        raise _refusal(path,
+            f"unsupported file extension {path.suffix!r}; "
             f"expected one of {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
-        raise ValueError(f"{path}: X must be a 2-D array (n_samples, n_features), got {X.shape}")
+        raise _refusal(path, f"X must be a 2-D array (n_samples, n_features), got {X.shape}")
     if y is not None:
         y = np.asarray(y)
         if y.shape != (X.shape[0],):
-            raise ValueError(f"{path}: y must have shape ({X.shape[0]},), got {y.shape}")
+            raise _refusal(path, f"y must have shape ({X.shape[0]},), got {y.shape}")
         y = y.astype(np.int64)
 
     if suffix == ".npy":
         if y is not None:
-            raise ValueError(
-                f"{path}: a .npy file holds features only; use .npz or .csv for labels"
+            raise _refusal(path,
+                "a .npy file holds features only; use .npz or .csv for labels"
             )
         np.save(path, X, allow_pickle=False)
         return
@@ -764,7 +871,7 @@ def save_local_file(
 
     names = [f"x{j}" for j in range(X.shape[1])]
     if label_column in names:
-        raise ValueError(f"{path}: label_column {label_column!r} clashes with a feature name")
+        raise _refusal(path, f"label_column {label_column!r} clashes with a feature name")
     import pandas as pd
 
     frame = pd.DataFrame(X, columns=names)

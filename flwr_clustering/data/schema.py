@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "COMPLEX_HINT",
     "CONTINUOUS_LEVELS",
     "CONTINUOUS_SHARE",
     "EPOCH",
@@ -51,12 +52,17 @@ __all__ = [
     "MISSING",
     "MISSING_LEVEL",
     "SCALINGS",
+    "ROBUST_MIN_SITES",
+    "ROBUST_SCALE_FACTOR",
+    "ROBUST_SPARSE_FACTOR",
     "SPREAD_RATIO",
+    "RobustMoments",
     "ColumnInfo",
     "FeatureTable",
     "FeatureTransform",
     "Schema",
     "SchemaError",
+    "SiteDataError",
     "CATEGORICAL_WEIGHTS",
     "agree_categories",
     "agree_schema",
@@ -72,6 +78,8 @@ __all__ = [
     "one_hot",
     "one_hot_name",
     "parse_datetime_text",
+    "robust_moments",
+    "robust_scaling_warnings",
     "scaling_from_moments",
     "self_scaled_warning",
     "site_unit_powers",
@@ -125,8 +133,49 @@ _OPTIONS_HINT = ("-c \"feature-columns='a,b,c'\" lists the federation's features
                  "other columns are then ignored)")
 
 
+#: What to do with complex numbers, said with every refusal of them (a file's array, an
+#: estimator's array or DataFrame column): their real part alone would be clustered.
+COMPLEX_HINT = ("clustering needs real numbers: give the real and imaginary parts as two "
+                "columns (numpy.column_stack([X.real, X.imag])) or the magnitude "
+                "(numpy.abs(X)), as the run should see them")
+
+
 class SchemaError(ValueError):
     """The sites' columns do not make one federation: the message names the fix."""
+
+
+class SiteDataError(ValueError):
+    """A site's data cannot be used: a message for the federation and one for the site.
+
+    ``public`` names the file (its name), the column, the row and the kind of problem and
+    the fix, never a cell's value nor a line of the file: it is what a client sends the
+    server. ``str(error)`` (``detail``) is the full message, with the cell or the line,
+    for the site's own log and for a user reading the file on their own machine.
+
+    Parameters
+    ----------
+    public : str
+        The message without any value of the data.
+    detail : str, optional
+        The full message; default ``public``.
+    """
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__(public if detail is None else detail)
+        self.public = public
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # both messages through pickling (a Ray actor, a process pool), not the detail alone
+        return type(self), (self.public, self.detail)
+
+    @property
+    def detail(self) -> str:
+        """The full message (the site's own log only)."""
+        return str(self)
+
+    def prefixed(self, prefix: str) -> SiteDataError:
+        """The same error with ``prefix`` (``"client 3: "``) before both messages."""
+        return SiteDataError(prefix + self.public, prefix + self.detail)
 
 
 @dataclass(frozen=True)
@@ -216,16 +265,32 @@ class FeatureTable:
 
         Raises
         ------
+        SiteDataError
+            If a column mixes numbers and text (its public message names the column and
+            the row of the first text cell; the cell itself is in the detail only).
         ValueError
-            If a column mixes numbers and text (the first text value is named).
+            If two columns have the same name (as text), or a column holds complex
+            numbers.
         """
         import pandas as pd
 
+        names = [str(n) for n in frame.columns]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # frame[name] would be a DataFrame of the copies
+            raise ValueError(
+                f"column name(s) {_listing(twice)} appear twice (positions "
+                + "; ".join(f"{n!r}: {', '.join(str(j) for j, m in enumerate(names) if m == n)}"
+                            for n in twice)
+                + "): give each column its own name (frame.columns.duplicated() finds the "
+                "copies; frame.loc[:, ~frame.columns.duplicated()] drops them)")
         numeric: dict[str, np.ndarray] = {}
         text: dict[str, np.ndarray] = {}
         dates: dict[str, np.ndarray] = {}
         for name in frame.columns:
             col = frame[name]
+            if col.dtype.kind == "c":
+                raise ValueError(f"column {str(name)!r} holds complex numbers "
+                                 f"(dtype {col.dtype}): " + COMPLEX_HINT)
             if is_datetime_column(col):
                 dates[str(name)] = datetime_seconds(col)
                 continue
@@ -245,8 +310,11 @@ class FeatureTable:
                 text[str(name)] = col.to_numpy(dtype=object)
             elif bad.any():
                 row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ValueError(f"non-numeric value {col.iloc[row]!r} in column {name!r} "
-                                 f"(data row {row + 1}, 1-based)")
+                where = (f"in column {name!r} (data row {row + 1}, 1-based), "
+                         f"{int(bad.sum())} such cell(s): a column of numbers holds text; "
+                         "fix or empty those cells, or leave the column out")
+                raise SiteDataError(f"non-numeric value {where}",
+                                    f"non-numeric value {col.iloc[row]!r} {where}")
             else:
                 numeric[str(name)] = values.to_numpy(dtype=np.float64, na_value=np.nan)
         X = (np.column_stack(list(numeric.values())) if numeric
@@ -728,10 +796,11 @@ def agree_schema(
         (named like one, or integer or text values that differ on every row at every site
         with at least :data:`MIN_ID_ROWS` rows) that is not declared; an undeclared
         date/time column among the features, or a declared one that is not a feature or
-        holds numbers.
+        holds numbers; an ``index_column`` that no site has.
     """
     if not sites:
         raise SchemaError("no site described its columns")
+    _check_index_column(sites, index_column)
     categorical = tuple(str(c) for c in categorical_columns)
     dated = tuple(str(c) for c in datetime_columns)
     if categorical:
@@ -834,6 +903,26 @@ def agree_schema(
                 f"-c \"index-column='{ids[0]}'\" (it is then ignored), or, if it is a real "
                 "feature, list it with the others in -c \"feature-columns='...'\"")
     return Schema(tuple(features), index, positional, datetime=dated)
+
+
+def _check_index_column(sites: Mapping[str, Sequence[ColumnInfo]], index_column: Any) -> None:
+    """Refuse an ``index-column`` that no site has (a typo would leave the id a feature).
+
+    As for ``feature-columns``, the refusal names the column and a near name of the
+    sites' columns.
+    """
+    if index_column in (None, "", "none"):
+        return
+    index = str(index_column)
+    every = _union_in_order({site: [c.name for c in cols] for site, cols in sites.items()})
+    if index in every:
+        return
+    shown = _listing(every[:30]) + (f", ... ({len(every)} columns)" if len(every) > 30 else "")
+    raise SchemaError(
+        f"index-column names {index!r}, which no site has{_near([index], every)}; the "
+        f"sites' columns are {shown}: check the name, or leave index-column out of the run "
+        "config (a column that a SuperNode's own node-config index-column drops when it "
+        "reads its file is never described to the federation, and needs none)")
 
 
 def _check_datetime(sites: Mapping[str, Sequence[ColumnInfo]],
@@ -1055,6 +1144,151 @@ def scaling_from_moments(
         var = np.maximum((np.asarray(sumsq, dtype=np.float64) - count * mean * mean)
                          / np.where(n > 0, n, 1.0), 0.0)
     return mean, _scale_or_one(np.where(seen, np.sqrt(var), 1.0))
+
+
+#: ``robust-scaling``: a site is set aside from a feature's scaling when its rows' root mean
+#: square deviation from the median of the sites' means is more than this many times the
+#: median site's. Measured on honest splits (iris, wine, breast cancer, digits; 3, 5 and 10
+#: sites, IID and Dirichlet(0.3, 0.5), 10 seeds): at most 6.5 on a dense feature (breast
+#: cancer, Dirichlet(0.3)); no site set aside in those 59,940 (site, feature) checks.
+ROBUST_SCALE_FACTOR = 10.0
+#: ... on a sparse feature (the median site's ``|mean|`` below :data:`UNIT_MIN_MEAN_SHARE`
+#: of its deviation: pixels, counts that are mostly 0), whose sites differ far more
+#: without any lie: at most 45 measured (digits' pixels, Dirichlet(0.3), 10 sites).
+ROBUST_SPARSE_FACTOR = 100.0
+#: The fewest sites observing a feature for the rule (a median of two is their mean).
+ROBUST_MIN_SITES = 3
+
+
+@dataclass(frozen=True)
+class RobustMoments:
+    """The federation's sums of a robust scaling (:func:`robust_moments`).
+
+    Attributes
+    ----------
+    total, sumsq : numpy.ndarray of shape (d,)
+        Per feature, the sum and sum of squares that the federation's ``count`` rows would
+        have if they were spread like the kept sites' rows: ``count`` times the kept
+        sites' pooled mean and mean square (the scale floored). With every site kept they
+        are the plain totals.
+    set_aside : dict
+        ``{site: {feature index: ratio}}``: the sites set aside per feature, with their
+        deviation over the median site's.
+    unchecked : tuple of int
+        The features observed at fewer than :data:`ROBUST_MIN_SITES` sites (plain sums).
+    """
+
+    total: np.ndarray
+    sumsq: np.ndarray
+    set_aside: dict[str, dict[int, float]]
+    unchecked: tuple[int, ...]
+
+
+def robust_moments(sites: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   checked: int | None = None, *, factor: float = ROBUST_SCALE_FACTOR,
+                   sparse_factor: float = ROBUST_SPARSE_FACTOR) -> RobustMoments:
+    """The federation's per-feature sums with the sites of extreme moments set aside.
+
+    ``sites`` maps a site to its per-feature (count, sum, sum of squares). Per feature,
+    each site that observes it votes once, whatever rows it claims: its mean ``m_s`` and
+    standard deviation ``s_s`` from its own sums. With ``c`` the median of the ``m_s``,
+    a site's deviation is ``r_s = sqrt(s_s**2 + (m_s - c)**2)``, the root mean square
+    distance of its rows from ``c`` (a shifted mean and a wide spread both raise it); with
+    ``r`` the median of the ``r_s``, a site with ``r_s > factor * r`` (``sparse_factor``
+    when ``|c| < UNIT_MIN_MEAN_SHARE * r``) is set aside. The federation's mean and
+    variance of the feature are then the kept sites' (count-weighted, as the plain
+    scaling's), the standard deviation at least ``r / factor`` (a site claiming tight
+    rows and many of them cannot shrink it further). No site set aside: the plain sums
+    exactly. A single site, or fewer than half of them, cannot move ``c`` and ``r``
+    beyond the honest sites' range.
+
+    Parameters
+    ----------
+    sites : mapping
+        ``{site: (count, sum, sumsq)}``, arrays of shape ``(d,)``.
+    checked : int, optional
+        The rule applies to the first ``checked`` features (the numeric ones); the others
+        (one-hot features, whose spread their levels' shares set) keep the plain sums.
+        Default: every feature.
+    factor, sparse_factor : float
+        See :data:`ROBUST_SCALE_FACTOR`, :data:`ROBUST_SPARSE_FACTOR`.
+
+    Returns
+    -------
+    RobustMoments
+        With the federation's ``count`` (the plain one) they give the centre, the scale
+        and ``missing='mean'``'s fill through :func:`scaling_from_moments`.
+    """
+    names = list(sites)
+    C, T, Q = (np.stack([np.asarray(sites[s][i], dtype=np.float64) for s in names])
+               for i in range(3))
+    d = C.shape[1]
+    count, total, sumsq = C.sum(axis=0), T.sum(axis=0), Q.sum(axis=0)
+    voters = (C > 0).sum(axis=0)
+    first = np.arange(d) < (d if checked is None else int(checked))
+    cols = np.flatnonzero(first & (voters >= ROBUST_MIN_SITES))
+    set_aside: dict[str, dict[int, float]] = {}
+    for j in cols:
+        votes = C[:, j] > 0
+        with np.errstate(all="ignore"):
+            mean = T[votes, j] / C[votes, j]
+            var = np.maximum(Q[votes, j] / C[votes, j] - mean * mean, 0.0)
+            centre = float(np.median(mean))
+            r = np.sqrt(var + (mean - centre) ** 2)
+        typical = float(np.median(r))
+        if not typical > 0:  # constant at most sites: no typical deviation to compare with
+            continue
+        limit = sparse_factor if abs(centre) < UNIT_MIN_MEAN_SHARE * typical else factor
+        out = r > limit * typical
+        kept = np.flatnonzero(votes)[~out]  # the median site is among them
+        n = C[kept, j].sum()
+        m = T[kept, j].sum() / n
+        spread = max(Q[kept, j].sum() / n - m * m, 0.0)
+        least = (typical / limit) ** 2
+        if not out.any() and spread >= least:
+            continue  # the plain sums, exactly
+        total[j], sumsq[j] = count[j] * m, count[j] * (max(spread, least) + m * m)
+        for i, ratio in zip(np.flatnonzero(votes)[out], r[out] / typical, strict=True):
+            set_aside.setdefault(names[i], {})[int(j)] = float(ratio)
+    unchecked = tuple(int(j) for j in np.flatnonzero(first & (voters < ROBUST_MIN_SITES)))
+    return RobustMoments(total, sumsq, set_aside, unchecked)
+
+
+def robust_scaling_warnings(found: RobustMoments, names: Sequence[str], sites: int
+                            ) -> list[str]:
+    """Sentences on a robust scaling: the sites set aside, the features it could not check.
+
+    ``found`` is :func:`robust_moments`' answer over ``sites`` sites, ``names`` the
+    features' names. Each set-aside site gets one sentence naming it, the features and how
+    many times the median site's deviation its rows have (a ratio of sums, never a value).
+    """
+    out = []
+    for site, features in sorted(found.set_aside.items()):
+        listed = ", ".join(f"{names[j]!r} ({ratio:.3g}x)" for j, ratio in sorted(features.items()))
+        out.append(
+            f"robust-scaling: {site} set aside from the scaling of {listed}: its rows' "
+            "deviation from the sites' median mean is that many times the median site's "
+            f"(the rule: over {ROBUST_SCALE_FACTOR:g}x, {ROBUST_SPARSE_FACTOR:g}x for a "
+            "sparse feature), so the federation's mean and scale of "
+            f"{'that feature' if len(features) == 1 else 'those features'} come from the "
+            "other sites' sums (its rows are still clustered): a site in other units, or a "
+            "false reply?")
+    if found.unchecked:
+        if sites < ROBUST_MIN_SITES:
+            out.append(
+                f"robust-scaling: {sites} site{'s' if sites != 1 else ''} sent feature sums; "
+                f"a median of sites needs {ROBUST_MIN_SITES} or more, so the scaling is the "
+                "plain one (every site's sums): run with more sites, or "
+                "robust-scaling=false")
+        else:
+            unchecked = [names[j] for j in found.unchecked]
+            listed = ", ".join(repr(n) for n in unchecked[:10])
+            out.append(
+                f"robust-scaling: {listed}{', ...' if len(unchecked) > 10 else ''} observed "
+                f"at fewer than {ROBUST_MIN_SITES} sites: "
+                f"{'its' if len(unchecked) == 1 else 'their'} scaling is the plain one "
+                "(a median of sites needs 3)")
+    return out
 
 
 def categorical_scales(levels_per_column: Sequence[int], shares: Any) -> np.ndarray:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from flwr_clustering.data.schema import (
     OTHER,
     ColumnInfo,
     SchemaError,
+    SiteDataError,
     _looks_like_id,
     agree_schema,
     category_counts,
@@ -221,6 +221,10 @@ def load_schema(path: str | os.PathLike[str]) -> FederationSchema:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as ex:
         raise ValueError(f"{str(path)!r} is not a schema: not JSON ({ex})") from ex
+    except RecursionError:  # a JSON nested thousands of levels deep
+        raise ValueError(f"{str(path)!r} is neither a schema.json nor a model.json of "
+                         "flwr_clustering: its JSON nests deeper than Python reads (they "
+                         "are a few levels deep): give the file a run wrote") from None
     if isinstance(data, Mapping) and data.get("format") == MODEL_FORMAT:
         return FederationSchema.from_model(load_model(path))
     try:
@@ -338,18 +342,9 @@ class SiteCheck:
         return out
 
 
-#: The parts of the loader's messages that quote a cell (the check prints none).
-_VALUE_IN_MESSAGE = (
-    re.compile(r"non-numeric value .+? in (label )?column "),
-    re.compile(r"(missing or fractional) value \S+ at data row "),
-)
-
-
-def _without_values(message: str) -> str:
-    """A loader's message with the quoted cell left out (counts, names and rows stay)."""
-    message = _VALUE_IN_MESSAGE[0].sub(lambda m: f"non-numeric value in {m.group(1) or ''}"
-                                                 "column ", message)
-    return _VALUE_IN_MESSAGE[1].sub(r"\1 value at data row ", message)
+def _without_values(ex: ValueError) -> str:
+    """A loader's refusal without any cell or line (the message a client sends)."""
+    return ex.public if isinstance(ex, SiteDataError) else str(ex)
 
 
 def _read(path: str | os.PathLike[str], options: dict[str, Any]
@@ -369,7 +364,7 @@ def _read(path: str | os.PathLike[str], options: dict[str, Any]
     except FileNotFoundError:
         raise
     except ValueError as ex:
-        first = _without_values(str(ex))
+        first = _without_values(ex)
         if options.get("index_column") is not None:
             raise ValueError(first) from None
         try:
@@ -480,6 +475,11 @@ def check_file(
                      "categorical_columns": list(categorical_columns),
                      "datetime_columns": list(datetime_columns)}
     sites[SITE] = infos
+    index = agreement["index_column"]
+    if index and not any(str(index) == c.name for cols in sites.values() for c in cols):
+        # dropped when the file was read (--index-column), or a federation's column that
+        # this file lacks too (the schema's sites do not list it): nothing to agree on
+        agreement["index_column"] = None
     features: tuple[str, ...] = ()
     categorical = tuple(agreement["categorical_columns"])
     try:

@@ -138,6 +138,11 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         Date/time columns to use as features: every client converts them to float seconds
         since 1970-01-01 00:00 UTC (a time without a time zone taken as UTC), whatever
         its file's unit; an undeclared date/time column among the features is refused.
+    robust_scaling : bool, default False
+        With ``scaling='standard'``: a site whose moments of a numeric feature lie far
+        from the median site's is set aside from that feature's mean and scale, and named
+        in a warning (:func:`~flwr_clustering.data.schema.robust_moments`). Needs each
+        site's sums: not with secure aggregation.
     split_check : bool, default True
         After the last round, check from per-cluster sums whether a cluster looks like
         two groups (two more messages per node; :mod:`~flwr_clustering.strategies.split_check`):
@@ -292,6 +297,7 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         unit_check: str = "warn",
         categorical_weight: str = "balanced",
         datetime_columns: Any = None,
+        robust_scaling: bool = False,
         split_check: bool = True,
         refine_rounds: int = 0,
         **kwargs: Any,
@@ -350,11 +356,16 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
                                                           index_column, categorical_columns,
                                                           missing, unit_check,
                                                           categorical_weight,
-                                                          datetime_columns)
+                                                          datetime_columns, robust_scaling)
         if self.secure_aggregation and self.feature_options.scaling == "minmax":
             raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
                              "minimum and maximum (one row's value each), which secure "
                              "aggregation cannot sum: run with scaling='standard'")
+        if self.secure_aggregation and self.feature_options.robust_scaling:
+            raise ValueError("secure-aggregation=true: robust-scaling=true needs each site's "
+                             "per-feature sums, which secure aggregation hides (the server "
+                             "learns only their totals): run with robust-scaling=false "
+                             "(unit-check still flags a site in other units)")
         #: What every client said about its columns, ``{client id: columns record}``, when
         #: the caller asked already (the App's data-source check); else :meth:`start` asks.
         self.site_columns: dict[int, Any] | None = None

@@ -10,7 +10,10 @@ Before the algorithm's first message, :func:`prepare_features`
 2. asks every client for its per-feature count, sum and sum of squares (one ``QUERY``
    message per node, phase ``feature-moments``; through secure aggregation when it is
    on) and derives the scaling (``standard``, ``minmax``) or, with ``scaling='none'``,
-   warns when the features' spreads differ by more than 10x;
+   warns when the features' spreads differ by more than 10x; with ``robust-scaling``
+   a site whose moments of a numeric feature lie far from the median site's is set aside
+   from that feature's mean and scale
+   (:func:`~flwr_clustering.data.schema.robust_moments`);
 3. keeps the result as the strategy's ``feature_transform``, which every later message
    carries (``feature-transform`` in its config): each client takes its columns by name
    in the federation's order and scales them before the algorithm sees them.
@@ -47,6 +50,8 @@ from ..data.schema import (
     agree_schema,
     categorical_scales,
     one_hot_name,
+    robust_moments,
+    robust_scaling_warnings,
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
@@ -114,6 +119,10 @@ class FeatureOptions:
     datetime_columns : tuple of str
         Date/time columns used as features: each site converts them to float seconds
         since 1970-01-01 00:00 UTC (an undeclared date column is refused).
+    robust_scaling : bool
+        ``scaling='standard'`` only: a site whose moments of a numeric feature lie far from
+        the median site's is set aside from that feature's mean and scale
+        (:func:`~flwr_clustering.data.schema.robust_moments`; plain runs, 3 sites or more).
     """
 
     scaling: str | None = None
@@ -124,6 +133,7 @@ class FeatureOptions:
     unit_check: str = "warn"
     categorical_weight: str = "balanced"
     datetime_columns: tuple[str, ...] = ()
+    robust_scaling: bool = False
 
     @property
     def active(self) -> bool:
@@ -145,6 +155,11 @@ class FeatureOptions:
         if self.categorical_weight not in CATEGORICAL_WEIGHTS:
             raise ValueError(f"categorical_weight must be one of "
                              f"{', '.join(CATEGORICAL_WEIGHTS)}, got {self.categorical_weight!r}")
+        if self.robust_scaling and self.scaling != "standard":
+            raise ValueError(
+                f"robust-scaling=true with scaling={self.scaling!r}: the robust rule sets "
+                "aside a site's means and spreads, which only scaling='standard' uses: run "
+                "with scaling='standard', or robust-scaling=false")
 
     def policy(self, reads_missing: bool) -> str:
         """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
@@ -157,7 +172,8 @@ class FeatureOptions:
                     index_column: Any = None, categorical_columns: Any = None,
                     missing: str = "auto", unit_check: str = "warn",
                     categorical_weight: str = "balanced",
-                    datetime_columns: Any = None) -> FeatureOptions:
+                    datetime_columns: Any = None,
+                    robust_scaling: bool = False) -> FeatureOptions:
         """From run-config values (comma-separated column lists; ``""``: none)."""
         def names(value: Any) -> tuple[str, ...]:
             if isinstance(value, str):
@@ -168,7 +184,7 @@ class FeatureOptions:
         return cls(None if scaling is None else str(scaling),
                    names(feature_columns) or None, index, names(categorical_columns),
                    str(missing), str(unit_check), str(categorical_weight),
-                   names(datetime_columns))
+                   names(datetime_columns), bool(robust_scaling))
 
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -247,6 +263,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                         strategy.name, options.scaling, strategy.scales_features_why)
         return None
     records = getattr(strategy, "site_columns", None)
+    absent = getattr(strategy, "site_absent", None) or {}
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
         before = dict(getattr(strategy, "run_absent", {}))
@@ -257,6 +274,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         # a client whose description was dropped (logged) may still answer the rounds
         strategy.run_absent = before
         records = {r.client_id: r.columns for r in replies}
+        absent = {strategy.who(n): why for n, why in strategy.last_absent.items()}
     described = {}
     for cid, rec in sorted(records.items()):
         try:
@@ -268,11 +286,18 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         if columns is not None:
             described[cid] = columns
     silent = sorted(cid for cid, rec in records.items() if rec is None)
+    if len(records) < strategy.min_nodes:  # never past round 0 with fewer than min-nodes
+        reasons = "; ".join(f"{who} {why}" for who, why in absent.items()) or "no reply"
+        raise ValueError(
+            f"round 0: {len(records)} client(s) described their data, fewer than "
+            f"min-nodes={strategy.min_nodes}: {reasons}. Fix those sites (each reason "
+            "above), raise round-timeout if they did not reply in time, or lower min-nodes")
     if not described:
         if options.scaling != "none" or options.feature_columns:
             raise ValueError(
-                f"scaling={options.scaling!r}: no client described its columns (clients "
-                "that are not flwr-clustering's ClusteringClient): run with scaling='none'")
+                f"scaling={options.scaling!r}: client(s) {', '.join(map(str, silent))} "
+                "answered without describing their columns (clients that are not "
+                "flwr-clustering's ClusteringClient): run with scaling='none'")
         return None
     if silent:
         raise SchemaError(
@@ -302,6 +327,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                     datetimes=dates))
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
                                                         timeout, options.scaling)
+    if options.robust_scaling:  # the sites' medians decide whose sums set mean and scale
+        total, sumsq = _robust_totals(strategy, features, len(schema.features))
     if policy == "drop":  # a site left without rows is refused, never silently dropped
         empty = [why for why in getattr(strategy, "last_absent", {}).values()
                  if DROP_LEAVES_NO_ROW in why]
@@ -345,6 +372,8 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         "features": list(features), "index-column": schema.index_column,
         "categorical-columns": {c: list(levels) for c, levels in categories},
         **({"categorical-weight": options.categorical_weight} if categories else {}),
+        **({"robust-scaling": {"set-aside": strategy.robust_set_aside}}
+           if options.robust_scaling else {}),
         "datetime-columns": list(dates), "scaling": options.scaling,
         "rows": int(count.max()) if count.size else 0,
         "sites": sites, "center": list(transform.center), "scale": list(transform.scale),
@@ -360,6 +389,24 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                 "sites", len(features), len(described), names, options.scaling,
                 int(count.max()) if count.size else 0, sites)
     return transform
+
+
+def _robust_totals(strategy: Any, features: tuple[str, ...], numeric: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``robust-scaling``: the federation's sum and sum of squares of every feature.
+
+    The sites whose moments of a numeric feature lie far from the median site's are set
+    aside from it and named (:func:`~flwr_clustering.data.schema.robust_moments`).
+    """
+    sums = strategy.client_sums
+    found = robust_moments({f"client {cid}": s for cid, s in sorted(sums.items())}, numeric)
+    # result.json's features: the sites set aside, per feature name
+    strategy.robust_set_aside = {site: [features[j] for j in sorted(aside)]
+                                 for site, aside in sorted(found.set_aside.items())}
+    for text in robust_scaling_warnings(found, features, len(sums)):
+        logger.warning("%s", text)
+        strategy.run_warnings.append(text)
+    return found.total, found.sumsq
 
 
 def _missing_policy(strategy: Any, options: FeatureOptions) -> str:
@@ -585,6 +632,11 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
     noise, outside the guarantee ``privacy.json`` reports, so a DP run takes its rows in
     the data's units and sends no ``feature-moments`` (nor ``categories``) message.
     """
+    if options.robust_scaling:
+        raise ValueError(
+            "dp-epsilon > 0 with robust-scaling=true: a differentially private run sends no "
+            "per-feature sums (they would leave the sites without noise), so there is no "
+            "site's moments to set aside: run with robust-scaling=false and scaling='none'")
     if options.scaling != "none":
         raise ValueError(
             f"dp-epsilon > 0 with scaling={options.scaling!r}: the scaling needs each site's "
@@ -718,6 +770,16 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                                 min_replies=1, timeout=timeout)
     # a client without moments still takes part in the run: not absent from the model
     strategy.run_absent = before
+    failed = {node: why for node, why in strategy.last_absent.items()
+              if "privacy threshold" not in why}
+    if len(strategy.last_absent) - len(failed) + len(replies) < strategy.min_nodes:
+        # withheld sums (a small site) still take part; a failed site does not
+        raise ValueError(
+            f"round 0 {FEATURE_MOMENTS_PHASE}: {len(replies)} client(s) sent their feature "
+            f"sums, fewer than min-nodes={strategy.min_nodes} with the ones that withheld "
+            "them: " + "; ".join(f"{strategy.who(node)} {why}" for node, why in failed.items())
+            + ". Fix those sites (each reason above), raise round-timeout if they did not "
+            "reply in time, or lower min-nodes")
     if strategy.last_absent:
         text = ("feature scaling without " + "; ".join(
             f"{strategy.who(node)} ({why})" for node, why in strategy.last_absent.items())

@@ -340,6 +340,8 @@ class RoundDriver:
         logger.info("%s: %d round(s) (%s); %s", self.name, num_rounds,
                     "the protocol's" if fixed is not None else "num_rounds", stop_rule)
         t0 = time.monotonic()
+        #: the training round under way (0: before round 1, the checks and round-0 phases)
+        self.training_round = 0
         if resume is None:  # a resumed run keeps the features of its checkpoint
             prepare_features(self, grid, timeout)
         result = Result()
@@ -360,6 +362,7 @@ class RoundDriver:
             self.reconnect(grid, first_round, timeout)
         for rnd in range(first_round, num_rounds + 1):
             logger.info("[ROUND %d/%d]", rnd, num_rounds)
+            self.training_round = rnd
             t_round = time.monotonic()
             self.prepare_round(rnd, grid, timeout)
             if self.secure_aggregation and self.secure_round(rnd):
