@@ -36,7 +36,9 @@ __all__ = [
     "SPLIT_HISTOGRAM_PHASE",
     "SPLIT_SCATTER_PHASE",
     "UNIT_CHECK_PHASE",
+    "MAX_REASON_CHARS",
     "client_id_of",
+    "short_reason",
     "split_metrics",
 ]
 
@@ -110,6 +112,19 @@ K_SPREADS_PHASE = "k-spreads"
 FEATURES_KEY = "feature-transform"
 #: Reply record of the ``data-source`` phase: the client's column names and kinds.
 COLUMNS_RECORD = "columns"
+
+
+#: How much of a client's error reason the server logs and stores (characters): a hostile
+#: client could send megabytes.
+MAX_REASON_CHARS = 300
+
+
+def short_reason(reason: Any, limit: int = MAX_REASON_CHARS) -> str:
+    """``reason`` as text of at most ``limit`` characters and a note of the cut."""
+    text = str(reason)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters cut]"
 
 
 def client_id_of(context: Context) -> int:

@@ -70,7 +70,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 from flwr.compat.common import recorddict_compat as compat
 
 from .log import logger
-from .protocol import client_id_of
+from .protocol import client_id_of, short_reason
 from .secure_session import SESSION_RECORD, answer_session_stage
 from .secure_sums import (
     FRACTION_BITS,
@@ -185,7 +185,7 @@ class _Recording:
         for msg in replies:
             node = int(msg.metadata.src_node_id)
             if msg.has_error():
-                self.failed.setdefault(node, str(msg.error.reason))
+                self.failed.setdefault(node, short_reason(msg.error.reason))
                 continue
             size = sum(len(a.data) for record in msg.content.array_records.values()
                        for a in record.values())

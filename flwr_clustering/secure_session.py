@@ -85,7 +85,7 @@ from flwr.supercore.primitives.asymmetric import (
 )
 
 from .log import logger
-from .protocol import client_id_of
+from .protocol import client_id_of, short_reason
 from .secure_sums import (
     SECAGG_THRESHOLD,
     SecureSum,
@@ -520,7 +520,7 @@ class SecureSession:
             if node not in contents:
                 continue
             if msg.has_error():
-                ex.failed.setdefault(node, str(msg.error.reason))
+                ex.failed.setdefault(node, short_reason(msg.error.reason))
                 continue
             ex.received[node] = ex.received.get(node, 0) + _size(msg)
             ok[node] = msg

@@ -395,6 +395,16 @@ def test_lloyd_step_and_data_build_benchmarks_measure_what_they_say(tmp_path):
     assert built["client_app_import_s"] > 0
 
 
+def test_reply_check_benchmark_times_every_phase_of_honest_replies(tmp_path):
+    argv = ["reply-check", "--d", "3", "--number", "5", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0  # every honest reply passes its contract (else it raises)
+    rows = json.loads((tmp_path / "reply_check.json").read_text())["rows"]
+    assert [r["phase"] for r in rows] == ["data-source", "feature-moments", "k-moments",
+                                          "split-scatter", "evaluate", "train (fkm)"]
+    assert all(r["d"] == 3 and r["us"] > 0 for r in rows)
+    assert "| feature-moments |" in (tmp_path / "reply_check.md").read_text()
+
+
 def test_dtype_benchmark_compares_float32_with_float64_on_the_same_clients():
     from simulations.benchmarks import perf
 

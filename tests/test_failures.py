@@ -49,17 +49,94 @@ def log(caplog):
 
 
 @pytest.mark.parametrize("shuffle", [0, 1, 2, 3])
-def test_duplicate_partition_ids_end_the_run_whatever_the_reply_order(shuffle):
+def test_duplicate_partition_ids_drop_both_claims_whatever_the_reply_order(shuffle, log):
+    """Two nodes claim client id 1 from their first reply: nothing tells the liar, both
+    are dropped, named, and the run goes on with the others while min-nodes holds."""
+    data = _data(3)
+    configs = [{"partition-id": p} for p in (0, 1, 1, 2)]
+    grid = InProcessGrid(_app(data), 4,
+                         node_configs=configs, shuffle_seed=shuffle)
+    strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
+    strategy.start(grid=grid)
+    assert [h["clients"] for h in strategy.history] == [2, 2, 2]
+    absent = {a["node"]: a["reason"] for a in strategy.history[0]["absent"]}
+    assert set(absent) == {101, 102}, absent
+    assert absent[101] == (
+        "claims client id 1, which node 102 also claims in the same exchange, and nothing "
+        "tells which holds it: every claim is dropped; give every SuperNode its own "
+        "'partition-id' in its node config")
+    assert "round 1 train: dropping reply of node 102: it claims client id 1" in log.text
+    # the result is the run of the two other clients
+    alone = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
+    alone.start(grid=InProcessGrid(_app({0: data[0], 2: data[2]}), 2,
+                                   node_configs=[{"partition-id": 0}, {"partition-id": 2}]))
+    np.testing.assert_array_equal(strategy.centroids, alone.centroids)
+
+
+def test_duplicate_partition_ids_end_the_run_below_min_nodes():
     data = _data(3)
     configs = [{"partition-id": 0}, {"partition-id": 1}, {"partition-id": 1}]
-    grid = InProcessGrid(_app(data), 3, node_configs=configs, shuffle_seed=shuffle)
-    with pytest.raises(RuntimeError) as info:
+    grid = InProcessGrid(_app(data), 3, node_configs=configs)
+    with pytest.raises(RuntimeError, match=r"round 1 train: only 1 valid replies, fewer than "
+                                           r"min_nodes=2; dropped: node 101 claims client id 1"):
         FedKMeans(4, min_nodes=2, max_rounds=3).start(grid=grid)
-    assert str(info.value) == (
-        "round 1 train: duplicate client ids: client id 1 is claimed by nodes 101, 102. "
-        "Every SuperNode needs its own client id: give each a unique 'partition-id' in its "
-        "node config (flower-supernode --node-config \"partition-id=N ...\")")
     assert len({m.metadata.group_id for m in grid.sent}) == 1  # at the first exchange
+
+
+class ImpostorGrid(InProcessGrid):
+    """Node ``liar``'s replies claim client id ``claims`` from send ``after`` on."""
+
+    def __init__(self, *args, liar, claims, after, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.liar, self.claims, self.after, self.sends = liar, claims, after, 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = list(super().send_and_receive(messages, timeout=timeout))
+        self.sends += 1
+        if self.sends > self.after:
+            for r in replies:
+                if r.metadata.src_node_id == self.liar and not r.has_error():
+                    r.content["metrics"]["client-id"] = self.claims
+        return replies
+
+
+def test_a_node_claiming_a_known_client_id_later_is_the_one_dropped(log):
+    """The later claim is the liar: dropped and named; the client that held the id stays."""
+    grid = ImpostorGrid(_app(_data(3)), 3, liar=102, claims=0, after=1)
+    strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
+    strategy.start(grid=grid)
+    assert [h["clients"] for h in strategy.history] == [3, 2, 2]
+    (absent,) = strategy.history[1]["absent"]
+    assert absent["node"] == 102 and absent["client"] == 2, absent
+    assert absent["reason"] == ("claims client id 0, which node 100 holds since an earlier "
+                                "reply of the run (the later claim is dropped)")
+    assert ("round 2 train: dropping reply of client 2 (node 102): it claims client id 0"
+            in log.text)
+
+
+class RestartGrid(InProcessGrid):
+    """After send ``after`` every node is back under a new node id (a SuperLink restart)."""
+
+    def __init__(self, *args, after, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.after, self.sends = after, 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        self.sends += 1
+        if self.sends == self.after:
+            self.contexts = {node + 500: ctx for node, ctx in self.contexts.items()}
+        return replies
+
+
+def test_a_supernode_back_under_a_new_node_id_keeps_its_client_id(log):
+    """A known client id from a new node while its old node is gone: a reconnect, kept."""
+    grid = RestartGrid(_app(_data(3)), 3, after=1)
+    strategy = FedKMeans(4, min_nodes=3, max_rounds=3, tol=-1.0)
+    strategy.start(grid=grid)
+    assert [h["clients"] for h in strategy.history] == [3, 3, 3]
+    assert {strategy.client_of[n] for n in (600, 601, 602)} == {0, 1, 2}
+    assert "claims client id" not in log.text
 
 
 def test_a_dropped_reply_names_client_node_and_timeout(log):

@@ -159,7 +159,9 @@ def test_kdc_sample_larger_than_the_site_is_refused():
             for bad_cls in (Flooding, Failing)]
     assert runs[0].history[0]["clients"] == 4
     reasons = [a["reason"] for a in runs[0].history[0]["absent"]]
-    assert any("rows it reported" in r for r in reasons), reasons
+    # the train contract's size bound (rows declared x d) drops it before it is parsed
+    assert any("broke the reply contract: train:" in r and "more than the phase's bound"
+               in r for r in reasons), reasons
     np.testing.assert_array_equal(runs[0].centroids, runs[1].centroids)
 
 
@@ -167,7 +169,11 @@ def test_kdc_sample_larger_than_the_site_is_refused():
     ("feca", {}, "more than k'"),
     ("mavg", {}, "exactly"),
 ])
-def test_oversized_uploads_of_algorithms_without_counts_are_dropped(algorithm, config, rows):
+def test_oversized_uploads_of_algorithms_without_counts_are_dropped(algorithm, config, rows,
+                                                                   monkeypatch):
+    # 2,000 rows keep within the train contract's size bound: the parser's rule drops it
+    # (a million rows: the contract, test_kdc_sample_larger_than_the_site_is_refused)
+    monkeypatch.setitem(globals(), "OVERSIZED_ROWS", 2_000)
     data = _clients()
     strategy = _run(algorithm, data, {FLOODER: "oversized"}, **config)
     reference = _run(algorithm, data, {FLOODER: "fail"}, **config)
@@ -191,7 +197,8 @@ def test_a_client_whose_row_count_changes_is_dropped(caplog):
 def test_a_dgc_node_that_breaks_a_rule_stops_the_run_naming_it():
     """DGC needs every node of its graph: a bad reply cannot be left out, the run stops."""
     data = _clients()
-    with pytest.raises(RuntimeError, match=r"client 3 .*invalid reply|client 3 .*malformed"):
+    with pytest.raises(RuntimeError, match=r"client 3 .*invalid reply|client 3 .*malformed|"
+                                           r"client 3 .*broke the reply contract"):
         _run("dgc", data, {FLOODER: "oversized"}, iterations=2)
 
 

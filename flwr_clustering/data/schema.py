@@ -742,8 +742,17 @@ class Schema:
     datetime: tuple[str, ...] = ()
 
 
+#: The most names an error lists (then "and N more"), each cut to this many characters:
+#: a site with 100,000 columns, or a name of 50,000 characters, does not make a message of
+#: megabytes.
+_LISTED, _LISTED_CHARS = 20, 80
+
+
 def _listing(names: Sequence[str]) -> str:
-    return ", ".join(repr(n) for n in names)
+    shown = [repr(n if len(n) <= _LISTED_CHARS else n[:_LISTED_CHARS] + "...")
+             for n in list(names[:_LISTED])]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def agree_schema(
@@ -804,7 +813,7 @@ def agree_schema(
         site: {c.name: c for c in cols} for site, cols in sites.items()}
     for site, cols in names.items():
         if len(set(cols)) != len(cols):
-            twice = sorted({c for c in cols if cols.count(c) > 1})
+            twice = sorted(c for c, n in Counter(cols).items() if n > 1)
             raise SchemaError(f"{site}: column name(s) {_listing(twice)} appear twice")
     index = None if index_column in (None, "", "none") else str(index_column)
     positional = all(_positional(cols) for cols in names.values())
@@ -816,10 +825,12 @@ def agree_schema(
         if index is not None and index in wanted:
             raise SchemaError(f"column {index!r} is both index-column and in feature-columns")
         problems = []
+        wanted_set = set(wanted)
         for site, cols in names.items():
-            missing = [c for c in wanted if c not in cols]
+            held_here = set(cols)
+            missing = [c for c in wanted if c not in held_here]
             if missing:
-                near = _near(missing, [c for c in cols if c not in wanted])
+                near = _near(missing, [c for c in cols if c not in wanted_set])
                 problems.append(f"{site} has no column {_listing(missing)}{near}")
         if problems:
             raise SchemaError(
@@ -845,9 +856,11 @@ def agree_schema(
         held = Counter(c for cols in candidates.values() for c in cols)
         expected = [c for c in _union_in_order(candidates) if 2 * held[c] >= len(candidates)]
         problems = []
+        wanted_set = set(expected)  # sets: a site with 100,000 columns stays linear
         for site, cols in candidates.items():
-            missing = [c for c in expected if c not in cols]
-            extra = [c for c in cols if c not in expected]
+            held_here = set(cols)
+            missing = [c for c in expected if c not in held_here]
+            extra = [c for c in cols if c not in wanted_set]
             if missing or extra:
                 part = f"{site}"
                 if missing:
@@ -1033,7 +1046,8 @@ def _near(names: Sequence[str], others: Sequence[str]) -> str:
     """`` ('Hue' may be 'hue')`` for names that look like another site's spelling."""
     pairs = []
     lowered = {o.lower().replace(" ", "_"): o for o in others}
-    for n in names:
+    others = list(others[:1000])  # difflib per name: bounded (the lowered match is not)
+    for n in list(names[:_LISTED]):
         key = n.lower().replace(" ", "_")
         match = lowered.get(key) or next(iter(get_close_matches(n, others, 1, 0.8)), None)
         if match is not None:

@@ -9,9 +9,12 @@ valid replies, in client-id order (:meth:`Exchange.exchange`, :meth:`Exchange.co
   (:meth:`~Exchange.records`, :meth:`~Exchange.message`, :meth:`~Exchange.sent`);
 * **node identity**: ``{node id: client id}`` learned from the replies
   (:attr:`~Exchange.client_of`, :meth:`~Exchange.who`, :meth:`~Exchange.identify_clients`);
-* **collection**: error replies, malformed payloads and invalid replies dropped with a
-  logged reason, duplicate client ids refused, the feature dimension agreed by majority,
-  ``k`` checked against the rows, too few valid replies an error naming the absent nodes.
+* **collection**: error replies (their reasons cut), replies that break their phase's
+  contract (:mod:`~flwr_clustering.strategies.contracts`, checked before any use),
+  malformed payloads and invalid replies dropped with a logged reason, a node claiming
+  another's client id dropped (both claims if undecidable), the feature dimension agreed
+  by majority, ``k`` checked against the rows, too few valid replies an error naming the
+  absent nodes.
 
 What a reply must satisfy is :meth:`check_reply`'s (here: nothing; the strategy base uses
 :class:`~flwr_clustering.strategies.validation.ReplyValidation`'s rules); every reply goes
@@ -42,6 +45,7 @@ from ..protocol import (
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
 )
+from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
 from .features import with_features
 from .ledger import ledger_entry, min_count
 
@@ -306,10 +310,7 @@ class Exchange:
             ``{client id: node id}`` of the valid replies; nodes without one are in
             ``last_absent`` (``{node id: reason}``).
 
-        Raises
-        ------
-        RuntimeError
-            If two nodes claim one client id (naming both), see :meth:`collect`.
+        Nodes that claim one client id are dropped and named (see :meth:`collect`).
         """
         nodes = self.wait_for_nodes(grid)
         replies = self.exchange(grid, server_round, DATA_SOURCE_PHASE,
@@ -345,16 +346,20 @@ class Exchange:
         Raises
         ------
         RuntimeError
-            If two replies carry the same client id (whatever their order: the error names
-            the client id and the nodes), or if fewer than ``min_nodes`` valid replies
-            remain (the error names the nodes that did not reply within the round timeout
-            and the ones dropped, by client id where a reply of the run told it).
+            If fewer than ``min_nodes`` valid replies remain (the error names the nodes
+            that did not reply within the round timeout and the ones dropped, by client id
+            where a reply of the run told it).
         ValueError
             If the clients that replied hold fewer rows than ``k`` (sum of num-examples;
             not checked for ``"evaluate"``).
 
         Notes
         -----
+        Every reply is checked against its phase's contract
+        (:func:`~flwr_clustering.strategies.contracts.check_contract`, bounds from
+        :meth:`reply_bounds`) before anything of it is used; a node that claims a client id
+        another node held earlier in the run is dropped, and when nothing tells which of
+        several claims holds it, every claim is (:meth:`_drop_duplicates`).
         A node sent a message (:meth:`sent`) without a reply is logged as "did not reply
         within round-timeout"; the nodes without a valid reply, with the reason, are left
         in ``last_absent`` (``{node id: reason}``) for the strategy to read.
@@ -369,7 +374,8 @@ class Exchange:
         for msg in replies:
             node = origin[id(msg)]
             if msg.has_error():
-                reason = str(msg.error.reason)
+                # a client's reason, cut: a hostile one could send megabytes
+                reason = short_reason(msg.error.reason)
                 # our clients' errors start "client 3", also inside a legacy runtime's
                 named = _CLIENT_PREFIX.match(reason) or _CLIENT_WRAPPED.search(reason)
                 if named is not None:
@@ -387,9 +393,19 @@ class Exchange:
                                server_round, kind, self.who(node), ex)
                 continue
             decoded.append((cid, node, msg, metrics))
-        self._refuse_duplicates(server_round, kind, decoded)
+        decoded = self._drop_duplicates(server_round, kind, decoded, problems)
+        sent_to = {int(m.metadata.dst_node_id): m for m in messages}
         valid: list[Reply] = []
         for cid, node, msg, metrics in sorted(decoded, key=lambda t: t[0]):
+            try:  # the phase's reply contract, before anything of the reply is used
+                check_contract(kind, msg.content,
+                               self.reply_bounds(kind, cid, Sent.of(sent_to.get(node))))
+            except ContractBreach as ex:
+                self.client_of.setdefault(node, cid)
+                problems[node] = f"broke the reply contract: {ex}"
+                logger.warning("round %d %s: dropping reply of %s: it broke the reply "
+                               "contract: %s", server_round, kind, self.who(node), ex)
+                continue
             self.client_of[node] = cid
             entry = ledger_entry(server_round, kind, cid, msg, metrics)
             self.ledger.append(entry)
@@ -465,20 +481,66 @@ class Exchange:
                                    and sent is not None and self.fraction >= 1.0)
         return valid
 
-    def _refuse_duplicates(self, server_round: int, kind: str, decoded) -> None:
-        """Two nodes with one client id end the run, whatever the order of their replies."""
+    def reply_bounds(self, kind: str, client_id: int, sent: Sent) -> Bounds:
+        """What a reply of ``client_id`` is checked against (:mod:`.contracts`).
+
+        The federation's ``d`` (its agreed features, else :attr:`n_features`), the model's
+        ``k`` and the rows the client declared before (its first reply of the rows as
+        read; after round 0 its rows in the rounds, which ``missing='drop'`` may lower).
+        """
+        transform = getattr(self, "feature_transform", None)
+        d = len(transform.features) if transform is not None else self.n_features
+        k = getattr(self, "k", None)
+        rows_of = getattr(self, "client_rows", {})
+        cid = int(client_id)
+        rows = rows_of.get((cid, "read"))
+        if kind not in (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE):
+            rows = rows_of.get((cid, False), rows)
+        C = getattr(self, "centroids", None)
+        return Bounds(d=None if d is None else int(d),
+                      k=int(k) if isinstance(k, int | np.integer) else None,
+                      rows=None if rows is None else int(rows), sent=sent,
+                      model=tuple(int(v) for v in np.shape(C)) if np.ndim(C) == 2 else None)
+
+    def _drop_duplicates(self, server_round: int, kind: str, decoded,
+                         problems: dict[int, str]) -> list:
+        """Drop the replies of nodes that claim another node's client id, naming them.
+
+        A client id claimed by several nodes of this exchange stays with the node that
+        held it earlier in the run (:attr:`client_of`); the others (the later claims) are
+        dropped. When none of them, or more than one, held it before, nothing tells the
+        liar: every claim is dropped. A node that claims a known client id while the node
+        that held it is not in this exchange is a SuperNode that reconnected under a new
+        node id: it is kept.
+        """
         claims: dict[int, list[int]] = {}
         for cid, node, _, _ in decoded:
             claims.setdefault(cid, []).append(node)
-        duplicates = {cid: sorted(nodes) for cid, nodes in sorted(claims.items())
-                      if len(nodes) > 1}
-        if duplicates:
-            which = "; ".join(f"client id {cid} is claimed by nodes "
-                              + ", ".join(map(str, nodes)) for cid, nodes in duplicates.items())
-            raise RuntimeError(
-                f"round {server_round} {kind}: duplicate client ids: {which}. Every SuperNode "
-                "needs its own client id: give each a unique 'partition-id' in its node "
-                "config (flower-supernode --node-config \"partition-id=N ...\")")
+        liars: dict[int, str] = {}
+        for cid, nodes in sorted(claims.items()):
+            if len(nodes) < 2:
+                continue
+            nodes = sorted(nodes)
+            holders = [n for n in nodes if self.client_of.get(n) == cid]
+            if len(holders) == 1:
+                for n in nodes:
+                    if n != holders[0]:
+                        liars[n] = (f"claims client id {cid}, which node {holders[0]} holds "
+                                    "since an earlier reply of the run (the later claim is "
+                                    "dropped)")
+                continue
+            for n in nodes:
+                others = [str(o) for o in nodes if o != n]
+                liars[n] = (f"claims client id {cid}, which node{'s' if len(others) > 1 else ''} "
+                            f"{', '.join(others)} also claim{'' if len(others) > 1 else 's'} in "
+                            "the same exchange, and nothing tells which holds it: every claim "
+                            "is dropped; give every SuperNode its own 'partition-id' in its "
+                            "node config")
+        for node, why in sorted(liars.items()):
+            problems[node] = why
+            logger.warning("round %d %s: dropping reply of %s: it %s", server_round, kind,
+                           self.who(node), why)
+        return [t for t in decoded if t[1] not in liars]
 
     def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply],
                           *, complete: bool) -> None:

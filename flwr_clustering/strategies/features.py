@@ -266,14 +266,25 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     absent = getattr(strategy, "site_absent", None) or {}
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
+        before = dict(getattr(strategy, "run_absent", {}))
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
                                     per_node={int(n): ([], data_source_config(strategy))
                                               for n in nodes},
                                     min_replies=0, timeout=timeout)
+        # a client whose description was dropped (logged) may still answer the rounds
+        strategy.run_absent = before
         records = {r.client_id: r.columns for r in replies}
         absent = {strategy.who(n): why for n, why in strategy.last_absent.items()}
-    described = {cid: columns_of(rec) for cid, rec in sorted(records.items())
-                 if rec is not None}
+    described = {}
+    for cid, rec in sorted(records.items()):
+        try:
+            columns = columns_of(rec)
+        except (KeyError, TypeError, ValueError) as ex:  # checked first by the contract
+            logger.warning("%s: dropping the columns of client %d: %s", DATA_SOURCE_PHASE,
+                           cid, ex)
+            continue
+        if columns is not None:
+            described[cid] = columns
     silent = sorted(cid for cid, rec in records.items() if rec is None)
     if len(records) < strategy.min_nodes:  # never past round 0 with fewer than min-nodes
         reasons = "; ".join(f"{who} {why}" for who, why in absent.items()) or "no reply"
@@ -694,14 +705,25 @@ def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
             flagged = json.loads(str((r.columns or {}).get("continuous", "[]")))
             if flagged:
                 continuous[f"client {r.client_id}"] = [str(c) for c in flagged]
-        except (KeyError, TypeError, ValueError) as ex:
-            raise ValueError(f"client {r.client_id}: malformed categories: {ex}") from ex
+        except (KeyError, TypeError, ValueError, RecursionError) as ex:
+            # the reply contract checks these first: a second line, a drop as there
+            sites.pop(f"client {r.client_id}", None)
+            continuous.pop(f"client {r.client_id}", None)
+            _drop_round_zero(strategy, r, CATEGORIES_PHASE,
+                             f"malformed categories: {type(ex).__name__}")
     categories = agree_categories(sites, schema.categorical, threshold,
                                   continuous=continuous)
     for column, levels in categories:
         logger.info("categorical column %r: %d levels agreed by %d clients %s", column,
                     len(levels), len(sites), list(levels[:10]))
     return categories
+
+
+def _drop_round_zero(strategy: Any, reply: Any, phase: str, why: str) -> None:
+    """Leave a malformed round-0 reply out, logged at WARNING (the rule, never a value)."""
+    logger.warning("round 0 %s: dropping reply of %s: %s", phase, strategy.who(reply.node_id),
+                   why)
+    strategy.last_absent = {**getattr(strategy, "last_absent", {}), reply.node_id: why}
 
 
 def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[int, Any],
@@ -764,7 +786,7 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
             + ": the scaling comes from the other sites' sums")
         logger.warning("%s", text)
         strategy.run_warnings.append(text)
-    parts, read = [], {}
+    parts, read, kept = [], {}, []
     for r in replies:
         try:
             arrays = [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[:3]]
@@ -779,9 +801,13 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
             if scaling == "minmax":
                 arrays += [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[4:]]
         except (KeyError, ValueError) as ex:
-            raise ValueError(f"client {r.client_id}: malformed feature moments: {ex}") from ex
+            # the reply contract checks these first: a second line, a drop as there
+            _drop_round_zero(strategy, r, FEATURE_MOMENTS_PHASE, f"malformed feature moments: {ex}")
+            continue
         parts.append(arrays)
+        kept.append(r)
         read[int(r.client_id)] = counted
+    replies = kept
     if not parts:
         raise ValueError("no client sent its feature moments")
     # each site's rows as read, for the share of missing cells per site

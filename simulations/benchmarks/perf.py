@@ -23,6 +23,12 @@ The client's Lloyd step against its floors, and how long a client waits for its 
     the import time and the build time, and the import time of the library's ClientApp
     (``flwr_clustering.app.client_app``).
 
+``reply-check``
+    The reply contract's cost per message (:func:`~flwr_clustering.strategies.contracts.
+    check_contract`), in microseconds, at ``d`` = 13 and 100 (``k`` 16, 150 rows): a
+    ``data-source``, ``feature-moments``, ``k-moments`` (one candidate), ``split-scatter``
+    and ``evaluate`` reply as the library's clients build them, and an FKM train reply.
+
 ``dtype``
     FKM's ``dtype='float32'`` against float64 (:func:`bench_dtype`): ARI and SSE on the
     Garst grid (the paper's beta split and a 100,000-row grid) and scikit-learn's digits,
@@ -43,7 +49,8 @@ import numpy as np
 
 from .common import load_average, machine_info, thread_limit, write_result
 
-__all__ = ["add_parsers", "bench_data_build", "bench_dtype", "bench_lloyd_step"]
+__all__ = ["add_parsers", "bench_data_build", "bench_dtype", "bench_lloyd_step",
+           "bench_reply_check"]
 
 #: The issue's shapes: (n, d, k).
 SHAPES = ((2_000_000, 16, 16), (1_000_000, 2, 16), (200_000, 64, 10))
@@ -188,6 +195,90 @@ def _build_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _reply_cases(d: int, k: int, rows: int) -> dict[str, tuple[Any, Any]]:
+    """``{phase: (reply content, bounds)}``: honest replies of one client at ``d``, ``k``."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+    from flwr_clustering.protocol import MOMENT_KEYS
+    from flwr_clustering.strategies.contracts import Bounds, Sent
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows, d))
+    labels = rng.integers(0, k, rows)
+    counts = np.bincount(labels, minlength=k).astype(np.float64)
+    sums = np.stack([X[labels == j].sum(axis=0) for j in range(k)])
+    outer = np.stack([X[labels == j].T @ X[labels == j] for j in range(k)])
+    metrics = MetricRecord({"num-examples": rows, "client-id": 0})
+    stats = dict(zip(MOMENT_KEYS[:4], (np.full(d, float(rows)), X.sum(axis=0),
+                                      (X * X).sum(axis=0), np.array([rows, 0.0])),
+                     strict=True))
+
+    def content(**records: Any) -> Any:
+        return RecordDict({"metrics": metrics, **records})
+
+    model = Sent({}, ((k, d),), 8 * k * d)
+    return {
+        "data-source": (content(columns=ConfigRecord({
+            "names": [f"feature {j}" for j in range(d)], "kinds": ["numeric"] * d,
+            "unique": [0] * d, "rows": rows})), Bounds(d=None, k=k)),
+        "feature-moments": (content(stats=ArrayRecord(
+            {key: Array(v) for key, v in stats.items()})), Bounds(d=d, k=k, rows=rows)),
+        "k-moments": (content(arrays=ArrayRecord([
+            counts, sums, rng.random(k), rng.random(k) * counts, np.zeros(1)])),
+            Bounds(d=d, k=k, rows=rows, sent=Sent({"candidate-count": 1}, ((k, d),),
+                                                  8 * k * d))),
+        "split-scatter": (content(stats=ArrayRecord({
+            "split-counts": Array(counts), "split-sums": Array(sums),
+            "split-scatter": Array(outer)})), Bounds(d=d, k=k, rows=rows, sent=model)),
+        "evaluate": (content(stats=ArrayRecord({
+            "cluster-counts": Array(counts.astype(np.int64)),
+            "cluster-sums": Array(sums)})), Bounds(d=d, k=k, rows=rows, sent=model,
+                                                   model=(k, d))),
+        "train (fkm)": (content(arrays=ArrayRecord([sums / np.maximum(counts, 1)[:, None],
+                                                    counts])),
+                        Bounds(d=d, k=k, rows=rows, sent=model)),
+    }
+
+
+def bench_reply_check(ds=(13, 100), k: int = 16, rows: int = 150, number: int = 2000
+                      ) -> list[dict[str, Any]]:
+    """Microseconds per message of the reply contract, per phase and ``d`` (best of 5)."""
+    import timeit
+
+    from flwr_clustering.strategies.contracts import check_contract
+
+    out = []
+    for d in ds:
+        for phase, (content, bounds) in _reply_cases(d, k, rows).items():
+            kind = "train" if phase.startswith("train") else phase
+            check_contract(kind, content, bounds)  # honest: passes
+            best = min(timeit.repeat(lambda c=content, b=bounds, p=kind:
+                                     check_contract(p, c, b), number=number, repeat=5))
+            out.append({"phase": phase, "d": d, "k": k, "us": 1e6 * best / number})
+    return out
+
+
+def _reply_markdown(rows: list[dict[str, Any]]) -> str:
+    ds = sorted({r["d"] for r in rows})
+    lines = ["| phase | " + " | ".join(f"d = {d} (µs)" for d in ds) + " |",
+             "|---|" + "---:|" * len(ds)]
+    for phase in dict.fromkeys(r["phase"] for r in rows):
+        cells = [next(f"{r['us']:.0f}" for r in rows if r["phase"] == phase and r["d"] == d)
+                 for d in ds]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _cmd_reply(args: argparse.Namespace) -> int:
+    load = load_average()
+    rows = bench_reply_check(tuple(args.d), args.k, number=args.number)
+    result = {"benchmark": "reply-check", "machine": machine_info(), "load_before": load,
+              "load_after": load_average(), "rows": rows}
+    print(_reply_markdown(rows))
+    write_result(Path(args.out), "reply_check", result, _reply_markdown(rows))
+    return 0
+
+
 def _cmd_lloyd(args: argparse.Namespace) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
     load = load_average()
@@ -210,7 +301,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Register ``lloyd-step``, ``data-build`` and ``dtype`` on ``bench``'s subparsers."""
+    """Register ``lloyd-step``, ``data-build``, ``reply-check`` and ``dtype`` on ``bench``."""
     p = subparsers.add_parser("lloyd-step", help="the Lloyd step against X @ C.T, one read "
                               "of X and scikit-learn")
     p.add_argument("--shapes", nargs="+", default=[f"{n}x{d}x{k}" for n, d, k in SHAPES],
@@ -228,6 +319,13 @@ def add_parsers(subparsers: Any) -> None:
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--out", default="bench-results")
     b.set_defaults(func=_cmd_build)
+    r = subparsers.add_parser("reply-check", help="the reply contract's cost per message "
+                              "(microseconds), per phase, at d = 13 and 100")
+    r.add_argument("--d", type=int, nargs="+", default=[13, 100])
+    r.add_argument("--k", type=int, default=16)
+    r.add_argument("--number", type=int, default=2000)
+    r.add_argument("--out", default="bench-results")
+    r.set_defaults(func=_cmd_reply)
     t = subparsers.add_parser("dtype", help="FKM in float32 against float64: ARI and SSE on "
                               "the Garst grid and digits, the Lloyd step's time")
     t.add_argument("--seeds", type=int, default=5)
