@@ -147,6 +147,10 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert 0 < ledger["epsilon"] <= 4.0 and ledger["differential-privacy"]["rounds-run"] == 5
+    # the PLD accountant calibrated it; the RDP figure of the same noise beside it
+    dp = ledger["differential-privacy"]
+    assert dp["accountant"] == "pld" and ledger["epsilon"] == dp["epsilons"]["pld"]
+    assert dp["epsilons"]["rdp"] > 4.0
     assert ledger["server-epsilon"] > ledger["epsilon"]
     assert out["centroids"].shape == (16, 2)
     result = json.loads((tmp_path / "result.json").read_text())
