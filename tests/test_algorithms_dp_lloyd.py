@@ -271,6 +271,9 @@ def test_the_pld_calibration_meets_the_target_and_needs_less_noise_than_rdp():
         assert (dp_epsilon(rdp, rounds, delta, "rdp") <= eps
                 < dp_epsilon(rdp * (1 - 1e-4), rounds, delta, "rdp"))
         assert 0.90 < pld / rdp < 0.94  # about 7 % less noise, the same guarantee
+    # dp-accountant='rdp' is the former calibration, to the bit (before: 4.04541015625)
+    assert noise_multiplier_for(1.0, 1e-5, 1, accountant="rdp") == 4.04541015625
+    assert dp_noise_plan(1.0, 1e-5, 2, accountant="rdp") == (8.0908203125,) * 4
     # at the App's documented example (epsilon 1, delta 1e-5): 7.8 % less
     assert noise_multiplier_for(1.0, 1e-5, 1) / noise_multiplier_for(
         1.0, 1e-5, 1, accountant="rdp") == pytest.approx(0.922, abs=1e-3)

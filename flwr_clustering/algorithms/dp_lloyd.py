@@ -350,7 +350,9 @@ def _calibrated(epsilon: float, delta: float, rounds: int, tol: float, accountan
     else:
         lo, hi = 0.0, 1.0
     while dp_epsilon(hi, rounds, delta, accountant) > epsilon:
-        lo, hi = hi, hi + 2 * (hi - lo)  # for "rdp" from [0, 1]: doubling
+        # "rdp": doubling from [0, 1] (its former calibration, unchanged); "pld": a gap
+        # that doubles from tol
+        lo, hi = hi, (2 * hi if accountant == "rdp" else hi + 2 * (hi - lo))
         if hi > 1e6:
             raise ValueError(f"epsilon={epsilon} is out of reach in {rounds} rounds")
     while hi - lo > tol * hi:
