@@ -286,14 +286,15 @@ def test_a_key_is_listed_where_the_run_uses_it():
     from flwr_clustering.app.config import merged_config, run_settings
 
     plain = run_settings(merged_config({"algorithm": "fkm", "dataset": "local"}))
-    assert not {"k-min", "secagg-keys", "dp-delta", "robust-trim", "partitioner"} & set(plain)
+    assert not {"k-min", "secagg-keys", "dp-delta", "dp-accountant", "robust-trim",
+                "partitioner"} & set(plain)
     auto = run_settings(merged_config({"algorithm": "fkm", "k": "auto", "dataset": "blobs",
                                        "secure-aggregation": True,
                                        "server-update": "lloyd"}))
     assert {"k-min", "k-max", "k-rule", "secagg-keys", "robust-trim", "centers"} <= set(auto)
     dp = run_settings(merged_config({"algorithm": "fkm", "dp-epsilon": 1.0,
                                      "server-update": "lloyd", "data-bound": 5.0}))
-    assert {"dp-delta", "data-bound", "dp-rounds"} <= set(dp)
+    assert {"dp-delta", "data-bound", "dp-rounds", "dp-accountant"} <= set(dp)
 
 
 def test_feature_columns_of_a_built_in_data_set_by_name(tmp_path):

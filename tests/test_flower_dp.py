@@ -147,6 +147,10 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
     out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert 0 < ledger["epsilon"] <= 4.0 and ledger["differential-privacy"]["rounds-run"] == 5
+    # the PLD accountant calibrated it; the RDP figure of the same noise beside it
+    dp = ledger["differential-privacy"]
+    assert dp["accountant"] == "pld" and ledger["epsilon"] == dp["epsilons"]["pld"]
+    assert dp["epsilons"]["rdp"] > 4.0
     assert ledger["server-epsilon"] > ledger["epsilon"]
     assert out["centroids"].shape == (16, 2)
     result = json.loads((tmp_path / "result.json").read_text())
@@ -338,3 +342,71 @@ def test_a_dp_start_drowned_in_noise_says_so():
     large.start(grid=InProcessGrid(_app(data), 5))
     assert not any("mostly noise" in w for w in large.run_warnings)
 
+
+
+def test_the_ledger_states_the_pld_epsilon_beside_the_rdp_one_and_rdp_calibration_stays():
+    """dp-accountant: 'pld' (default) calibrates less noise; 'rdp' is the former run."""
+    from flwr_clustering.algorithms.dp_lloyd import dp_noise_plan
+
+    data = _clients()
+    runs = {}
+    for method in ("pld", "rdp"):
+        strategy = FedKMeans(16, min_nodes=5, seed=3, dp_accountant=method, **DP)
+        strategy.start(grid=InProcessGrid(_app(data), 5))
+        ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
+                           rounds=6, seed=3, accountant=method)
+        np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+        ledger = strategy.privacy_ledger()
+        dp = ledger["differential-privacy"]
+        assert dp["accountant"] == method and dp["epsilons"] == ref.epsilons
+        assert ledger["epsilon"] == dp["epsilons"][method] == ref.epsilon
+        assert 2.0 * (1 - 1e-3) <= ledger["epsilon"] <= 2.0
+        # the accountant composed every mechanism listed, as it ran
+        assert strategy.accountant.core.events == [
+            (m["noise-multiplier"], 1) for m in dp["mechanisms"]]
+        assert strategy.noise_plan == dp_noise_plan(2.0, 1e-5, 6, accountant=method)
+        runs[method] = strategy
+    pld, rdp = runs["pld"], runs["rdp"]
+    # the same guarantee with less noise; the RDP figure of the PLD run's noise is above 2
+    assert pld.noise_multiplier / rdp.noise_multiplier == pytest.approx(0.928, abs=2e-3)
+    assert pld.privacy_ledger()["differential-privacy"]["epsilons"]["rdp"] > 2.0
+
+
+def test_the_accountant_follows_flowers_privacy_accountant_protocol():
+    from flwr.serverapp import GaussianPrivacyEvent, PrivacyAccountant, SamplingMethod
+
+    from flwr_clustering.strategies.dp_accountant import FlowerPrivacyAccountant
+
+    strategy = FedKMeans(16, min_nodes=5, seed=3, **DP)
+    strategy.start(grid=InProcessGrid(_app(_clients()), 5))
+    acc = strategy.accountant
+    assert isinstance(acc, FlowerPrivacyAccountant)
+    members = {name for name in vars(PrivacyAccountant) if not name.startswith("_")}
+    assert members == {"config", "num_releases", "compose", "get_epsilon", "get_delta",
+                       "get_privacy_spent", "would_exceed", "state_dict", "load_state_dict"}
+    assert all(hasattr(acc, name) for name in members)
+    assert acc.config.sampling_method is SamplingMethod.NO_AMPLIFICATION
+    assert acc.config.target_delta == 1e-5 and acc.config.max_epsilon == 2.0
+    spent = acc.get_privacy_spent()
+    assert spent.epsilon == strategy.privacy_ledger()["epsilon"] and spent.delta == 1e-5
+    assert spent.num_releases == acc.num_releases == 8 and spent.accounting_method == "pld"
+    assert acc.get_delta(spent.epsilon) <= 1e-5 * (1 + 1e-6)
+    # one more round of the same noise would break the budget; nothing is composed by asking
+    event = GaussianPrivacyEvent(strategy.noise_multiplier, 1, 1)
+    assert acc.would_exceed(event) and not acc.would_exceed(event, max_epsilon=100.0)
+    assert acc.num_releases == 8
+    # the state: JSON, restored into a fresh accountant of the run, composes on alike
+    state = json.loads(json.dumps(acc.state_dict()))
+    fresh = FlowerPrivacyAccountant("pld", 1e-5, 2.0)
+    fresh.load_state_dict(state)
+    assert fresh.get_epsilon(1e-5) == spent.epsilon
+    fresh.compose(event)
+    acc.compose(event)
+    assert fresh.state_dict() == acc.state_dict() and fresh.get_epsilon(1e-5) == \
+        acc.get_epsilon(1e-5)
+    with pytest.raises(ValueError, match="this run's accountant is 'rdp'"):
+        FlowerPrivacyAccountant("rdp", 1e-5, 2.0).load_state_dict(state)
+    with pytest.raises(ValueError, match="configuration"):
+        FlowerPrivacyAccountant("pld", 1e-6, 2.0).load_state_dict(state)
+    with pytest.raises(ValueError, match="population_size"):
+        acc.compose(GaussianPrivacyEvent(1.0, 1, 5))

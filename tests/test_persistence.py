@@ -90,6 +90,10 @@ def _assert_same_run(a, b, dir_a, dir_b) -> None:
 CASES = {
     "fkm": ({"algorithm": "fkm", "k": 16, "max-rounds": 5, "early-stop": False,
              "min-nodes": 3}, 3),
+    # differential privacy: the start's two mechanisms and five rounds, one accountant
+    "fkm-dp": ({"algorithm": "fkm", "k": 16, "server-update": "lloyd", "dp-epsilon": 2.0,
+                "data-bound": 15.0, "dp-rounds": 5, "max-rounds": 5, "tol": -1.0,
+                "scaling": "none", "min-nodes": 3}, 3),
     "ffcm-v2": ({"algorithm": "ffcm", "ffcm-version": 2, "dataset": "iris", "k": 3,
                  "max-rounds": 5, "early-stop": False, "min-nodes": 3}, 3),
     "masked-federated": ({"algorithm": "masked-federated", "dataset": "blobs",
@@ -185,10 +189,21 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, name):
     resumed = _run({**rc, "out-dir": str(crashed), "resume-from": str(crashed)}, nodes)
     assert _read(crashed)["resumed-after-round"] == 2
     _assert_same_run(full, resumed, tmp_path / "full", crashed)
+    if "dp-epsilon" in rc:  # the privacy accountant resumed with the run: the same epsilon
+        pa, pb = (json.loads((d / "privacy.json").read_text())
+                  for d in (tmp_path / "full", crashed))
+        assert pa["epsilon"] == pb["epsilon"] and pa["server-epsilon"] == pb["server-epsilon"]
+        assert pa["differential-privacy"] == pb["differential-privacy"]
+        assert pa["differential-privacy"]["rounds-run"] == 5
+        acc_a, acc_b = full["strategy"].accountant, resumed["strategy"].accountant
+        assert acc_a.state_dict() == acc_b.state_dict() and acc_b.num_releases == 7
+        assert load_checkpoint(crashed)["state"]["dp_accountant"] == acc_b.state_dict()
     # each client's declared sums came back with the checkpoint: its means stay bounded
     sa, sb = full["strategy"], resumed["strategy"]
     assert sorted(sb.client_moments) == sorted(sa.client_moments)
-    if sa.feature_summary is not None:  # the run agreed its features (not DeepFeCA's)
+    # the run agreed its features from the clients' sums (not DeepFeCA's; a DP run sends
+    # no feature-moments message)
+    if sa.feature_summary is not None and "dp-epsilon" not in rc:
         assert sorted(sa.client_moments) == list(range(nodes))
     for cid, rows in sa.client_moments.items():
         for name in ("count", "mean", "var"):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..options import Options, option
+from .dp_lloyd import ACCOUNTANTS
 from .lloyd import (
     FLOAT_DTYPES,
     check_data,
@@ -540,6 +541,11 @@ class FKMOptions(Options):
     dp_init_share: float = option(0.5, help="differential privacy: the share of the budget "
                                   "dp-init='moments' spends (the rest is split over the "
                                   "dp-rounds Lloyd steps)", when=_dp_run)
+    dp_accountant: str = option("pld", choices=ACCOUNTANTS, help="differential privacy: the "
+                                "accountant that calibrates the noise, 'pld' (privacy loss "
+                                "distribution, exact for the Gaussian) or 'rdp' (Renyi DP, "
+                                "about 8 % more noise); privacy.json states both epsilons",
+                                when=_dp_run)
     dp_rounds: int = option(2, minimum=1, help="differential privacy: the DP Lloyd steps the "
                             "budget is split over, the run's rounds (max-rounds caps them); "
                             "more rounds only split the budget further", when=_dp_run)

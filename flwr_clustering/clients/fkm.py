@@ -33,7 +33,8 @@ def _client_sigma(options: FKMOptions, clients: int, phase: str) -> float:
     if options.dp_placement == "central":
         return 0.0
     plan = dp_noise_plan(options.dp_epsilon, options.dp_delta, options.round_cap(),
-                         init=options.dp_init, init_share=options.dp_init_share)
+                         init=options.dp_init, init_share=options.dp_init_share,
+                         accountant=options.dp_accountant)
     if phase != "dp-update" and options.dp_init != "moments":
         raise ValueError(f"the {phase} phase belongs to dp-init='moments', the run says "
                          f"dp-init={options.dp_init!r}")

@@ -169,14 +169,19 @@ class FedKMeans(ClusteringStrategy):
     def _dp_plan(self, init: str) -> None:
         """Every mechanism's noise multiplier (``dp_lloyd.dp_noise_plan``), for ``init``."""
         from ..algorithms.dp_lloyd import dp_noise_plan, sensitivity
+        from .dp_accountant import FlowerPrivacyAccountant
 
         o = self.options
         self.noise_plan = dp_noise_plan(o.dp_epsilon, o.dp_delta, self.round_cap(), init=init,
-                                        init_share=o.dp_init_share)
+                                        init_share=o.dp_init_share,
+                                        accountant=o.dp_accountant)
         self.noise_multiplier = self.noise_plan[-1]
         self.sigma = self.noise_multiplier * sensitivity(o.data_bound)
         #: the init mechanisms run, ``{"phase", "clients", "dp-noise-multiplier"}`` each
         self.dp_init_log: list[dict[str, Any]] = []
+        #: every mechanism run, as the noise reached the totals (Flower's
+        #: ``PrivacyAccountant`` protocol; its state is in the checkpoint)
+        self.accountant = FlowerPrivacyAccountant(o.dp_accountant, o.dp_delta, o.dp_epsilon)
 
     def initialize(self, grid: Grid, timeout: float) -> None:
         """DP or secure aggregation: starting centroids without any client's own upload.
@@ -373,7 +378,9 @@ class FedKMeans(ClusteringStrategy):
         return {**super().state_dict(), "dp_clients": getattr(self, "dp_clients", None),
                 "dp_init_used": getattr(self, "dp_init_used", None),
                 "dp_noise_plan": list(getattr(self, "noise_plan", ())),
-                "dp_init_log": list(getattr(self, "dp_init_log", ()))}
+                "dp_init_log": list(getattr(self, "dp_init_log", ())),
+                "dp_accountant": (self.accountant.state_dict() if getattr(self, "dp", False)
+                                  else None)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
@@ -384,6 +391,8 @@ class FedKMeans(ClusteringStrategy):
             self.noise_plan = tuple(float(z) for z in state["dp_noise_plan"])
             self.noise_multiplier = self.noise_plan[-1]
             self.dp_init_log = [dict(e) for e in state.get("dp_init_log", [])]
+        if state.get("dp_accountant") is not None:
+            self.accountant.load_state_dict(state["dp_accountant"])
         if state.get("dp_init_used"):
             self.dp_init_used = str(state["dp_init_used"])
 
@@ -392,21 +401,23 @@ class FedKMeans(ClusteringStrategy):
         ledger = super().privacy_ledger()
         if not self.dp:
             return ledger
-        from ..algorithms.dp_lloyd import dp_epsilon_of, server_epsilon_of
+        from ..algorithms.dp_lloyd import ACCOUNTANTS, server_epsilon_of
 
         rounds = len(self.history)
         o = self.options
         clients = getattr(self, "dp_clients", 1)
         init = list(getattr(self, "dp_init_log", []))
-        # every mechanism run, with the noise that reached the totals: the init's, the rounds'
-        spent = [e["dp-noise-multiplier"] for e in init] + [
-            h.get("dp-noise-multiplier", self.noise_multiplier) for h in self.history]
         planned = list(self.noise_plan[:len(init)]) + [self.noise_multiplier] * rounds
-        ledger_epsilon = dp_epsilon_of(spent, o.dp_delta) if spent else 0.0
+        # every mechanism run, with the noise that reached the totals: the init's, the rounds'
+        ledger_epsilon = self.accountant.get_epsilon(o.dp_delta)
         ledger.update({
             "differential-privacy": {
-                "mechanism": "Gaussian on clipped sums and counts, Renyi-DP accounting "
-                             "(dp-accounting RdpAccountant)",
+                "mechanism": "Gaussian on clipped sums and counts",
+                # the run's accountant calibrated the noise and states epsilon; both beside
+                "accountant": o.dp_accountant,
+                "epsilons": {method: (ledger_epsilon if method == o.dp_accountant else
+                                      self.accountant.core.copy(method).get_epsilon(
+                                          o.dp_delta)) for method in ACCOUNTANTS},
                 "placement": o.dp_placement, "data-bound": o.data_bound,
                 "noise-multiplier": self.noise_multiplier, "sigma": self.sigma,
                 "target-epsilon": o.dp_epsilon, "calibrated-rounds": self.max_rounds,
@@ -426,7 +437,8 @@ class FedKMeans(ClusteringStrategy):
             # under secure aggregation the server sees only the total noise
             "server-epsilon": (ledger_epsilon if self.secure_aggregation else
                                server_epsilon_of(planned, o.dp_delta, clients,
-                                                 o.dp_placement) if planned else 0.0),
+                                                 o.dp_placement, o.dp_accountant)
+                               if planned else 0.0),
         })
         return ledger
 
@@ -602,6 +614,7 @@ class FedKMeans(ClusteringStrategy):
                        "epsilon counts it")
             logger.warning(message)
             self.run_warnings.append(message)
+        self.accountant.spend(z)
         return {"dp-clients": clients, "dp-noise-multiplier": z}
 
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
