@@ -61,6 +61,8 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
                         "categories", "category-counts"),
     "sumsq-1e12": ("feature-moments: sum of squares x1e12 on one feature", {},
                    "feature-moments", "sumsq-1e12"),
+    "sumsq-1e12-robust": ("the same, with robust-scaling=true", {"robust-scaling": True},
+                          "feature-moments", "sumsq-1e12"),
     "sumsq-negative": ("feature-moments: a negative sum of squares", {}, "feature-moments",
                        "sumsq-negative"),
     "count-1e9": ("feature-moments: a count of 1e9 for a site of 30 rows", {},
@@ -79,6 +81,7 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, str]] = {
     "train-bytes": ("a training reply of 64 MiB", {}, "train", "bytes"),
     "error-reason": ("an error reply of 8 MiB", {}, "train", "error-reason"),
     "duplicate-id": ("client 1 claims client 0's client-id", {}, "*", "duplicate-id"),
+    "duplicate-id-3": ("the same, min-nodes=3", {"min-nodes": 3}, "*", "duplicate-id"),
     "cell-in-error": ("a name and a birth date in a numeric column of site 1", {}, None,
                       "cell-file"),
     "semicolon-csv": ("site 1's CSV separated by ';'", {}, None, "semicolon-file"),
@@ -278,7 +281,8 @@ def _one(case: str, out: str, memory_gib: float, queue) -> None:
         root.mkdir(parents=True)
         paths, labels, rows = _write_sites(root, how)
         cfg = {"algorithm": "fkm", "dataset": "local", "k": 3, "max-rounds": 10,
-               "out-dir": str(root / "run"), "min-nodes": SITES - 1, "round-timeout": 60.0, **extra}
+               "out-dir": str(root / "run"), "min-nodes": SITES - 1, "round-timeout": 60.0,
+               **extra}
         grid = _grid_class()(app, SITES, run_config=cfg,
                              node_configs=[{"data-path": p} for p in paths],
                              node=100 + HOSTILE, phase=phase, how=how)
