@@ -210,6 +210,21 @@ def test_the_corrected_run_may_use_the_refused_runs_out_dir(tmp_path):
         run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
 
 
+def test_a_key_set_for_another_algorithm_is_named_not_silently_ignored(tmp_path, caplog):
+    rc = {**RC, "algorithm": "fkm", "max-rounds": 2, "graph": "star", "k-min": 3,
+          "out-dir": str(tmp_path / "out")}
+    with caplog.at_level(logging.WARNING, logger="flwr_clustering"):
+        run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
+    [warning] = [w for w in _result(tmp_path / "out")["warnings"] if "not used" in w]
+    assert "'graph', 'k-min'" in warning and "algorithm 'fkm'" in warning
+    assert any("'graph', 'k-min'" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING)
+    # the keys of the run's own algorithm and data set are no such keys
+    rc = {**RC, "out-dir": str(tmp_path / "plain")}
+    run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
+    assert not [w for w in _result(tmp_path / "plain")["warnings"] if "not used" in w]
+
+
 def test_a_failure_after_round_1_is_no_refusal(tmp_path):
     class Broken(InProcessGrid):
         def send_and_receive(self, messages, *, timeout=None):

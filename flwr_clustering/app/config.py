@@ -315,6 +315,33 @@ def run_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in cfg.items() if key in keys}
 
 
+def ignored_keys_warning(cfg: dict[str, Any]) -> str | None:
+    """A warning naming the run-config keys set away from their default that this run ignores.
+
+    A merged run config holds every registered algorithm's keys; a key that does not apply
+    to this run (another algorithm's, such as ``graph`` in an FKM run, or one whose
+    declaration's ``when`` excludes this run, such as ``k-min`` without ``k='auto'``) but
+    was given a value other than its default was most likely meant for this run: it is
+    named, not silently ignored. ``None`` when there is none.
+
+    Parameters
+    ----------
+    cfg : dict
+        A merged run config (:func:`merged_config`).
+    """
+    used = run_settings(cfg)
+    defaults = default_run_config()
+    ignored = sorted(key for key, value in cfg.items()
+                     if key not in used and key in defaults and value != defaults[key])
+    if not ignored:
+        return None
+    algorithm = str(cfg.get("algorithm", AppOptions.algorithm))
+    return (f"run-config key(s) {', '.join(map(repr, ignored))} set but not used by this run "
+            f"(algorithm {algorithm!r}, dataset {cfg.get('dataset')!r}, k {cfg.get('k')!r}): "
+            "they are ignored; docs/configuration.md says which algorithm or setting each "
+            "key belongs to")
+
+
 def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
     """The candidate ``k`` of a search, or ``None`` for a run of one model.
 

@@ -42,7 +42,13 @@ from .checkpoint import (
     run_files,
     write_failure,
 )
-from .config import build_strategy, dataset_kwargs, merged_config, results_dir
+from .config import (
+    build_strategy,
+    dataset_kwargs,
+    ignored_keys_warning,
+    merged_config,
+    results_dir,
+)
 from .data_source import (
     check_data_sources,
     check_enough_sources,
@@ -235,6 +241,10 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # its replies belong to the run's privacy ledger (start() resets the strategy's own)
     strategy.pre_run_ledger = list(strategy.ledger)
     describe(sources)
+    ignored = ignored_keys_warning(cfg)
+    if ignored is not None:
+        logger.warning("%s", ignored)
+        warnings.append(ignored)
     same = identical_data_warning(sources)
     if same is not None:
         logger.warning("%s", same)
