@@ -21,7 +21,11 @@ from flwr_clustering.algorithms.dgc import build_graph, edge_list_graph, ring_gr
 from flwr_clustering.app import server_app
 from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.config import merged_config
-from flwr_clustering.app.paths import ALLOWED_PATHS_ENV, check_run_config_paths
+from flwr_clustering.app.paths import (
+    ALLOWED_PATHS_ENV,
+    check_run_config_algorithm,
+    check_run_config_paths,
+)
 from flwr_clustering.app.server_app import RunRefused, run_server
 from flwr_clustering.clients.base import FEATURE_MOMENTS_PHASE
 from flwr_clustering.data.local_file import save_local_file
@@ -208,6 +212,37 @@ def test_the_corrected_run_may_use_the_refused_runs_out_dir(tmp_path):
     # a completed run's out-dir stays refused to the next run
     with pytest.raises(FileExistsError, match="holds another run's results"):
         run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
+
+
+def test_a_module_algorithm_from_outside_the_app_is_refused_before_it_is_imported(
+        tmp_path, monkeypatch):
+    import os
+    import sys
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "server_side_xyz.py").write_text(
+        "import os\nos.environ['SERVER_SIDE_XYZ_IMPORTED'] = '1'\n"
+        "from flwr_clustering.registry import get\nSPEC = get('fkm')\n")
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.delenv("SERVER_SIDE_XYZ_IMPORTED", raising=False)
+    monkeypatch.delitem(sys.modules, "server_side_xyz", raising=False)
+    rc = {**RC, "algorithm": "server_side_xyz:SPEC", "out-dir": str(tmp_path / "out")}
+    with pytest.raises(PermissionError, match=r"run-config key 'algorithm'.*"
+                                              r"'server_side_xyz'.*not part of this App"):
+        run_server(InProcessGrid(client_app, 2, run_config=rc), rc)
+    assert "SERVER_SIDE_XYZ_IMPORTED" not in os.environ
+    assert "server_side_xyz" not in sys.modules
+    assert _result(tmp_path / "out")["refused"] is True
+    # an installed package is no part of the App either (numpy lies in the virtualenv)
+    with pytest.raises(PermissionError, match="'numpy'"):
+        check_run_config_algorithm("numpy:ndarray")
+    # the App's own code (as `flwr run .` packs it) and the operator's directories load
+    check_run_config_algorithm("simulations.benchmarks.echo:ECHO")
+    rc["out-dir"] = str(tmp_path / "allowed")
+    run_server(InProcessGrid(client_app, 2, run_config=rc), rc, allowed_paths=[str(code)])
+    assert os.environ.get("SERVER_SIDE_XYZ_IMPORTED") == "1"
+    assert _result(tmp_path / "allowed")["status"] == "completed"
 
 
 def test_a_key_set_for_another_algorithm_is_named_not_silently_ignored(tmp_path, caplog):

@@ -10,7 +10,13 @@ directory it is in:
 * ``resume-from`` reads only ``<dir>/checkpoint.npz`` in the App's own format; when the
   operator set allowed directories, ``<dir>`` must be inside one of them too;
 * ``out-dir`` is where the run writes (checked writable, never another run's results): as
-  before.
+  before;
+* ``algorithm='module:ATTRIBUTE'`` imports code: only a module of the App the run runs (a
+  package beside ``flwr_clustering`` in the App's directory, as ``flwr run .`` packs it:
+  the submitter's own code, e.g. ``simulations.benchmarks.echo:ECHO``) or inside an
+  allowed directory; any other module installed on the server is refused **before it is
+  imported** (:func:`check_run_config_algorithm`), as a SuperNode refuses one its node
+  config does not list (``allow-algorithms``).
 
 The allowed directories are the ServerApp's ``allowed_paths`` argument
 (:func:`~flwr_clustering.app.server_app.run_server`) or, by default, the environment
@@ -25,14 +31,17 @@ strategy reads the file it is given.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..algorithms.dgc import GRAPHS, is_edge_list
 
-__all__ = ["ALLOWED_PATHS_ENV", "allowed_roots", "check_run_config_paths"]
+__all__ = ["ALLOWED_PATHS_ENV", "allowed_roots", "check_run_config_algorithm",
+           "check_run_config_paths"]
 
 #: Environment variable of the ServerApp process: the directories whose files a run
 #: config may name (``os.pathsep``-separated).
@@ -109,3 +118,74 @@ def check_run_config_paths(cfg: dict[str, Any],
         raise PermissionError(
             f"run-config key 'resume-from': {str(resume)!r} is outside the directories the "
             f"operator allowed: resume a run whose out-dir is inside one ({_how_to_allow(roots)})")
+
+
+def _app_root() -> Path | None:
+    """The directory that holds the running App's ``flwr_clustering`` package.
+
+    ``None`` when that is an installation's ``site-packages`` (``dist-packages``): every
+    installed package lies there, none of them the run's own.
+    """
+    root = Path(__file__).resolve().parents[2]
+    return None if root.name in ("site-packages", "dist-packages") else root
+
+
+def _module_location(top: str) -> Path | None:
+    """Where the top-level package or module ``top`` lies, found without importing it."""
+    module = sys.modules.get(top)
+    if module is not None:
+        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__",
+                                                                       [])), None)
+    else:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        where = spec.origin if spec.origin not in (None, "built-in", "frozen") else next(
+            iter(spec.submodule_search_locations or []), None)
+    return None if where is None else Path(where).resolve()
+
+
+def check_run_config_algorithm(algorithm: Any,
+                               allowed_paths: Iterable[str | os.PathLike] | str | None = None
+                               ) -> None:
+    """Refuse a run config's ``module:ATTRIBUTE`` algorithm from outside the App, unimported.
+
+    Parameters
+    ----------
+    algorithm : Any
+        The run config's ``algorithm`` (a registered name passes).
+    allowed_paths : iterable of path-like, str or None
+        The operator's directories (see :func:`allowed_roots`).
+
+    Raises
+    ------
+    PermissionError
+        Naming the key, the module and how the operator allows it; the module is not
+        imported (its package is located by :func:`importlib.util.find_spec`, which runs
+        none of its code).
+    """
+    if not isinstance(algorithm, str) or ":" not in algorithm:
+        return
+    module = algorithm.split(":", 1)[0].strip()
+    top = module.split(".", 1)[0]
+    if not top:
+        return  # the registry refuses the malformed name
+    where = _module_location(top)
+    if where is None:
+        return  # not installed: the registry's "cannot import" says so
+    app, roots = _app_root(), allowed_roots(allowed_paths)
+    # the App's own packages: under its directory, but never an installation in it (a
+    # virtualenv inside a project directory holds every installed package)
+    own = app is not None and where.is_relative_to(app) and not {
+        "site-packages", "dist-packages"} & set(where.relative_to(app).parts)
+    if own or (
+            roots is not None and any(where.is_relative_to(r) for r in roots)):
+        return
+    raise PermissionError(
+        f"run-config key 'algorithm': {algorithm!r} names module {top!r}, which is not part "
+        "of this App (a package beside flwr_clustering in the App's directory) nor inside a "
+        "directory the operator allowed, so the ServerApp does not import it: ship the "
+        f"algorithm inside the App, or ask the operator ({_how_to_allow(roots)})")

@@ -57,7 +57,7 @@ from .data_source import (
     identical_data_warning,
     query_data_sources,
 )
-from .paths import check_run_config_paths
+from .paths import check_run_config_algorithm, check_run_config_paths
 from .results import save_results
 
 __all__ = ["REFUSALS", "RunRefused", "app", "main", "run_server"]
@@ -106,7 +106,8 @@ def run_server(grid: Grid, run_config: dict, *,
     Exception
         Whatever ended the run, after ``result.json`` recorded it as failed.
     """
-    try:
+    try:  # a module the run config names is checked before anything imports it
+        check_run_config_algorithm(dict(run_config or {}).get("algorithm"), allowed_paths)
         cfg = merged_config(run_config)
     except Exception as ex:
         _refused_run_config(run_config, ex)
