@@ -534,7 +534,11 @@ def test_failed_run_exits_zero_but_flwr_ls_says_failed(fkm_run, local_superlink)
     assert status["status"] == "finished:failed", status
     assert "no-such-algorithm" in status["status-details"], status
     assert "no-such-algorithm" in cli.output  # the ServerApp's ValueError is in the stream
-    assert not (out_dir / "result.json").exists()
+    # a refused run config says so in result.json too (issue 50), nothing else is written
+    result = json.loads((out_dir / "result.json").read_text())
+    assert result["status"] == "failed" and result["refused"] is True, result
+    assert "no-such-algorithm" in result["reason"], result
+    assert {f.name for f in out_dir.iterdir()} <= {"result.json", "privacy.json"}
 
 
 def _files(out_dir: Path) -> dict[str, bytes]:
