@@ -1,4 +1,4 @@
-"""Secure aggregation with keys agreed once per run (flwr_clustering.secure_session)."""
+"""Secure aggregation with keys agreed once per run (flwr_clustering.secure.session)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.clientapp import ClientApp
 
 from flwr_clustering.secure import secure_aggregation_mod
-from flwr_clustering.secure_session import (
+from flwr_clustering.secure.session import (
     SESSION_RECORD,
     SecureSession,
     ids_from_bytes,
@@ -19,7 +19,7 @@ from flwr_clustering.secure_session import (
     session_digit_base,
     share_threshold,
 )
-from flwr_clustering.secure_sums import (
+from flwr_clustering.secure.sums import (
     FRACTION_BITS,
     VALUE_LIMIT,
     decode_fixed,

@@ -29,28 +29,36 @@ caller) writes what :meth:`ClusteringStrategy.artifacts` and the history hand ba
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
 from flwr.app import (
     Array,
     ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
 )
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import Result, Strategy
 
-from ..log import logger
+from ..algorithms.local_centroids import LocalCentroids
+from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
+from ..log import format_metrics, logger, show_progress
 from ..options import Options, option
+from ..protocol import SECURE_EVALUATE_PHASE
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
-from .diagnosis import RunDiagnosis
-from .exchange import Exchange, Reply
-from .features import FeatureOptions
-from .ledger import PrivacyLedger
-from .rounds import RoundDriver
-from .secure_rounds import SecureRounds
-from .split_check import refine_problem
-from .state import RunState
-from .validation import ReplyValidation
+from ..secure.exchange import SecureExchange, evaluation_stats
+from .diagnosis import RunSummary, diagnosis_warnings, run_diagnostics
+from .exchange import Collected, Exchange, NodeBook, Reply, RunView
+from .features import FeatureOptions, prepare_features
+from .ledger import Ledger
+from .rounds import log_server_evaluation
+from .split_check import refine_problem, run_split_check
+from .state import InRecord, RunRecord
+from .validation import ReplyRules
 
 __all__ = ["ClusteringOptions", "ClusteringStrategy", "Reply", "logger"]
 
@@ -62,8 +70,7 @@ class ClusteringOptions(Options):
     k: int = option(16, minimum=1, help="number of global clusters")
 
 
-class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, ReplyValidation,
-                         PrivacyLedger, Exchange, Strategy):
+class ClusteringStrategy(Strategy):
     """Base class of the clustering strategies.
 
     Parameters
@@ -388,6 +395,803 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
             raise ValueError(f"max_rounds must be at least 1, got {self.max_rounds}")
         self.reset()
 
+    #: Appended to the refusal of a ``k`` above the federation's rows.
+    k_hint: str = ""
+
+    # -- the run's state: a RunRecord; these attributes are its fields -------------------
+    rng = InRecord()
+    centroids = InRecord()
+    centroid_history = InRecord()
+    history = InRecord()
+    final_metrics = InRecord()
+    n_features = InRecord()
+    last_shift = InRecord()
+    num_rounds = InRecord()
+    stopped = InRecord()
+    training_round = InRecord()
+    feature_transform = InRecord()
+    feature_summary = InRecord()
+    robust_set_aside = InRecord()
+    evaluation_stats = InRecord()
+    split_result = InRecord()
+    run_warnings = InRecord()
+    diagnostics = InRecord()
+    warnings = InRecord()
+
+    def reset(self) -> None:
+        """Start a run afresh (called by ``__init__`` and at the start of :meth:`start`).
+
+        A new :class:`~flwr_clustering.strategies.state.RunRecord` (the generators from
+        ``seed``), :class:`~flwr_clustering.strategies.ledger.Ledger`,
+        :class:`~flwr_clustering.replies.NodeBook` and
+        :class:`~flwr_clustering.strategies.validation.ReplyRules`, and the exchanges
+        built on them (:attr:`exchanger`; :attr:`summer` under secure aggregation).
+        """
+        self.record = RunRecord.new(self.seed, getattr(self, "pre_run_warnings", []))
+        self.record.num_rounds = self.max_rounds
+        self.ledger = Ledger()
+        self.ledger.before_run = list(getattr(self, "pre_run_ledger", []))
+        self.nodes = NodeBook()
+        self.rules = ReplyRules()
+        self._expect_stats = True
+        self._start_exchanges(self.round_timeout)
+
+    def _start_exchanges(self, timeout: float) -> None:
+        """The run's exchanges, with ``timeout`` (chosen once per run: plain, or secure)."""
+        self.exchanger = Exchange(
+            seed=self.seed, min_nodes=self.min_nodes, fraction=self.fraction,
+            node_wait_timeout=self.node_wait_timeout, timeout=timeout,
+            sample_rng=self.record.sample_rng, nodes=self.nodes, ledger=self.ledger,
+            view=self._view, check=self.check_reply, rows_of=self.rules.rows_of,
+            counts_of=self.payload_counts, features_of=self.payload_features,
+            k_hint=self.k_hint)
+        self.summer = (SecureExchange(self.exchanger, threshold=self.secagg_threshold,
+                                      keys=self.secagg_keys)
+                       if self.secure_aggregation else None)
+
+    def _view(self) -> RunView:
+        """What the exchange reads of the run (a ``RunView``)."""
+        transform = self.record.feature_transform
+        d = len(transform.features) if transform is not None else self.record.n_features
+        k = getattr(self, "k", None)
+        C = self.record.centroids
+        return RunView(features_json=self.record.feature_json,
+                       d=None if d is None else int(d), n_features=self.record.n_features,
+                       k=int(k) if isinstance(k, int | np.integer) else None,
+                       model=tuple(int(v) for v in np.shape(C)) if np.ndim(C) == 2 else None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run state after a round: what :meth:`load_state_dict` needs to continue.
+
+        The record's (:meth:`~flwr_clustering.strategies.state.RunRecord.state_dict`),
+        the ledger's and the reply rules' state dicts in one dict; subclasses with more
+        between-round state extend it (and :meth:`load_state_dict`). The values are the
+        run's own objects, not copies: serialise the dict before the next round.
+        """
+        return {**self.record.state_dict(), **self.ledger.state_dict(),
+                **self.rules.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the run state of :meth:`state_dict` (after :meth:`reset`)."""
+        self.record.load_state_dict(state)
+        self.ledger.load_state_dict(state)
+        self.rules.load_state_dict(state, self.record.feature_transform)
+
+    def adopt_model(self, model) -> np.ndarray:
+        """Make ``model`` the run's model (float64), after a train or a secure round.
+
+        Its shift from the previous model (:meth:`shift`) goes in ``last_shift``, the
+        model in ``centroid_history``.
+        """
+        new = np.asarray(model, dtype=np.float64)
+        return self.record.adopt_model(new, self.shift(self.record.centroids, new))
+
+    # -- the exchange (messages, node identity, reply collection) ------------------------
+    @property
+    def client_of(self) -> dict[int, int]:
+        """``{node id: client id}``, learned from the replies of the run so far."""
+        return self.nodes.client_of
+
+    def who(self, node: int) -> str:
+        """``"client 3 (node 123)"``, or ``"node 123"`` while its client id is unknown."""
+        return self.nodes.who(node)
+
+    def wait_for_nodes(self, grid: Grid, *, settle: float = 0.0) -> list[int]:
+        """Block until ``min_nodes`` nodes are connected (:meth:`Exchange.wait_for_nodes`)."""
+        return self.exchanger.wait_for_nodes(grid, settle=settle)
+
+    def sample_nodes(self, grid: Grid) -> list[int]:
+        """The nodes of a round, drawn with the run's seeded sampling generator."""
+        return self.exchanger.sample_nodes(grid)
+
+    def records(self, arrays_list, config: dict[str, Any]) -> dict[str, Any]:
+        """A message's content, with the federation's features (:meth:`Exchange.records`)."""
+        return self.exchanger.records(arrays_list, config)
+
+    message = staticmethod(Exchange.message)
+
+    def _messages(self, server_round, arrays_list, config, grid, message_type) -> list[Message]:
+        return self.exchanger.broadcast(server_round, arrays_list, config, grid, message_type)
+
+    def sent(self, messages: list[Message], timeout: float | None = None) -> list[Message]:
+        """Note where ``messages`` go, for :meth:`collect` (:meth:`Exchange.sent`)."""
+        return self.exchanger.sent(messages, timeout)
+
+    def exchange(self, grid: Grid, server_round: int, phase: str,
+                 arrays: list[np.ndarray] | tuple = (), config: dict[str, Any] | None = None,
+                 **options: Any) -> Collected:
+        """Send one phase of the protocol; the valid replies by client id, and who is absent.
+
+        :meth:`Exchange.send <flwr_clustering.strategies.exchange.Exchange.send>`'s call
+        (``per_node``, ``message_type``, ``parse``, ``min_replies``, ``timeout``).
+        """
+        return self._adopt(self.exchanger.send(grid, server_round, phase, arrays, config,
+                                               **options))
+
+    def collect(self, server_round: int, replies, parse=None, kind: str = "train",
+                min_replies: int | None = None) -> Collected:
+        """Decode, check and order the replies of the messages last sent.
+
+        :meth:`Exchange.collect <flwr_clustering.strategies.exchange.Exchange.collect>`.
+        """
+        return self._adopt(self.exchanger.collect(server_round, replies, parse, kind,
+                                                  min_replies))
+
+    def _adopt(self, collected: Collected) -> Collected:
+        """Take the feature dimension an exchange agreed on; return what it collected."""
+        if collected.n_features is not None:
+            self.record.n_features = collected.n_features
+        self.last_absent = collected.absent
+        return collected
+
+    def identify_clients(self, grid: Grid, server_round: int,
+                         timeout: float | None = None) -> Collected:
+        """Ask every connected node which client it holds (:meth:`Exchange.identify_clients`)."""
+        return self._adopt(self.exchanger.identify_clients(grid, server_round, timeout))
+
+    def secure_exchange(self, grid: Grid, server_round: int, phase: str,
+                        arrays: list[np.ndarray] | tuple = (),
+                        config: dict[str, Any] | None = None, *,
+                        timeout: float | None = None):
+        """One exchange summed under secure aggregation; return its ``SecureSum``.
+
+        :meth:`SecureExchange.send <flwr_clustering.secure.exchange.SecureExchange.send>`.
+        """
+        if self.summer is None:
+            raise RuntimeError(f"{self.name}: secure_exchange without secure aggregation")
+        collected = self._adopt(self.summer.send(grid, server_round, phase, arrays, config,
+                                                 timeout=timeout))
+        return collected.totals
+
+    # -- what an upload claims, and the rules a reply keeps ------------------------------
+    def payload_counts(self, payload: Any) -> np.ndarray | None:
+        """The row counts an upload claims (``None``: none; the ledger's ``min-count``).
+
+        :meth:`check_reply` refuses an upload whose counts are negative or sum to more
+        than the rows the client reported (``num-examples``).
+        """
+        return None
+
+    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """The local means an upload claims and the rows behind each (``None``: none).
+
+        By default the means of a :class:`~flwr_clustering.algorithms.local_centroids.
+        LocalCentroids` upload (FKM, k-FED).
+        """
+        if isinstance(payload, LocalCentroids):
+            return payload.means, payload.counts
+        return None
+
+    def payload_features(self, payload: Any) -> int | None:
+        """The feature dimension a payload reveals (``None``: none)."""
+        return None
+
+    def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
+                    stats: dict[str, Any]) -> None:
+        """Refuse a reply that breaks the run's rules (``ValueError``).
+
+        :meth:`ReplyRules.check <flwr_clustering.strategies.validation.ReplyRules.check>`
+        with what the upload claims (:meth:`payload_counts`, :meth:`payload_means`) and
+        the run's features, model and ``k``.
+        """
+        view = self._view()
+        self.rules.check(kind, client_id, metrics, stats,
+                         counts=None if payload is None else self.payload_counts(payload),
+                         means=None if payload is None else self.payload_means(payload),
+                         transform=self.record.feature_transform, model=view.model,
+                         k=getattr(self, "k", None))
+
+    def privacy_ledger(self) -> dict[str, Any]:
+        """What the clients sent in this run, as the server received it (``privacy.json``).
+
+        :meth:`Ledger.report <flwr_clustering.strategies.ledger.Ledger.report>` of the
+        run's ledger.
+        """
+        return self.ledger.report(secure_aggregation=self.secure_aggregation,
+                                  privacy_threshold=getattr(self, "privacy_threshold", None),
+                                  raw_rows_setting=self.raw_rows_option())
+
+    def raw_rows_option(self) -> str | None:
+        """The setting of this run that sends raw rows, if any (``"init='paper'"``).
+
+        The App stops before round 1 when a node refuses raw rows (node config
+        ``allow-raw-rows``) and this is not ``None``; the clients refuse the step anyway.
+        """
+        return None
+
+    @property
+    def secure_totals(self) -> list[dict[str, Any]]:
+        """One entry per secure exchange: what the server learned (the ledger's)."""
+        return self.ledger.secure_totals
+
+    @property
+    def run_absent(self) -> dict[str, str]:
+        """``{client: reason}`` of every client without a valid reply in the run."""
+        return self.nodes.run_absent
+
+    @run_absent.setter
+    def run_absent(self, value: dict[str, str]) -> None:
+        self.nodes.run_absent = dict(value)
+
+    @property
+    def client_rows(self):
+        """The reply rules' row counts (:attr:`ReplyRules.client_rows`)."""
+        return self.rules.client_rows
+
+    @property
+    def client_sums(self):
+        """Each client's declared per-feature sums (:attr:`ReplyRules.client_sums`)."""
+        return self.rules.client_sums
+
+    @property
+    def client_moments(self):
+        """The bounds of each client's means (:attr:`ReplyRules.client_moments`)."""
+        return self.rules.client_moments
+
+    # -- the round loop (Flower's Strategy API) -----------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Build one train message per sampled node (Flower Strategy API)."""
+        cfg = {
+            **dict(config or {}),
+            **self.train_config(server_round),
+            "seed": self.seed,
+            "evaluate": self.evaluate,
+        }
+        return self._messages(
+            server_round, self.train_arrays(server_round), cfg, grid, MessageType.TRAIN
+        )
+
+    def aggregate_train(
+        self, server_round: int, replies
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate replies, aggregate them into new centroids (Flower Strategy API)."""
+        replies = list(replies)
+        valid = self.collect(server_round, replies, lambda a: self.parse_payload(server_round, a))
+        stats = [r.stats for r in valid if "sse" in r.stats]
+        if stats and self.history:
+            # Train replies of round r evaluate the model broadcast in round r, i.e. the
+            # result of round r - 1 (the paper's scoring, no extra message).
+            self.history[-1]["metrics"] = aggregate_evaluation_stats(stats)
+        new = self.adopt_model(self.aggregate_payloads(server_round, valid))
+        record = {
+            "round": server_round,
+            "clients": len(valid),
+            "dropped": len(replies) - len(valid),
+            "num-centroids": int(len(new)),
+            "shift": self.last_shift,
+            **self.round_info(server_round, valid),
+        }
+        if valid.absent:  # the nodes asked that sent no valid reply, and why
+            record["absent"] = [
+                {"client": self.client_of.get(node), "node": node, "reason": why}
+                for node, why in valid.absent.items()]
+        # clients that withheld their reply under the privacy threshold ("dropped" counts
+        # every reply without a valid payload; the reasons are in ``diagnostics["absent"]``)
+        withheld = sum("privacy" in why for why in valid.absent.values())
+        if withheld:
+            record["withheld"] = int(withheld)
+        if any("withheld" in r.metrics for r in valid):  # clients that report it (FeCA)
+            record["withheld-centroids"] = int(sum(int(r.metrics.get("withheld", 0))
+                                                   for r in valid))
+        self.history.append(record)
+        logger.info(
+            "round %d: %d clients, %d centroids, shift %.3g",
+            server_round, len(valid), len(new), self.last_shift,
+        )
+        metrics = {k: v for k, v in record.items() if isinstance(v, int | float) and v is not None}
+        return self.model_record(), MetricRecord(
+            {k: (v if np.isfinite(v) else -1.0) for k, v in metrics.items()}
+        )
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Build one evaluate message per sampled node carrying the current centroids.
+
+        :meth:`start` puts ``final`` (the last message of the run: clients keep the model
+        and label their rows) and ``evaluate`` (reply with statistics) in ``config``.
+        """
+        if self.centroids is None:
+            return []
+        return self._messages(
+            server_round, [self.centroids], dict(config or {}), grid, MessageType.EVALUATE
+        )
+
+    def aggregate_evaluate(self, server_round: int, replies) -> MetricRecord | None:
+        """Aggregate the clients' additive statistics into exact global metrics.
+
+        A reply without the clustering statistics (``num-examples``, ``sse``,
+        ``silhouette-sum``; e.g. from a user's own ``@app.evaluate()`` handler that sends
+        only a loss) is left out of the metrics with a warning. Returns ``None`` when no
+        reply carries statistics (e.g. the final message of a run with ``evaluate=False``).
+        """
+        valid = self.collect(server_round, replies, kind="evaluate")
+        with_stats = []
+        for r in valid:
+            missing = [key for key in EVALUATION_STATS if key not in r.stats]
+            if not missing:
+                with_stats.append(r)
+            elif self._expect_stats:
+                logger.warning(
+                    "round %d evaluate: client %d sent no clustering statistics (lacks %s); "
+                    "left out of the metrics", server_round, r.client_id, missing)
+        if not with_stats:
+            self.evaluation_stats = []  # the diagnostics must not read an older evaluation
+            return None
+        metrics = aggregate_evaluation_stats([r.stats for r in with_stats])
+        metrics.update(self.evaluation_extras(with_stats))
+        self.evaluation_stats = [r.stats for r in with_stats]
+        if self.history:
+            self.history[-1]["metrics"] = metrics
+        self.final_metrics = metrics
+        logger.info("round %d evaluation: %s", server_round, format_metrics(metrics))
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    def initial_centroids(self, initial_arrays: ArrayRecord | None) -> np.ndarray | None:
+        """The starting centroids in ``initial_arrays`` (Flower's ``start`` argument).
+
+        The array under ``"centroids"``, else the only array of the record whatever its
+        key (``ArrayRecord([C0])``, FedAvg's usual form, has key ``"0"``); ``None`` for an
+        empty record. Several arrays and none named ``"centroids"`` is an error.
+        """
+        if initial_arrays is None or len(initial_arrays) == 0:
+            return None
+        if "centroids" in initial_arrays:
+            array = initial_arrays["centroids"]
+        elif len(initial_arrays) == 1:
+            array = next(iter(initial_arrays.values()))
+        else:
+            raise ValueError(
+                f"initial_arrays has {len(initial_arrays)} arrays "
+                f"({', '.join(map(repr, initial_arrays))}) and none named 'centroids': pass "
+                "the initial centroids alone (ArrayRecord([C0])) or under the key 'centroids'")
+        C = np.asarray(array.numpy(), dtype=np.float64)
+        if C.ndim != 2 or not np.isfinite(C).all():
+            raise ValueError(f"the initial centroids must be a finite 2-D array, got shape "
+                             f"{C.shape}")
+        return C
+
+    def evaluation_config(self, config: ConfigRecord | None = None, *, final: bool
+                          ) -> ConfigRecord:
+        """The config of an ``EVALUATE`` exchange: ``config`` plus ``final`` and ``evaluate``.
+
+        A per-round evaluation always asks for statistics; the final message (the model's
+        delivery to every node) asks for them only with ``evaluate``. Sets what
+        :meth:`aggregate_evaluate` expects back.
+        """
+        self._expect_stats = (self.evaluate or not final) and self.summer is None
+        # the final evaluation also asks for the per-cluster spreads (the cluster profile)
+        return ConfigRecord({**dict(config or {}), "final": final,
+                             "evaluate": self._expect_stats,
+                             "profile": bool(final and self._expect_stats)})
+
+    def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
+                           evaluate_config: ConfigRecord | None, *, final: bool,
+                           timeout: float) -> MetricRecord | None:
+        """One ``EVALUATE`` exchange (per round, or the final model's delivery).
+
+        Under secure aggregation the statistics come from :meth:`secure_evaluation`, and
+        only the final model goes out in an ``EVALUATE`` message (without statistics).
+        """
+        if self.summer is not None:
+            metrics = None
+            if self.secure_evaluate and self.centroids is not None:
+                cfg = {**dict(evaluate_config or {}), "profile": bool(final)}
+                metrics = self.secure_evaluation(grid, server_round, ConfigRecord(cfg),
+                                                 timeout)
+            if final:
+                cfg = self.evaluation_config(evaluate_config, final=True)
+                messages = self.configure_evaluate(server_round, arrays, cfg, grid)
+                if messages:
+                    self.aggregate_evaluate(server_round, list(grid.send_and_receive(
+                        messages, timeout=timeout)))
+            if metrics is not None:  # (the final delivery above must not clear them)
+                self.evaluation_stats = [self._secure_stats]
+                self.final_metrics = metrics
+                if self.history:
+                    self.history[-1]["metrics"] = metrics
+            return None if metrics is None else MetricRecord(
+                {k: float(v) for k, v in metrics.items()})
+        cfg = self.evaluation_config(evaluate_config, final=final)
+        messages = self.configure_evaluate(server_round, arrays, cfg, grid)
+        if not messages:
+            return None
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        return self.aggregate_evaluate(server_round, replies)
+
+    def finish_training(self, grid: Grid, server_round: int, timeout: float) -> bool:
+        """After the last round, before the split check and the final evaluation.
+
+        Returns whether the run's model changed. The default does nothing (``False``); a
+        search over candidate models scores them and makes the chosen one the run's model
+        here (:mod:`~flwr_clustering.strategies.choose_k`).
+        """
+        return False
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int | None = None,
+        timeout: float | None = None,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn=None,
+        on_round=None,
+        resume: dict[str, Any] | None = None,
+    ) -> Result:
+        """Run the protocol, with the contract of Flower's ``Strategy.start``.
+
+        Round ``r`` of ``num_rounds``: the train exchange (:meth:`configure_train`,
+        :meth:`aggregate_train`); a federated evaluation when ``evaluate_every_round``;
+        ``evaluate_fn(r, arrays)``. ``evaluate_fn(0, initial_arrays)`` runs before round 1.
+        After the last round every node receives the final model in an ``EVALUATE``
+        message with ``final=True`` (statistics only with ``evaluate``), so that clients
+        can label their own rows.
+
+        Parameters
+        ----------
+        grid : flwr.serverapp.Grid
+            The grid of the ServerApp.
+        initial_arrays : ArrayRecord, optional
+            Starting centroids: the array under ``"centroids"``, or the record's only
+            array whatever its key (:meth:`initial_centroids`). Algorithms that initialise on
+            the clients (FKM's default) do not need them.
+        num_rounds : int, optional
+            Number of rounds (default ``max_rounds``). With ``early_stop`` (the default) the
+            run stops earlier when the algorithm converges; the log says which. A fixed
+            protocol accepts only its own round count.
+        timeout : float, optional
+            Seconds to wait for the replies of a round; defaults to ``round_timeout``.
+        train_config, evaluate_config : ConfigRecord, optional
+            Extra configuration merged into the messages.
+        evaluate_fn : callable, optional
+            ``evaluate_fn(round, arrays) -> MetricRecord | None``, a server-side
+            evaluation before round 1 (round 0) and after every round.
+        on_round : callable, optional
+            ``on_round(strategy, round)``, called after every completed round (its
+            aggregation, its evaluations and ``evaluate_fn``), with ``strategy.stopped``
+            true after the last one: the App writes the round's files and checkpoint
+            (:meth:`state_dict`) here. An exception in it ends the run.
+        resume : dict, optional
+            A :meth:`state_dict` of an interrupted run of the same configuration: the run
+            continues with the next round, skipping :meth:`initialize` and the round-0
+            ``evaluate_fn`` (their results are in the state), after :meth:`reconnect`
+            (which finds nodes that came back under new node ids); ``num_rounds``
+            defaults to the state's. Only for a :attr:`resumable` strategy.
+
+        Returns
+        -------
+        flwr.serverapp.strategy.Result
+            ``arrays`` (the model, :meth:`model_record`), per-round train info, federated
+            evaluation metrics by round, and ``evaluate_fn``'s metrics by round.
+
+        Raises
+        ------
+        ValueError
+            If ``num_rounds < 1``, does not fit a fixed protocol, ``initial_arrays``
+            holds several arrays without ``"centroids"``, or ``resume`` is given to a
+            strategy that cannot resume or holds a finished run.
+
+        Notes
+        -----
+        The progress (waiting for nodes, ``[ROUND r/N]``, the end, warnings) reaches the
+        console as ``FedAvg``'s does, through Flower's console handler, unless the program
+        configured logging itself (:func:`flwr_clustering.log.show_progress`).
+        """
+        show_progress()
+        fixed = self.protocol_rounds()
+        if num_rounds is not None:
+            if isinstance(num_rounds, bool) or int(num_rounds) != num_rounds:
+                raise ValueError(f"num_rounds must be an integer, got {num_rounds!r}")
+            if int(num_rounds) < 1:
+                raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
+            if fixed is not None and int(num_rounds) != fixed:
+                raise ValueError(
+                    f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
+                    f"num_rounds={num_rounds} does not fit (leave it out)")
+        self.reset()
+        timeout = self.round_timeout if timeout is None else float(timeout)
+        self._start_exchanges(timeout)  # chosen once per run: plain, or secure as well
+        first_round = 1
+        if resume is not None:
+            if not self.resumable:
+                raise ValueError(f"{type(self).__name__} cannot resume a run: only iterative "
+                                 "algorithms keep their whole state in a checkpoint")
+            self.load_state_dict(resume)
+            first_round = int(resume["round"]) + 1
+            if num_rounds is None:
+                num_rounds = self.num_rounds
+            if self.stopped or first_round > int(num_rounds):
+                raise ValueError(f"nothing to resume: the run ended at round "
+                                 f"{first_round - 1} of {num_rounds}")
+        num_rounds = self.max_rounds if num_rounds is None else int(num_rounds)
+        self.num_rounds = num_rounds
+        initial = None if resume is not None else self.initial_centroids(initial_arrays)
+        if initial is not None:
+            self.centroids = initial
+        self.summary()
+        stop_rule = ("stops early when converged" if self.early_stop and fixed is None
+                     and num_rounds > 1 else "runs every round")
+        logger.info("%s: %d round(s) (%s); %s", self.name, num_rounds,
+                    "the protocol's" if fixed is not None else "num_rounds", stop_rule)
+        t0 = time.monotonic()
+        #: the training round under way (0: before round 1, the checks and round-0 phases)
+        self.training_round = 0
+        if resume is None:  # a resumed run keeps the features of its checkpoint
+            prepare_features(self, grid, timeout)
+        result = Result()
+        arrays = initial_arrays if initial_arrays is not None else ArrayRecord()
+        if resume is not None:  # initialize and round 0 ran before the interruption
+            arrays = self.model_record()
+            logger.info("%s: resuming after round %d of %d", self.name, first_round - 1,
+                        num_rounds)
+        elif evaluate_fn is not None:
+            server_metrics = evaluate_fn(0, arrays)
+            if server_metrics is not None:
+                result.evaluate_metrics_serverapp[0] = server_metrics
+                logger.info("[ROUND 0/%d] server evaluation: %s", num_rounds,
+                            format_metrics(dict(server_metrics)))
+        if resume is None:
+            self.initialize(grid, timeout)
+        else:  # the nodes may have reconnected under new node ids
+            self.reconnect(grid, first_round, timeout)
+        for rnd in range(first_round, num_rounds + 1):
+            logger.info("[ROUND %d/%d]", rnd, num_rounds)
+            self.training_round = rnd
+            t_round = time.monotonic()
+            self.prepare_round(rnd, grid, timeout)
+            if self.summer is not None and self.secure_round(rnd):
+                arrays, train_metrics = self.secure_train(rnd, grid, train_config, timeout)
+            else:
+                replies = grid.send_and_receive(
+                    self.configure_train(rnd, arrays, train_config, grid), timeout=timeout
+                )
+                arrays, train_metrics = self.aggregate_train(rnd, list(replies))
+            self.history[-1]["seconds"] = time.monotonic() - t_round
+            result.arrays = arrays
+            result.train_metrics_clientapp[rnd] = train_metrics
+            stop = rnd == num_rounds
+            if not stop and self.early_stop and self.converged(rnd):
+                logger.info("[ROUND %d/%d] converged: stopping early (early_stop=True)",
+                            rnd, num_rounds)
+                stop = True
+            if stop:
+                changed = self.finish_training(grid, rnd, timeout)
+                self._split_check(grid, rnd, timeout)
+                if changed or self.refine_rounds:  # the chosen or refined model is the round's
+                    arrays = result.arrays = self.model_record()
+            if stop or self.evaluate_every_round:
+                self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
+                                        timeout=timeout)
+            if stop:
+                self.diagnose()
+            if evaluate_fn is not None:
+                server_metrics = evaluate_fn(rnd, arrays)
+                if server_metrics is not None:
+                    result.evaluate_metrics_serverapp[rnd] = server_metrics
+                    self.history[-1]["server-metrics"] = dict(server_metrics)
+                    log_server_evaluation(rnd, num_rounds, dict(server_metrics),
+                                           self.history[-1].get("metrics"))
+            self.stopped = stop
+            if on_round is not None:
+                on_round(self, rnd)
+            if stop:
+                break
+        last = self.history[-1]["round"]
+        for record in self.history:
+            if "metrics" in record:
+                result.evaluate_metrics_clientapp[record["round"]] = MetricRecord(
+                    {k: float(v) for k, v in record["metrics"].items()}
+                )
+        result.arrays = self.model_record()
+        self.seconds = time.monotonic() - t0
+        logger.info("%s finished: %d of %d rounds in %.2f s", self.name, last, num_rounds,
+                    self.seconds)
+        return result
+
+    # -- secure aggregation's rounds ----------------------------------------------------
+    #: Whether the secure evaluation's row sums and residual sums give the pooled total
+    #: sum of squares and the Lloyd-step check (not for rows with unobserved features).
+    secure_row_moments = True
+
+    def secure_round(self, server_round: int) -> bool:
+        """Whether round ``server_round`` runs under secure aggregation (with the option).
+
+        Every round by default; a protocol whose first round needs individual uploads
+        (the masked Algorithm 1's grouping) runs that one in the clear and says so.
+        """
+        return True
+
+    def secure_aggregation_problem(self) -> str | None:
+        """Why this configuration cannot run under secure aggregation (``None``: it can).
+
+        Secure aggregation gives the server only the sum of the clients' replies; a
+        server step that needs each client's own upload cannot use it.
+        """
+        return (f"{self.name}'s server step needs each client's own upload, which secure "
+                "aggregation hides from it; secure modes: fkm with server-update='lloyd', "
+                "ffcm with ffcm-version=1, masked-federated")
+
+    def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
+        """The new model from a secure round's totals.
+
+        ``totals`` is a :class:`~flwr_clustering.secure.SecureSum` (its ``sums``).
+        """
+        raise NotImplementedError(f"{self.name} has no secure aggregation")
+
+    def secure_round_info(self, server_round: int, totals) -> dict[str, Any]:
+        """Extra per-round numbers of a secure round for the history (override to add)."""
+        return {}
+
+    def secure_train(self, server_round: int, grid: Grid, config: ConfigRecord | None,
+                     timeout: float) -> tuple[ArrayRecord, MetricRecord]:
+        """A training round under secure aggregation: one secure exchange, the new model."""
+        cfg = {**dict(config or {}), **self.train_config(server_round), "evaluate": False}
+        phase = str(cfg.pop("phase"))
+        totals = self.secure_exchange(grid, server_round, phase,
+                                      self.train_arrays(server_round), cfg, timeout=timeout)
+        new = self.adopt_model(self.aggregate_sums(server_round, totals))
+        record = {
+            "round": server_round, "clients": len(totals.nodes),
+            "dropped": len(totals.failed), "num-centroids": int(len(new)),
+            "shift": self.last_shift, "secure-aggregation": True,
+            "sum-error-bound": totals.error_bound,
+            **self.secure_round_info(server_round, totals),
+        }
+        if totals_absent := self.last_absent:
+            record["absent"] = [
+                {"client": self.client_of.get(node), "node": node, "reason": why}
+                for node, why in totals_absent.items()]
+        self.history.append(record)
+        logger.info("round %d: %d clients (secure aggregation), %d centroids, shift %.3g",
+                    server_round, len(totals.nodes), len(new), self.last_shift)
+        metrics = {k: v for k, v in record.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        return self.model_record(), MetricRecord(
+            {k: (v if np.isfinite(v) else -1.0) for k, v in metrics.items()})
+
+    def secure_evaluation(self, grid: Grid, server_round: int,
+                          config: ConfigRecord | None, timeout: float) -> dict[str, float]:
+        """The federated evaluation's statistics, summed under secure aggregation.
+
+        One secure exchange (:func:`~flwr_clustering.clients.base.secure_evaluation_arrays`):
+        the server learns the federation's rows, SSE, silhouette sum, cluster counts, sum
+        and sum of squares of the rows, per-cluster residual sums and (with ``n-classes``
+        in ``config`` and labels on every client) the contingency table, never one
+        client's. The metrics are :func:`~flwr_clustering.evaluation.aggregate_evaluation_stats`
+        of the totals, without ``ari-client-weighted`` (it needs each client's ARI).
+        """
+        cfg = {k: v for k, v in dict(config or {}).items() if k not in ("phase", "seed")}
+        totals = self.secure_exchange(grid, server_round, SECURE_EVALUATE_PHASE,
+                                      [self.centroids], cfg, timeout=timeout)
+        stats, labelled = evaluation_stats(totals, profile=bool(cfg.get("profile")),
+                                           row_moments=self.secure_row_moments)
+        if "contingency" not in stats and len(totals.sums) > 4 + bool(cfg.get("profile")):
+            logger.info("round %d secure evaluation: %d of %d clients have labels; no "
+                        "contingency metrics", server_round, labelled, len(totals.nodes))
+        metrics = aggregate_evaluation_stats([stats])
+        metrics.pop("ari-client-weighted", None)
+        self._secure_stats = stats
+        logger.info("round %d evaluation (secure aggregation): %s", server_round,
+                    format_metrics(metrics))
+        return metrics
+
+    # -- the end-of-run checks ---------------------------------------------------------
+    def diagnose(self) -> dict[str, Any]:
+        """Check the finished run for degenerate results; log and keep every anomaly.
+
+        Called by :meth:`start` after the final federated evaluation. Everything comes
+        from the model and the clients' additive statistics (counts and sums, no row):
+        :func:`~flwr_clustering.strategies.diagnosis.run_diagnostics` of the run's
+        :meth:`run_summary`, plus the algorithm's own (:meth:`diagnostic_extras`). Each
+        anomaly is one WARNING line of the library's logger and one sentence of
+        :attr:`warnings`, naming the cause and the run-config option(s) that address it
+        (:attr:`advice`).
+
+        Returns
+        -------
+        dict
+            :attr:`diagnostics` (see :func:`~flwr_clustering.strategies.diagnosis.
+            run_diagnostics`).
+        """
+        try:
+            run = self.run_summary()
+            diag = run_diagnostics(run)
+            diag.update(self.diagnostic_extras(diag))
+            keys = self.Options.fields_by_key()
+            by_field = {f.name: key for key, f in keys.items()}
+            advice = {anomaly: tuple(by_field[name] for name in names if name in by_field)
+                      for anomaly, names in self.advice.items()}
+            advice["split"] = (("refine-rounds",) if refine_problem(self) is None
+                               else tuple(by_field[n] for n in self.advice.get("split", ())
+                                          if n in by_field))
+            warnings = diagnosis_warnings(diag, run, advice)
+        except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
+            logger.exception("diagnostics failed")
+            diag, warnings = {}, [f"{type(self).__name__}: the diagnostics could not be "
+                                  f"computed: {type(ex).__name__}: {ex}"]
+        for text in warnings:
+            logger.warning("%s", text)
+        warnings = [*self.record.run_warnings, *warnings]  # already logged
+        self.record.diagnostics, self.record.warnings = diag, warnings
+        return diag
+
+    def run_summary(self) -> RunSummary:
+        """What the end-of-run checks read of this run.
+
+        A :class:`~flwr_clustering.strategies.diagnosis.RunSummary`.
+        """
+        rec = self.record
+        stats = list(rec.evaluation_stats or [])
+        last = int(rec.history[-1]["round"]) if rec.history else 0
+        iterative = self.protocol_rounds() is None
+        converged = None
+        if iterative and self.tol >= 0 and rec.history:
+            converged = bool(self.converged(last))
+        options = self.feature_options
+        transform = rec.feature_transform
+        return RunSummary(
+            name=type(self).__name__, model=rec.centroids, k=int(getattr(self, "k", 0) or 0),
+            evaluation_stats=stats, sse=rec.final_metrics.get("sse") if stats else None,
+            history=rec.history, iterative=iterative, converged=converged, tol=self.tol,
+            num_rounds=int(rec.num_rounds or self.max_rounds), early_stop=self.early_stop,
+            last_shift=rec.last_shift, absent=dict(self.nodes.run_absent),
+            split_result=rec.split_result, transform=transform,
+            categorical_weight=(options.categorical_weight if transform is not None
+                                and transform.scaling == "standard" else ""))
+
+    def diagnostic_extras(self, diagnostics: dict[str, Any]) -> dict[str, Any]:
+        """The algorithm's own diagnostics (override; DGC's consensus, KDC's cores).
+
+        Parameters
+        ----------
+        diagnostics : dict
+            The common part (``data-scale`` among others).
+        """
+        return {}
+
+    def _split_check(self, grid: Grid, server_round: int, timeout: float) -> None:
+        """The split check and refinement before the final evaluation (never fatal).
+
+        The node sampling generator is restored afterwards, so that the final evaluation
+        asks the nodes it would have asked without the check.
+        """
+        state = self.record.sample_rng.bit_generator.state
+        model = self.centroids
+        try:
+            self.split_result = run_split_check(self, grid, server_round, timeout)
+        except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
+            logger.warning("round %d: the split check%s failed, the model is kept as it "
+                           "was: %s: %s", server_round,
+                           " and refinement" if self.refine_rounds else "",
+                           type(ex).__name__, ex)
+            self.centroids = model
+            self.split_result = {"split-check": f"failed: {type(ex).__name__}: {ex}"}
+        self.record.sample_rng.bit_generator.state = state
+
     def configure(self) -> None:
         """Derive attributes from the options (override; called once by ``__init__``)."""
 
@@ -414,10 +1218,6 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> Any:
         """Decode and validate one client's train payload; raise ``ValueError`` if bad."""
         return arrays
-
-    def payload_features(self, payload: Any) -> int | None:
-        """Return the feature dimension a payload reveals (``None``: none)."""
-        return None
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Return the new global model from the valid replies, sorted by client id."""

@@ -223,9 +223,8 @@ class CandidateSearch(ClusteringStrategy):
             return
         for c in self.candidates:
             c.reset()
-            c.ledger, c.secure_totals, c._client_of = (self.ledger, self.secure_totals,
-                                                        self._client_of)
-            c.run_absent = self.run_absent = getattr(self, "run_absent", {})
+            c.ledger, c.nodes = self.ledger, self.nodes  # one ledger, one node book
+            c._start_exchanges(self.exchanger.timeout)
             c.failed = None
         self.active = list(range(len(self.candidates)))
         self.k_scores: list[dict[str, Any]] = []
@@ -241,21 +240,17 @@ class CandidateSearch(ClusteringStrategy):
                              "one model from them)")
         return None
 
-    def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply], *,
-                          complete: bool) -> None:
-        """The base's rule at the largest candidate, naming ``k-max``."""
-        try:
-            super()._check_rows_for_k(server_round, kind, valid, complete=complete)
-        except ValueError as ex:
-            raise ValueError(f"{ex} (a search: lower its largest candidate, run config "
-                             "'k-max')") from ex
+    #: The rows-for-``k`` rule at the largest candidate names ``k-max``.
+    k_hint = " (a search: lower its largest candidate, run config 'k-max')"
 
     def _share_features(self) -> None:
         for c in self.candidates:
-            c.feature_transform, c._feature_json = self.feature_transform, self._feature_json
+            c.record.feature_transform = self.record.feature_transform
+            c.record.feature_json = self.record.feature_json
             c.feature_summary, c.n_features = self.feature_summary, self.n_features
-            c.client_sums, c.client_moments = self.client_sums, self.client_moments
-            c._run_timeout = getattr(self, "_run_timeout", self.round_timeout)
+            c.rules.client_sums = self.rules.client_sums
+            c.rules.client_moments = self.rules.client_moments
+            c._start_exchanges(self.exchanger.timeout)
 
     def initialize(self, grid: Grid, timeout: float) -> None:
         """Share the agreed features; run the algorithm's own start for each candidate.
@@ -609,10 +604,10 @@ class CandidateSearch(ClusteringStrategy):
             def parse(a):
                 return self._parse_scores(phase, a, shapes, d, cfg["privacy-threshold"])
 
-            state = self._sample_rng.bit_generator.state
+            state = self.record.sample_rng.bit_generator.state
             replies = self.exchange(grid, server_round, phase, arrays, cfg, parse=parse,
                                     timeout=timeout)
-            self._sample_rng.bit_generator.state = state
+            self.record.sample_rng.bit_generator.state = state
             sums = [sum(r.payload.arrays[t] for r in replies) for t in range(per * count)]
         return [sums[p * per:(p + 1) * per] for p in range(count)]
 

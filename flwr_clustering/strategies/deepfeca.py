@@ -194,7 +194,7 @@ class DeepFeCA(ClusteringStrategy):
                            server_round, self.labeller, len(self.centroids), self.k)
         self._round_info = {
             "k-out": int(len(self.centroids)), "labelling-clients": len(valid),
-            "cluster-dropped": self.last_exchange_replies - len(valid),
+            "cluster-dropped": valid.received - len(valid),
             "seconds-cluster": time.monotonic() - t0,
         }
 

@@ -1,14 +1,20 @@
-"""The exchange: messages, node identity and reply collection (a part of the strategy base).
+"""The exchange: messages, node identity and reply collection (an object the base holds).
 
-:class:`Exchange` sends one phase of a protocol to the sampled nodes and gives back the
-valid replies, in client-id order (:meth:`Exchange.exchange`, :meth:`Exchange.collect`):
+:class:`Exchange` sends one phase of a protocol to the sampled nodes and returns what it
+collected (:meth:`Exchange.send`, :meth:`Exchange.collect`): a :class:`Collected`, the
+valid replies in client-id order with the absent nodes and why. It writes nothing on the
+strategy: its inputs are given to its constructor (the run's seed, node counts and
+timeouts, the sampling generator, the :class:`NodeBook` of node identities, the
+:class:`~flwr_clustering.strategies.ledger.Ledger`, the reply rules and what an upload
+claims) and read per exchange from a :class:`RunView` (the features agreed, ``k``, the
+model's shape).
 
 * **nodes**: waiting for ``min_nodes`` (:meth:`~Exchange.wait_for_nodes`) and the seeded
   sampling of a round's nodes (:meth:`~Exchange.sample_nodes`);
 * **messages**: one per node, with the federation's features in the config
   (:meth:`~Exchange.records`, :meth:`~Exchange.message`, :meth:`~Exchange.sent`);
 * **node identity**: ``{node id: client id}`` learned from the replies
-  (:attr:`~Exchange.client_of`, :meth:`~Exchange.who`, :meth:`~Exchange.identify_clients`);
+  (:class:`NodeBook`);
 * **collection**: error replies (their reasons cut), replies that break their phase's
   contract (:mod:`~flwr_clustering.strategies.contracts`, checked before any use),
   malformed payloads and invalid replies dropped with a logged reason, a node claiming
@@ -16,14 +22,7 @@ valid replies, in client-id order (:meth:`Exchange.exchange`, :meth:`Exchange.co
   by majority, ``k`` checked against the rows, too few valid replies an error naming the
   absent nodes.
 
-What a reply must satisfy is :meth:`check_reply`'s (here: nothing; the strategy base uses
-:class:`~flwr_clustering.strategies.validation.ReplyValidation`'s rules); every reply goes
-into ``ledger`` (:mod:`~flwr_clustering.strategies.ledger`).
-
-The host class provides ``min_nodes``, ``fraction``, ``seed``, ``round_timeout``,
-``node_wait_timeout``, ``n_features``, ``_sample_rng`` (a NumPy generator), ``ledger``
-(a list) and ``feature_transform`` (``None``: rows as the clients hold them); the tests
-use it on its own (tests/test_strategy_parts.py).
+A secure exchange with the same call lives in :mod:`flwr_clustering.secure.exchange`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,44 +43,16 @@ from ..protocol import (
     COLUMNS_RECORD,
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
+    FEATURES_KEY,
 )
+from ..replies import Collected, NodeBook, Reply
 from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
-from .features import with_features
-from .ledger import ledger_entry, min_count
+from .ledger import Ledger, ledger_entry, min_count
 
 #: How our clients' error replies start (:func:`flwr_clustering.clients.base._handle`).
 _CLIENT_PREFIX = re.compile(r"client (\d+)\b")
 #: The same error wrapped by Flower's legacy client runtime: "... RuntimeError('client 3: ...".
 _CLIENT_WRAPPED = re.compile(r"\(['\"]client (\d+): ")
-
-
-@dataclass
-class Reply:
-    """A valid client reply, decoded.
-
-    Attributes
-    ----------
-    client_id : int
-        The client's stable id (partition id, else node id).
-    node_id : int
-        The Flower node that sent it.
-    payload : Any
-        What :meth:`ClusteringStrategy.parse_payload` made of the arrays.
-    metrics : dict
-        Scalar metrics of the reply.
-    stats : dict
-        Scalars and arrays together: the evaluation statistics, if any.
-    columns : dict or None
-        The ``columns`` record of a ``data-source`` reply (names and kinds of the client's
-        columns, :func:`~flwr_clustering.clients.base.columns_record`), else ``None``.
-    """
-
-    client_id: int
-    node_id: int
-    payload: Any
-    metrics: dict[str, Any]
-    stats: dict[str, Any] = field(default_factory=dict)
-    columns: dict[str, Any] | None = None
 
 
 def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int]:
@@ -104,20 +75,89 @@ def _reply_origins(sent: list[Message], replies: list[Message]) -> dict[int, int
     return out
 
 
+@dataclass(frozen=True)
+class RunView:
+    """What an exchange reads of the run, at the time of the exchange.
+
+    Attributes
+    ----------
+    features_json : str or None
+        The federation's agreed features (``None``: rows as the clients hold them).
+    d : int or None
+        The federation's feature count (agreed features, else the dimension seen).
+    n_features : int or None
+        The dimension the replies agreed on so far (``None``: not yet).
+    k : int or None
+        The model's ``k``.
+    model : tuple or None
+        The shape of the model's centres (2-D), if any.
+    """
+
+    features_json: str | None = None
+    d: int | None = None
+    n_features: int | None = None
+    k: int | None = None
+    model: tuple[int, ...] | None = None
+
+
+def with_features_json(text: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the agreed features ``text`` (``feature-transform``), if any."""
+    return config if text is None else {**config, FEATURES_KEY: text}
+
+
 class Exchange:
-    """Send a phase to the sampled nodes; collect, validate and order the replies."""
+    """Send a phase to the sampled nodes; collect, validate and order the replies.
 
-    def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
-                    stats: dict[str, Any]) -> None:
-        """Refuse an invalid reply (raise ``ValueError``); here every reply is valid."""
+    Parameters
+    ----------
+    seed : int
+        Sent as ``config["seed"]``.
+    min_nodes : int
+        Nodes to wait for, and the fewest valid replies an exchange accepts by default.
+    fraction : float
+        Fraction of the connected nodes a broadcast asks (at least ``min_nodes``).
+    node_wait_timeout : float
+        Seconds to wait for ``min_nodes`` nodes.
+    timeout : float
+        Seconds to wait for the replies of an exchange (the run's ``timeout``).
+    sample_rng : numpy.random.Generator
+        The sampling generator (the run state's: a checkpoint restores it).
+    nodes : NodeBook
+        Node identities and absences (written by the exchange).
+    ledger : Ledger
+        Every reply received gets an entry (written by the exchange).
+    view : callable
+        ``view() -> RunView``: the run as the exchange needs to see it.
+    check : callable
+        ``check(kind, client_id, metrics, payload, stats)``: raise ``ValueError`` for a
+        reply that breaks the run's rules.
+    rows_of : callable
+        ``rows_of(kind, client_id) -> int | None``: the rows the client declared before.
+    counts_of, features_of : callable
+        What an upload claims: its row counts and its feature dimension (``None``: none).
+    k_hint : str, optional
+        Appended to the rows-for-``k`` refusal (a search names ``k-max``).
+    """
 
-    def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """The row counts an upload claims (``None``: none; the ledger's ``min-count``)."""
-        return None
-
-    def payload_features(self, payload: Any) -> int | None:
-        """The feature dimension a payload reveals (``None``: none)."""
-        return None
+    def __init__(self, *, seed: int, min_nodes: int, fraction: float,
+                 node_wait_timeout: float, timeout: float, sample_rng: np.random.Generator,
+                 nodes: NodeBook, ledger: Ledger, view, check, rows_of, counts_of,
+                 features_of, k_hint: str = "") -> None:
+        self.seed = int(seed)
+        self.min_nodes = int(min_nodes)
+        self.fraction = float(fraction)
+        self.node_wait_timeout = float(node_wait_timeout)
+        self.timeout = float(timeout)
+        self.sample_rng = sample_rng
+        self.nodes = nodes
+        self.ledger = ledger
+        self.view = view
+        self.check = check
+        self.rows_of = rows_of
+        self.counts_of = counts_of
+        self.features_of = features_of
+        self.k_hint = str(k_hint)
+        self._sent: tuple[list[int], list[Message], float] | None = None
 
     def wait_for_nodes(self, grid: Grid, *, settle: float = 0.0) -> list[int]:
         """Block until ``min_nodes`` nodes are connected; return their sorted ids.
@@ -165,21 +205,21 @@ class Exchange:
         return ids
 
     def sample_nodes(self, grid: Grid) -> list[int]:
-        """Choose the nodes of a round with the strategy's own seeded generator."""
+        """Choose the nodes of a round with the run's seeded sampling generator."""
         ids = self.wait_for_nodes(grid)
         if self.fraction >= 1.0:
             return ids
         n = max(self.min_nodes, int(round(self.fraction * len(ids))))
-        return sorted(int(i) for i in self._sample_rng.choice(ids, size=n, replace=False))
+        return sorted(int(i) for i in self.sample_rng.choice(ids, size=n, replace=False))
 
     def records(self, arrays_list, config: dict[str, Any]) -> dict[str, Any]:
         """The content of a message: ``arrays`` (list of ndarrays) and ``config``.
 
-        Once the federation agreed on its features (:attr:`feature_transform`), the
-        config carries them (``feature-transform``), so that every client holds its rows
-        in the same features and units whatever message it answers.
+        Once the federation agreed on its features, the config carries them
+        (``feature-transform``), so that every client holds its rows in the same features
+        and units whatever message it answers.
         """
-        config = with_features(self, config)
+        config = with_features_json(self.view().features_json, config)
         return {"arrays": ArrayRecord(list(arrays_list)), "config": ConfigRecord(config)}
 
     @staticmethod
@@ -187,13 +227,15 @@ class Exchange:
                 message_type: str) -> Message:
         """One message to ``node`` with :meth:`records` content.
 
-        :meth:`_messages` sends the same records to every sampled node; protocols that
+        :meth:`broadcast` sends the same records to every sampled node; protocols that
         send each node its own content (the DGC relay) call this per node.
         """
         return Message(RecordDict(dict(content)), dst_node_id=node,
                        message_type=message_type, group_id=str(server_round))
 
-    def _messages(self, server_round, arrays_list, config, grid, message_type) -> list[Message]:
+    def broadcast(self, server_round: int, arrays_list, config: dict[str, Any], grid: Grid,
+                  message_type: str) -> list[Message]:
+        """The same content to every sampled node (noted by :meth:`sent`)."""
         content = self.records(arrays_list, config)
         return self.sent([self.message(server_round, node, content, message_type)
                           for node in self.sample_nodes(grid)])
@@ -201,31 +243,14 @@ class Exchange:
     def sent(self, messages: list[Message], timeout: float | None = None) -> list[Message]:
         """Note where ``messages`` go (and the wait); return ``messages``.
 
-        :meth:`collect` then names the nodes that do not answer. :meth:`_messages` and
-        :meth:`exchange` call it; a strategy that builds its own messages (one per node,
-        as the DGC relay) passes them through it. ``timeout``
-        defaults to ``round_timeout`` (what :meth:`start` waits unless given another).
+        :meth:`collect` then names the nodes that do not answer. ``timeout`` defaults to
+        the run's.
         """
-        self._sent_nodes = sorted({int(m.metadata.dst_node_id) for m in messages})
-        self._sent_messages = list(messages)
-        if timeout is None:  # what start() waits (its ``timeout``, else round_timeout)
-            timeout = getattr(self, "_run_timeout", self.round_timeout)
-        self._sent_timeout = float(timeout)
+        self._sent = (sorted({int(m.metadata.dst_node_id) for m in messages}), list(messages),
+                      self.timeout if timeout is None else float(timeout))
         return messages
 
-    @property
-    def client_of(self) -> dict[int, int]:
-        """``{node id: client id}``, learned from the replies of the run so far."""
-        if not hasattr(self, "_client_of"):
-            self._client_of: dict[int, int] = {}
-        return self._client_of
-
-    def who(self, node: int) -> str:
-        """``"client 3 (node 123)"``, or ``"node 123"`` while its client id is unknown."""
-        cid = self.client_of.get(int(node))
-        return f"node {node}" if cid is None else f"client {cid} (node {node})"
-
-    def exchange(
+    def send(
         self,
         grid: Grid,
         server_round: int,
@@ -238,8 +263,8 @@ class Exchange:
         parse=None,
         min_replies: int | None = None,
         timeout: float | None = None,
-    ) -> list[Reply]:
-        """Send one phase of the protocol and return the valid replies, by client id.
+    ) -> Collected:
+        """Send one phase of the protocol; return the valid replies and the absent nodes.
 
         Parameters
         ----------
@@ -263,65 +288,51 @@ class Exchange:
         min_replies : int, optional
             The fewest valid replies to accept (default ``min_nodes``).
         timeout : float, optional
-            Seconds to wait (default ``round_timeout``).
+            Seconds to wait (default: the run's).
 
         Returns
         -------
-        list of Reply
-            Valid replies in client-id order.
+        Collected
+            Valid replies in client-id order, and the absent nodes with the reason.
         """
         cfg = {**dict(config or {}), "phase": phase, "seed": self.seed}
         if per_node is None:
-            messages = self._messages(server_round, list(arrays), cfg, grid, message_type)
+            messages = self.broadcast(server_round, list(arrays), cfg, grid, message_type)
         else:
             messages = [self.message(server_round, node,
                                      self.records(node_arrays, {**cfg, **node_cfg}),
                                      message_type)
                         for node, (node_arrays, node_cfg) in per_node.items()]
-        timeout = self.round_timeout if timeout is None else timeout
+        timeout = self.timeout if timeout is None else float(timeout)
         self.sent(messages, timeout)
         replies = list(grid.send_and_receive(messages, timeout=timeout))
-        self.last_exchange_replies = len(replies)
-        return self.collect(server_round, list(replies), parse, kind=phase,
-                            min_replies=min_replies)
+        return self.collect(server_round, replies, parse, kind=phase, min_replies=min_replies)
 
     def identify_clients(self, grid: Grid, server_round: int,
-                         timeout: float | None = None) -> dict[int, int]:
-        """Ask every connected node which client it holds: ``{client id: node id}``.
+                         timeout: float | None = None) -> Collected:
+        """Ask every connected node which client it holds.
 
         Waits for ``min_nodes``, then sends one ``QUERY`` message per connected node in
         the library's ``data-source`` phase, which every client answers without the
-        algorithm's code (:func:`~flwr_clustering.clients.base.handle_query`); the
-        replies carry the ``client-id``. Nothing of the run's state changes (no generator
-        is drawn from), so a run that calls it gets the same results.
-
-        Parameters
-        ----------
-        grid : flwr.serverapp.Grid
-            The grid.
-        server_round : int
-            The round for logs and the messages' group id.
-        timeout : float, optional
-            Seconds to wait (default ``round_timeout``).
+        algorithm's code; the replies carry the ``client-id``. No generator is drawn
+        from, so a run that calls it gets the same results. Nodes that claim one client
+        id are dropped and named (see :meth:`collect`).
 
         Returns
         -------
-        dict
-            ``{client id: node id}`` of the valid replies; nodes without one are in
-            ``last_absent`` (``{node id: reason}``).
-
-        Nodes that claim one client id are dropped and named (see :meth:`collect`).
+        Collected
+            The replies (``{r.client_id: r.node_id}`` says who holds which client) and the
+            nodes without a valid one.
         """
         nodes = self.wait_for_nodes(grid)
-        replies = self.exchange(grid, server_round, DATA_SOURCE_PHASE,
-                                per_node={int(n): ([], {}) for n in nodes},
-                                min_replies=0, timeout=timeout)
-        return {r.client_id: r.node_id for r in replies}
+        return self.send(grid, server_round, DATA_SOURCE_PHASE,
+                         per_node={int(n): ([], {}) for n in nodes},
+                         min_replies=0, timeout=timeout)
 
     def collect(
         self, server_round: int, replies, parse=None, kind: str = "train",
         min_replies: int | None = None,
-    ) -> list[Reply]:
+    ) -> Collected:
         """Decode replies, drop the bad ones with a logged reason, sort by client id.
 
         Parameters
@@ -329,19 +340,20 @@ class Exchange:
         server_round : int
             Current round (for logs).
         replies : iterable of flwr.app.Message
-            What the grid returned.
+            What the grid returned for the messages last passed through :meth:`sent`.
         parse : callable, optional
             ``parse(arrays) -> payload``; a ``ValueError``/``KeyError``/``TypeError``
             drops the reply.
         kind : str
-            ``"train"`` or ``"evaluate"`` (for logs).
+            The phase (``"train"``, ``"evaluate"``, ...; for the contract and logs).
         min_replies : int, optional
             The fewest valid replies to accept (default ``min_nodes``).
 
         Returns
         -------
-        list of Reply
-            Valid replies in client-id order.
+        Collected
+            Valid replies in client-id order; ``absent``: ``{node id: reason}`` of every
+            node sent a message without a valid reply.
 
         Raises
         ------
@@ -351,7 +363,7 @@ class Exchange:
             where a reply of the run told it).
         ValueError
             If the clients that replied hold fewer rows than ``k`` (sum of num-examples;
-            not checked for ``"evaluate"``).
+            not checked for ``"evaluate"`` and round 0's phases).
 
         Notes
         -----
@@ -360,13 +372,11 @@ class Exchange:
         :meth:`reply_bounds`) before anything of it is used; a node that claims a client id
         another node held earlier in the run is dropped, and when nothing tells which of
         several claims holds it, every claim is (:meth:`_drop_duplicates`).
-        A node sent a message (:meth:`sent`) without a reply is logged as "did not reply
-        within round-timeout"; the nodes without a valid reply, with the reason, are left
-        in ``last_absent`` (``{node id: reason}``) for the strategy to read.
         """
-        sent, self._sent_nodes = getattr(self, "_sent_nodes", None), None
-        messages, self._sent_messages = getattr(self, "_sent_messages", None) or [], None
-        timeout = getattr(self, "_sent_timeout", self.round_timeout)
+        sent, messages, timeout = self._sent or (None, [], self.timeout)
+        self._sent = None
+        view = self.view()
+        book = self.nodes
         replies = list(replies)
         origin = _reply_origins(messages, replies)
         problems: dict[int, str] = {}  # node -> why it sent no valid reply
@@ -379,10 +389,10 @@ class Exchange:
                 # our clients' errors start "client 3", also inside a legacy runtime's
                 named = _CLIENT_PREFIX.match(reason) or _CLIENT_WRAPPED.search(reason)
                 if named is not None:
-                    self.client_of.setdefault(node, int(named.group(1)))
+                    book.client_of.setdefault(node, int(named.group(1)))
                 problems[node] = f"failed: {reason}"
                 logger.warning("round %d %s: %s failed: %s", server_round, kind,
-                               self.who(node), reason)
+                               book.who(node), reason)
                 continue
             try:
                 metrics = dict(msg.content["metrics"])
@@ -390,7 +400,7 @@ class Exchange:
             except (KeyError, ValueError, TypeError) as ex:
                 problems[node] = f"malformed reply: {ex}"
                 logger.warning("round %d %s: dropping reply of %s: malformed payload: %s",
-                               server_round, kind, self.who(node), ex)
+                               server_round, kind, book.who(node), ex)
                 continue
             decoded.append((cid, node, msg, metrics))
         decoded = self._drop_duplicates(server_round, kind, decoded, problems)
@@ -399,16 +409,15 @@ class Exchange:
         for cid, node, msg, metrics in sorted(decoded, key=lambda t: t[0]):
             try:  # the phase's reply contract, before anything of the reply is used
                 check_contract(kind, msg.content,
-                               self.reply_bounds(kind, cid, Sent.of(sent_to.get(node))))
+                               self.reply_bounds(view, kind, cid, Sent.of(sent_to.get(node))))
             except ContractBreach as ex:
-                self.client_of.setdefault(node, cid)
+                book.client_of.setdefault(node, cid)
                 problems[node] = f"broke the reply contract: {ex}"
                 logger.warning("round %d %s: dropping reply of %s: it broke the reply "
-                               "contract: %s", server_round, kind, self.who(node), ex)
+                               "contract: %s", server_round, kind, book.who(node), ex)
                 continue
-            self.client_of[node] = cid
-            entry = ledger_entry(server_round, kind, cid, msg, metrics)
-            self.ledger.append(entry)
+            book.client_of[node] = cid
+            entry = self.ledger.add(ledger_entry(server_round, kind, cid, msg, metrics))
             try:
                 stats = dict(metrics)
                 if "stats" in msg.content:
@@ -420,28 +429,30 @@ class Exchange:
                 problems[node] = f"malformed payload: {ex}"
                 logger.warning(
                     "round %d %s: dropping reply of %s: malformed payload: %s",
-                    server_round, kind, self.who(node), ex,
+                    server_round, kind, book.who(node), ex,
                 )
                 continue
             entry["min-count"] = min_count(
-                None if payload is None else self.payload_counts(payload), stats)
+                None if payload is None else self.counts_of(payload), stats)
             try:
-                self.check_reply(kind, cid, metrics, payload, stats)
+                self.check(kind, cid, metrics, payload, stats)
             except (KeyError, ValueError, TypeError) as ex:
                 problems[node] = f"invalid reply: {ex}"
                 logger.warning("round %d %s: dropping reply of %s: invalid reply: %s",
-                               server_round, kind, self.who(node), ex)
+                               server_round, kind, book.who(node), ex)
                 continue
             columns = (dict(msg.content[COLUMNS_RECORD]) if COLUMNS_RECORD in msg.content
                        else None)
             valid.append(Reply(cid, node, payload, metrics, stats, columns))
+        agreed = None
         if parse is not None:
-            kept = self._drop_dimension_mismatch(server_round, valid)
+            kept, agreed = self._drop_dimension_mismatch(server_round, valid, view.n_features)
             kept_nodes = {r.node_id for r in kept}
+            d = view.n_features if agreed is None else agreed
             for r in valid:
                 if r.node_id not in kept_nodes:
-                    problems[r.node_id] = (f"sent {self.payload_features(r.payload)} features, "
-                                           f"the federation has {self.n_features}")
+                    problems[r.node_id] = (f"sent {self.features_of(r.payload)} features, "
+                                           f"the federation has {d}")
             valid = kept
         replied = set(origin.values())
         missing: list[int] = []
@@ -449,21 +460,18 @@ class Exchange:
             missing = [node for node in sent if node not in replied]
             for node in missing:
                 logger.warning("round %d %s: %s did not reply within round-timeout=%g s",
-                               server_round, kind, self.who(node), timeout)
-        self.last_absent = {**{n: problems[n] for n in sorted(problems)},
-                            **{n: f"did not reply within round-timeout={timeout:g} s"
-                               for n in missing}}
-        if not hasattr(self, "run_absent"):
-            self.run_absent = {}
-        for node, why in self.last_absent.items():
-            self.run_absent[self.who(node)] = f"round {server_round} {kind}: {why}"
+                               server_round, kind, book.who(node), timeout)
+        absent = {**{n: problems[n] for n in sorted(problems)},
+                  **{n: f"did not reply within round-timeout={timeout:g} s"
+                     for n in missing}}
+        book.note_absent(server_round, kind, absent)
         floor = self.min_nodes if min_replies is None else int(min_replies)
         if len(valid) < floor:
             parts = []
             if missing:
                 parts.append(f"{len(sent) - len(missing)} of {len(sent)} nodes replied within "
                              f"round-timeout={timeout:g} s; missing: "
-                             + ", ".join(self.who(n) for n in missing))
+                             + ", ".join(book.who(n) for n in missing))
             parts.append(f"only {len(valid)} valid replies, fewer than "
                          f"{'min_nodes=' if min_replies is None else ''}{floor}")
             withheld = [n for n, why in problems.items() if "privacy threshold" in why]
@@ -473,34 +481,24 @@ class Exchange:
                              "privacy-threshold points): lower privacy-threshold or k, or "
                              "min-nodes")
             if problems:
-                parts.append("dropped: " + "; ".join(f"{self.who(n)} {why}"
+                parts.append("dropped: " + "; ".join(f"{book.who(n)} {why}"
                                                       for n, why in sorted(problems.items())))
             raise RuntimeError(f"round {server_round} {kind}: " + "; ".join(parts))
         if kind not in ("evaluate", DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE, CATEGORIES_PHASE):
-            self._check_rows_for_k(server_round, kind, valid, complete=not self.last_absent
-                                   and sent is not None and self.fraction >= 1.0)
-        return valid
+            _check_rows_for_k(server_round, kind, valid, view.k,
+                              complete=not absent and sent is not None
+                              and self.fraction >= 1.0, hint=self.k_hint)
+        return Collected(valid, absent=absent, received=len(replies), n_features=agreed)
 
-    def reply_bounds(self, kind: str, client_id: int, sent: Sent) -> Bounds:
+    def reply_bounds(self, view: RunView, kind: str, client_id: int, sent: Sent) -> Bounds:
         """What a reply of ``client_id`` is checked against (:mod:`.contracts`).
 
-        The federation's ``d`` (its agreed features, else :attr:`n_features`), the model's
-        ``k`` and the rows the client declared before (its first reply of the rows as
-        read; after round 0 its rows in the rounds, which ``missing='drop'`` may lower).
+        The federation's ``d``, the model's ``k`` and the rows the client declared before
+        (its first reply of the rows as read; after round 0 its rows in the rounds, which
+        ``missing='drop'`` may lower).
         """
-        transform = getattr(self, "feature_transform", None)
-        d = len(transform.features) if transform is not None else self.n_features
-        k = getattr(self, "k", None)
-        rows_of = getattr(self, "client_rows", {})
-        cid = int(client_id)
-        rows = rows_of.get((cid, "read"))
-        if kind not in (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE):
-            rows = rows_of.get((cid, False), rows)
-        C = getattr(self, "centroids", None)
-        return Bounds(d=None if d is None else int(d),
-                      k=int(k) if isinstance(k, int | np.integer) else None,
-                      rows=None if rows is None else int(rows), sent=sent,
-                      model=tuple(int(v) for v in np.shape(C)) if np.ndim(C) == 2 else None)
+        return Bounds(d=view.d, k=view.k, rows=self.rows_of(kind, int(client_id)), sent=sent,
+                      model=view.model)
 
     def _drop_duplicates(self, server_round: int, kind: str, decoded,
                          problems: dict[int, str]) -> list:
@@ -521,7 +519,7 @@ class Exchange:
             if len(nodes) < 2:
                 continue
             nodes = sorted(nodes)
-            holders = [n for n in nodes if self.client_of.get(n) == cid]
+            holders = [n for n in nodes if self.nodes.client_of.get(n) == cid]
             if len(holders) == 1:
                 for n in nodes:
                     if n != holders[0]:
@@ -539,43 +537,50 @@ class Exchange:
         for node, why in sorted(liars.items()):
             problems[node] = why
             logger.warning("round %d %s: dropping reply of %s: it %s", server_round, kind,
-                           self.who(node), why)
+                           self.nodes.who(node), why)
         return [t for t in decoded if t[1] not in liars]
 
-    def _check_rows_for_k(self, server_round: int, kind: str, valid: list[Reply],
-                          *, complete: bool) -> None:
-        """Refuse ``k`` above the rows the replying clients hold (sum of num-examples)."""
-        k = getattr(self, "k", None)
-        sizes = [r.metrics.get("num-examples") for r in valid]
-        if k is None or not valid or any(n is None for n in sizes):
-            return
-        total = int(sum(int(n) for n in sizes))
-        if total >= int(k):
-            return
-        who = (f"the federation holds {total} rows (sum of num-examples of its {len(valid)} "
-               "clients)" if complete else
-               f"the {len(valid)} clients that replied hold {total} rows (sum of num-examples)")
-        raise ValueError(f"round {server_round} {kind}: {who}, fewer than k={k}: there are "
-                         "not k clusters to find; lower k (run config 'k') or add data")
+    def _drop_dimension_mismatch(self, server_round: int, replies: list[Reply],
+                                 n_features: int | None) -> tuple[list[Reply], int | None]:
+        """Drop replies of another feature dimension; return them and the agreed one.
 
-    def _drop_dimension_mismatch(self, server_round: int, replies: list[Reply]) -> list[Reply]:
-        dims = {r.client_id: self.payload_features(r.payload) for r in replies}
+        Without a dimension yet (``n_features`` ``None``) the majority's is agreed (ties go
+        to the lowest client id) and returned; else ``None`` is returned.
+        """
+        dims = {r.client_id: self.features_of(r.payload) for r in replies}
         known = [d for d in dims.values() if d is not None]
         if not known:
-            return replies
-        if self.n_features is None:
+            return replies, None
+        agreed = None
+        if n_features is None:
             counts = Counter(known)
             top = max(counts.values())
             # Majority dimension; ties go to the lowest client id.
-            self.n_features = next(d for d in known if counts[d] == top)
+            n_features = agreed = next(d for d in known if counts[d] == top)
         kept = []
         for r in replies:
             d = dims[r.client_id]
-            if d is not None and d != self.n_features:
+            if d is not None and d != n_features:
                 logger.warning(
                     "round %d: dropping client %d: it sent %d features, the federation has %d",
-                    server_round, r.client_id, d, self.n_features,
+                    server_round, r.client_id, d, n_features,
                 )
                 continue
             kept.append(r)
-        return kept
+        return kept, agreed
+
+
+def _check_rows_for_k(server_round: int, kind: str, valid: list[Reply], k: int | None, *,
+                      complete: bool, hint: str = "") -> None:
+    """Refuse ``k`` above the rows the replying clients hold (sum of num-examples)."""
+    sizes = [r.metrics.get("num-examples") for r in valid]
+    if k is None or not valid or any(n is None for n in sizes):
+        return
+    total = int(sum(int(n) for n in sizes))
+    if total >= int(k):
+        return
+    who = (f"the federation holds {total} rows (sum of num-examples of its {len(valid)} "
+           "clients)" if complete else
+           f"the {len(valid)} clients that replied hold {total} rows (sum of num-examples)")
+    raise ValueError(f"round {server_round} {kind}: {who}, fewer than k={k}: there are "
+                     "not k clusters to find; lower k (run config 'k') or add data" + hint)

@@ -189,7 +189,8 @@ class FeatureOptions:
 
 def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with the strategy's agreed features, if any (``feature-transform``)."""
-    text = getattr(strategy, "_feature_json", None)
+    record = getattr(strategy, "record", None)
+    text = None if record is None else record.feature_json
     return config if text is None else {**config, FEATURES_KEY: text}
 
 
@@ -230,8 +231,7 @@ def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
 
 
 def _set(strategy: Any, transform: FeatureTransform | None) -> None:
-    strategy.feature_transform = transform
-    strategy._feature_json = None if transform is None else transform.to_json()
+    strategy.record.set_features(transform)
 
 
 def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransform | None:
@@ -364,7 +364,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     _secure_unit_check(strategy, grid, options, schema.features, timeout)
     # each client's sums of its rows as it holds them from now on (filled cells included):
     # they bound the means it may send (check_means_within_rows)
-    strategy.client_moments = {
+    strategy.rules.client_moments = {
         cid: RowMoments.from_sums(*_filled_sums(sums, fill, strategy, cid), transform.center,
                                   transform.scale)
         for cid, sums in getattr(strategy, "client_sums", {}).items()}
@@ -516,9 +516,9 @@ def _declare_kept_rows(strategy: Any, rows: _Rows) -> None:
     aggregation (and differential privacy) the first training reply declares them.
     """
     incomplete = {int(site.split()[-1]): n for site, n in rows.per_site}
-    for cid, read in getattr(strategy, "client_read_rows", {}).items():
+    for cid, read in strategy.rules.client_read_rows.items():
         if cid in incomplete:
-            strategy.client_rows[(cid, False)] = int(read) - incomplete[cid]
+            strategy.rules.client_rows[(cid, False)] = int(read) - incomplete[cid]
 
 
 def _filled_sums(sums: tuple[np.ndarray, ...], fill: tuple[float, ...], strategy: Any,
@@ -527,7 +527,7 @@ def _filled_sums(sums: tuple[np.ndarray, ...], fill: tuple[float, ...], strategy
     count, total, sumsq = sums[:3]
     if not fill:
         return count, total, sumsq
-    holes = strategy.client_read_rows[cid] - count
+    holes = strategy.rules.client_read_rows[cid] - count
     value = np.asarray(fill, dtype=np.float64)
     return count + holes, total + holes * value, sumsq + holes * value * value
 
@@ -538,7 +538,7 @@ def _mostly_missing(strategy: Any, features: tuple[str, ...], share: np.ndarray)
     Plain runs test every site (a feature one site records well is kept); under secure
     aggregation, where only the federation's totals are known, the federation's share.
     """
-    sites = getattr(strategy, "client_read_rows", {})
+    sites = strategy.rules.client_read_rows
     sums = getattr(strategy, "client_sums", {})
     if sites and sums:
         mostly = np.ones(len(features), dtype=bool)
@@ -659,7 +659,7 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
     transform = FeatureTransform(schema.features, missing=_TRANSFORM_MISSING[policy],
                                  datetimes=schema.datetime)
     _set(strategy, transform)
-    strategy.client_moments = {
+    strategy.rules.client_moments = {
         cid: RowMoments.from_sums(*sums, transform.center, transform.scale)
         for cid, sums in getattr(strategy, "client_sums", {}).items()}
     strategy.feature_summary = {
@@ -811,10 +811,10 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
     if not parts:
         raise ValueError("no client sent its feature moments")
     # each site's rows as read, for the share of missing cells per site
-    strategy.client_read_rows = {cid: float(c[0]) for cid, c in read.items()}
+    strategy.rules.client_read_rows = {cid: float(c[0]) for cid, c in read.items()}
     # each client's own sums bound the means it may send later (check_means_within_rows)
-    strategy.client_sums = {int(r.client_id): tuple(p[:3])
-                            for r, p in zip(replies, parts, strict=True)}
+    strategy.rules.client_sums = {int(r.client_id): tuple(p[:3])
+                                  for r, p in zip(replies, parts, strict=True)}
     warning = self_scaled_warning({f"client {r.client_id}": tuple(p[:3])
                                    for r, p in zip(replies, parts, strict=True)})
     if warning is not None:

@@ -809,7 +809,7 @@ register(AlgorithmSpec(
                     "base-B digits, masked modulo 2**64; the server receives only the "
                     "`masked` uint64 array and its shapes) and an `unmask` message (the "
                     "client's self-mask seed of the exchange), plus `reveal`/`recover` "
-                    "when a client drops (`flwr_clustering.secure_session`). With "
+                    "when a client drops (`flwr_clustering.secure.session`). With "
                     "`secagg-keys='exchange'`: Flower's SecAgg+, four TRAIN messages (setup, "
                     "share-keys, collect-masked-vectors, unmask; Flower's `secaggplus_mod` "
                     "answers them inside `flwr_clustering.secure.secure_aggregation_mod`), "

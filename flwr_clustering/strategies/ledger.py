@@ -1,15 +1,9 @@
-"""The privacy ledger: what every client sent (a part of the strategy base).
+"""The privacy ledger: what every client sent (an object the strategy base holds).
 
 :func:`ledger_entry` records one reply as the server received it (array entries by kind,
 scalars, declared raw rows) and :func:`min_count` the fewest rows behind any sum or mean
-it carried; :meth:`PrivacyLedger.privacy_ledger` totals them per client and per run
-(``privacy.json``). The exchange (:mod:`~flwr_clustering.strategies.exchange`) writes an
-entry for every reply, valid or not; secure aggregation
-(:mod:`~flwr_clustering.strategies.secure_rounds`) one per contributor with what reached
-the server (its masked bytes) and one per exchange in ``secure_totals``.
-
-The host class provides ``ledger`` and ``secure_totals`` (lists), ``secure_aggregation``
-and, where it has one, ``privacy_threshold``.
+it carried; :class:`Ledger` keeps them and totals them per client and per run
+(``privacy.json``).
 """
 
 from __future__ import annotations
@@ -66,24 +60,94 @@ def min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
     return int(min(found)) if found else None
 
 
-class PrivacyLedger:
-    """The run's privacy ledger: :meth:`privacy_ledger` reports ``ledger``'s entries."""
+class Ledger:
+    """The run's privacy ledger: one entry per reply the server received, and its report.
 
-    def privacy_ledger(self) -> dict[str, Any]:
+    An object with its own :meth:`state_dict` (the checkpoint saves it, as Opacus saves an
+    accountant's): the exchange (:mod:`~flwr_clustering.strategies.exchange`) adds an entry
+    for every reply, valid or not (:meth:`add`); a secure exchange
+    (:mod:`flwr_clustering.secure.exchange`) one per contributor with what reached the
+    server (its masked bytes) and one per exchange in :attr:`secure_totals`
+    (:meth:`add_secure`). Iterating over the ledger gives its reply entries.
+
+    Attributes
+    ----------
+    entries : list of dict
+        One per reply (see :meth:`report`'s ``messages``).
+    secure_totals : list of dict
+        One per secure exchange: what the server learned (the federation's totals).
+    before_run : list of dict
+        Entries of exchanges that ran before :meth:`~flwr_clustering.strategies.base.
+        ClusteringStrategy.start` (the App's data-source check); reported first.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.secure_totals: list[dict[str, Any]] = []
+        self.before_run: list[dict[str, Any]] = []
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Add one reply's entry (:func:`ledger_entry`) and return it.
+
+        Its ``min-count`` is filled in once the payload is parsed.
+        """
+        self.entries.append(entry)
+        return entry
+
+    def add_secure(self, server_round: int, phase: str, contributors: dict[int, int],
+                   floats: int, error_bound: float) -> None:
+        """Record a secure exchange: ``contributors`` is ``{client id: masked bytes}``."""
+        for client, masked in contributors.items():
+            self.entries.append({
+                "round": int(server_round), "phase": f"{phase} (secure)",
+                "client": int(client), "floats": 0, "integers": 0,
+                "scalars": 0, "raw-rows": 0, "min-count": None,
+                "masked-bytes": int(masked)})
+        self.secure_totals.append({
+            "round": int(server_round), "phase": phase, "clients": len(contributors),
+            "floats": int(floats), "error-bound": error_bound})
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: ``ledger`` and ``secure_totals`` (the objects, not copies)."""
+        return {"ledger": self.entries, "secure_totals": self.secure_totals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (missing keys: empty, as in older checkpoints)."""
+        self.entries = [dict(e) for e in state.get("ledger", [])]
+        self.secure_totals = [dict(e) for e in state.get("secure_totals", [])]
+
+    def report(self, *, secure_aggregation: bool, privacy_threshold: Any,
+               raw_rows_setting: str | None) -> dict[str, Any]:
         """What the clients sent in this run, as the server received it (``privacy.json``).
+
+        Parameters
+        ----------
+        secure_aggregation : bool
+            Whether the run summed its replies securely.
+        privacy_threshold : int or None
+            The run's minimum count.
+        raw_rows_setting : str or None
+            The setting of the run that sends raw rows
+            (:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.raw_rows_option`).
 
         Returns
         -------
         dict
             ``secure-aggregation`` (false: the server saw every reply on its own),
             ``differential-privacy`` (``None``: none; so ``epsilon`` and ``delta`` are
-            ``None``, meaning unbounded), ``privacy-threshold``, ``raw-rows-setting``
-            (:meth:`raw_rows_option`), ``totals`` over the run, ``clients`` (the same per
-            client) and ``messages``: one entry per reply received (dropped ones too) with
-            its round, phase, client, ``floats`` and ``integers`` (array entries),
-            ``scalars``, ``raw-rows`` (declared by the client) and ``min-count``: the fewest
-            rows behind any sum or mean it carried (``None``: the reply carries no counts
-            the server can check, e.g. FeCA's centroids or DGC's centres).
+            ``None``, meaning unbounded), ``privacy-threshold``, ``raw-rows-setting``,
+            ``totals`` over the run, ``clients`` (the same per client) and ``messages``:
+            one entry per reply received (dropped ones too) with its round, phase, client,
+            ``floats`` and ``integers`` (array entries), ``scalars``, ``raw-rows`` (declared
+            by the client) and ``min-count``: the fewest rows behind any sum or mean it
+            carried (``None``: the reply carries no counts the server can check, e.g.
+            FeCA's centroids or DGC's centres).
         """
         keys = ("floats", "integers", "scalars", "raw-rows")
 
@@ -94,28 +158,19 @@ class PrivacyLedger:
             out["min-count"] = min(counts) if counts else None
             return out
 
-        # the App's data-source exchange runs before start() (which resets the run state)
-        ledger = [*getattr(self, "pre_run_ledger", []), *self.ledger]
+        ledger = [*self.before_run, *self.entries]
         by_client: dict[int, list[dict[str, Any]]] = {}  # one pass: rounds x clients entries
         for e in ledger:
             by_client.setdefault(e["client"], []).append(e)
         return {
-            "secure-aggregation": self.secure_aggregation,
-            "secure-totals": list(getattr(self, "secure_totals", [])),
+            "secure-aggregation": bool(secure_aggregation),
+            "secure-totals": list(self.secure_totals),
             "differential-privacy": None,
             "epsilon": None,
             "delta": None,
-            "privacy-threshold": getattr(self, "privacy_threshold", None),
-            "raw-rows-setting": self.raw_rows_option(),
+            "privacy-threshold": privacy_threshold,
+            "raw-rows-setting": raw_rows_setting,
             "totals": total(ledger),
             "clients": {str(c): total(by_client[c]) for c in sorted(by_client)},
             "messages": ledger,
         }
-
-    def raw_rows_option(self) -> str | None:
-        """The setting of this run that sends raw rows, if any (``"init='paper'"``).
-
-        The App stops before round 1 when a node refuses raw rows (node config
-        ``allow-raw-rows``) and this is not ``None``; the clients refuse the step anyway.
-        """
-        return None

@@ -1,76 +1,109 @@
-"""The run state and its checkpoint (a part of the strategy base).
+"""The run's state and its checkpoint form (a dataclass the strategy base holds).
 
-:meth:`RunState.reset` starts a run afresh (the generators from ``seed``, the model, the
-history, the ledger, the per-client rules' memory); :meth:`~RunState.state_dict` is what a
-checkpoint holds after a round and :meth:`~RunState.load_state_dict` restores it, so that
-:meth:`~flwr_clustering.strategies.rounds.RoundDriver.start` can resume a run
-(:mod:`flwr_clustering.app.checkpoint` writes it to disk).
+:class:`RunRecord` is what a run keeps between rounds: the generators, the model and its
+history, the per-round history, the federation's features, the end-of-run findings.
+:meth:`~RunRecord.state_dict` is what a checkpoint holds of it after a round and
+:meth:`~RunRecord.load_state_dict` restores it, so that
+:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.start` can resume a run
+(:mod:`flwr_clustering.app.checkpoint` writes it to disk, with the ledger's and the reply
+rules' own state dicts).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..algorithms.local_centroids import (
-    RowMoments,
-)
 from ..data.schema import FeatureTransform
 
 
-class RunState:
-    """What a run keeps between rounds, and its checkpoint form."""
+@dataclass
+class RunRecord:
+    """What a run keeps between rounds (a new one per :meth:`start`).
 
-    def reset(self) -> None:
-        """Forget every run state (called at the start of :meth:`start`)."""
-        self.rng = np.random.default_rng(self.seed)
-        self._sample_rng = np.random.default_rng([self.seed, 1])
-        self.centroids: np.ndarray | None = None
-        self.centroid_history: list[np.ndarray] = []
-        self.history: list[dict[str, Any]] = []
-        self.final_metrics: dict[str, float] = {}
-        self.n_features: int | None = None
-        self.last_shift = float("inf")
-        self._expect_stats = True
-        self._client_of: dict[int, int] = {}
-        #: Warnings logged during the run (e.g. KDC's fallback choice of psi and tau);
-        #: :meth:`diagnose` puts them first in :attr:`warnings`, after those the App
-        #: logged before :meth:`start` (``pre_run_warnings``, e.g. identical data).
-        self.run_warnings: list[str] = list(getattr(self, "pre_run_warnings", []))
-        self.stopped = False
-        #: What the split check (and refinement) found (:meth:`_split_check`).
-        self.split_result: dict[str, Any] | None = None
-        self.diagnostics: dict[str, Any] = {}
-        self.warnings: list[str] = []
-        #: ``{client: reason}`` of every client without a valid reply in the run (latest).
-        self.run_absent: dict[str, str] = {}
-        #: The clients' statistics of the last federated evaluation (counts and sums).
-        self.evaluation_stats: list[dict[str, Any]] = []
-        #: ``{(client id, evaluate?): rows}``: the row count (``num-examples``) of each
-        #: client's first reply, which its later replies must repeat (:meth:`check_reply`).
-        self.client_rows: dict[tuple[int, bool], int] = {}
-        #: Each client's per-feature count, sum and sum of squares (``feature-moments``)
-        #: and, in the run's space, what they allow its means (:meth:`check_reply`).
-        self.client_sums: dict[int, tuple[np.ndarray, ...]] = {}
-        self.client_moments: dict[int, RowMoments] = {}
-        #: One entry per client reply received (valid or not): what it carried
-        #: (:meth:`privacy_ledger`).
-        self.ledger: list[dict[str, Any]] = []
-        #: One entry per secure exchange: what the server learned (the federation's totals).
-        self.secure_totals: list[dict[str, Any]] = []
-        #: The federation's features and scaling (agreed before round 1), ``None`` when
-        #: the rows are used as the clients hold them; ``feature_summary`` describes it.
-        self.feature_transform = None
-        self._feature_json: str | None = None
-        self.feature_summary: dict[str, Any] | None = None
+    Attributes
+    ----------
+    rng, sample_rng : numpy.random.Generator
+        The server generator (``default_rng(seed)``) and the node sampling one
+        (``default_rng([seed, 1])``).
+    centroids : numpy.ndarray or None
+        The model.
+    centroid_history : list of numpy.ndarray
+        The model after every round.
+    history : list of dict
+        One record per round (clients, shift, metrics, ...).
+    final_metrics : dict
+        The last federated evaluation's metrics.
+    n_features : int or None
+        The feature dimension the replies agreed on.
+    last_shift : float
+        How far the last round moved the model.
+    num_rounds : int or None
+        The run's round count; ``stopped``: the run ended.
+    training_round : int
+        The training round under way (0: before round 1).
+    feature_transform : FeatureTransform or None
+        The federation's features and scaling (agreed before round 1), ``None`` when the
+        rows are used as the clients hold them; ``feature_json`` its JSON (what messages
+        carry); ``feature_summary`` describes it.
+    evaluation_stats : list of dict
+        The clients' statistics of the last federated evaluation (counts and sums).
+    split_result : dict or None
+        What the split check (and refinement) found.
+    run_warnings : list of str
+        Warnings logged during the run (put first among :attr:`warnings`).
+    diagnostics, warnings
+        The end-of-run checks (:func:`~flwr_clustering.strategies.diagnosis.diagnose`).
+    """
+
+    rng: np.random.Generator
+    sample_rng: np.random.Generator
+    centroids: np.ndarray | None = None
+    centroid_history: list[np.ndarray] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    n_features: int | None = None
+    last_shift: float = float("inf")
+    num_rounds: int | None = None
+    stopped: bool = False
+    training_round: int = 0
+    feature_transform: FeatureTransform | None = None
+    feature_json: str | None = None
+    feature_summary: dict[str, Any] | None = None
+    robust_set_aside: dict[str, list[str]] = field(default_factory=dict)
+    evaluation_stats: list[dict[str, Any]] = field(default_factory=list)
+    split_result: dict[str, Any] | None = None
+    run_warnings: list[str] = field(default_factory=list)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, seed: int, warnings: list[str] | None = None) -> RunRecord:
+        """A fresh run's record: the generators from ``seed``, ``warnings`` logged before."""
+        return cls(rng=np.random.default_rng(seed),
+                   sample_rng=np.random.default_rng([seed, 1]),
+                   run_warnings=list(warnings or []))
+
+    def set_features(self, transform: FeatureTransform | None) -> None:
+        """Adopt the federation's features (``None``: rows as the clients hold them)."""
+        self.feature_transform = transform
+        self.feature_json = None if transform is None else transform.to_json()
+
+    def adopt_model(self, model, shift: float) -> np.ndarray:
+        """Make ``model`` the run's model (float64), ``shift`` away from the previous one."""
+        new = np.asarray(model, dtype=np.float64)
+        self.last_shift = float(shift)
+        self.centroids = new
+        self.centroid_history.append(new)
+        return new
 
     def state_dict(self) -> dict[str, Any]:
         """The run state after a round: what :meth:`load_state_dict` needs to continue.
 
         Arrays stay arrays; everything else is JSON-able (the generators' states are
-        ``Generator.bit_generator.state`` dicts). Subclasses with more between-round
-        state extend it (and :meth:`load_state_dict`). The values are the strategy's own
+        ``Generator.bit_generator.state`` dicts). The values are the record's own
         objects, not copies: serialise the dict before the next round.
 
         Returns
@@ -78,12 +111,13 @@ class RunState:
         dict
             ``round`` (the last completed round, 0 before round 1), ``num_rounds``,
             ``stopped`` (the run ended at that round), the model and its history, the
-            per-round history, the final metrics so far, ``n_features``, ``last_shift``
-            and the states of the server generator (``rng``) and the sampling one.
+            per-round history, the final metrics so far, ``n_features``, ``last_shift``,
+            the states of the server generator (``rng``) and the sampling one, and the
+            features (``feature_transform`` as JSON, ``feature_summary``).
         """
         return {
             "round": int(self.history[-1]["round"]) if self.history else 0,
-            "num_rounds": int(getattr(self, "num_rounds", self.max_rounds)),
+            "num_rounds": int(self.num_rounds or 0),
             "stopped": bool(self.stopped),
             "centroids": self.centroids,
             "centroid_history": list(self.centroid_history),
@@ -92,18 +126,13 @@ class RunState:
             "n_features": self.n_features,
             "last_shift": float(self.last_shift),
             "rng": self.rng.bit_generator.state,
-            "sample_rng": self._sample_rng.bit_generator.state,
-            "ledger": self.ledger,
-            "secure_totals": self.secure_totals,
-            "feature_transform": self._feature_json,
+            "sample_rng": self.sample_rng.bit_generator.state,
+            "feature_transform": self.feature_json,
             "feature_summary": self.feature_summary,
-            # each client's declared sums: they bound its means after a resume too
-            "client_sums": {str(cid): [np.asarray(a, dtype=np.float64).tolist() for a in sums]
-                            for cid, sums in getattr(self, "client_sums", {}).items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the run state of :meth:`state_dict` (after :meth:`reset`)."""
+        """Restore :meth:`state_dict` into this (fresh) record."""
         C = state["centroids"]
         self.centroids = None if C is None else np.asarray(C)
         self.centroid_history = [np.asarray(c) for c in state["centroid_history"]]
@@ -112,33 +141,33 @@ class RunState:
         self.n_features = None if state["n_features"] is None else int(state["n_features"])
         self.last_shift = float(state["last_shift"])
         self.rng.bit_generator.state = state["rng"]
-        self._sample_rng.bit_generator.state = state["sample_rng"]
-        self.ledger = [dict(e) for e in state.get("ledger", [])]
-        self.secure_totals = [dict(e) for e in state.get("secure_totals", [])]
+        self.sample_rng.bit_generator.state = state["sample_rng"]
         self.num_rounds = int(state["num_rounds"])
         self.stopped = bool(state["stopped"])
         text = state.get("feature_transform")
         if text:
-            self.feature_transform = FeatureTransform.from_json(str(text))
-            self._feature_json = str(text)
+            self.set_features(FeatureTransform.from_json(str(text)))
         self.feature_summary = state.get("feature_summary")
-        sums = state.get("client_sums") or {}
-        self.client_sums = {int(cid): tuple(np.asarray(a, dtype=np.float64) for a in arrays)
-                            for cid, arrays in sums.items()}
-        transform = self.feature_transform
-        self.client_moments = {
-            cid: RowMoments.from_sums(*arrays, *((transform.center, transform.scale)
-                                                 if transform is not None else ()))
-            for cid, arrays in self.client_sums.items()}
 
-    def adopt_model(self, model) -> np.ndarray:
-        """Make ``model`` the run's model (float64), after a train or a secure round.
 
-        Its shift from the previous model (:meth:`shift`) goes in ``last_shift``, the
-        model in ``centroid_history``.
-        """
-        new = np.asarray(model, dtype=np.float64)
-        self.last_shift = self.shift(self.centroids, new)
-        self.centroids = new
-        self.centroid_history.append(new)
-        return new
+#: The record's fields the strategy exposes as its own attributes (``strategy.centroids``).
+RECORD_FIELDS = ("rng", "centroids", "centroid_history", "history", "final_metrics",
+                 "n_features", "last_shift", "num_rounds", "stopped", "training_round",
+                 "feature_transform", "feature_summary", "robust_set_aside",
+                 "evaluation_stats", "split_result", "run_warnings", "diagnostics",
+                 "warnings")
+
+
+class InRecord:
+    """A strategy attribute that is a field of its :class:`RunRecord` (``self.record``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.record, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj.record, self.name, value)

@@ -1,15 +1,15 @@
-"""The validation rules of a reply (a part of the strategy base).
+"""The validation rules of a reply (an object the strategy base holds).
 
-:meth:`ReplyValidation.check_reply` holds the rules every reply must keep, whatever the
-algorithm: a row count that does not change during a run, counts within the rows, local
-means that the client's declared per-feature sums allow, evaluation statistics within the
-model. :meth:`~flwr_clustering.strategies.exchange.Exchange.collect` drops a reply that
-breaks one, with the rule's reason in the log. An algorithm says what its upload claims
-(:meth:`~ReplyValidation.payload_counts`, :meth:`~ReplyValidation.payload_means`); the
-shapes of its arrays are its parser's.
-
-The host class provides ``client_rows`` and ``client_moments`` (dicts, reset per run),
-``feature_transform``, ``centroids`` and ``k``.
+:meth:`ReplyRules.check` holds the rules every reply must keep, whatever the algorithm: a
+row count that does not change during a run, counts within the rows, local means that the
+client's declared per-feature sums allow, evaluation statistics within the model.
+:meth:`~flwr_clustering.strategies.exchange.Exchange.collect` drops a reply that breaks
+one, with the rule's reason in the log. The caller says what the upload claims (its
+counts and means, from the algorithm's
+:meth:`~flwr_clustering.strategies.base.ClusteringStrategy.payload_counts` and
+``payload_means``); the shapes of its arrays are its parser's. What the rules remember of
+each client (its row counts, its declared sums) is the object's own state, with a
+:meth:`~ReplyRules.state_dict` for the checkpoint.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.local_centroids import (
-    LocalCentroids,
-    check_means_within_rows,
-)
+from ..algorithms.local_centroids import RowMoments, check_means_within_rows
+from ..data.schema import FeatureTransform
 from ..evaluation import check_evaluation_stats
 from ..protocol import CATEGORIES_PHASE, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE
 
@@ -30,42 +28,76 @@ from ..protocol import CATEGORIES_PHASE, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHAS
 _ROWS_READ_PHASES = (DATA_SOURCE_PHASE, CATEGORIES_PHASE, FEATURE_MOMENTS_PHASE)
 
 
-class ReplyValidation:
-    """The rules every reply keeps (counts, row count, means, evaluation statistics)."""
+class ReplyRules:
+    """The rules every reply keeps, and what they remember of each client (its own state).
 
-    def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """Return the row counts an upload claims (``None``: it claims none).
+    Attributes
+    ----------
+    client_rows : dict
+        ``{(client id, key): rows}``: the row count (``num-examples``) of each client's
+        first reply, which its later replies must repeat; ``key`` is ``"read"`` for round
+        0's phases (the rows as read), ``True`` for evaluation replies, ``False`` for the
+        rest.
+    client_read_rows : dict
+        ``{client id: rows}`` each client read (its ``feature-moments`` reply).
+    client_sums : dict
+        ``{client id: (count, sum, sum of squares)}`` per feature, as declared before
+        round 1 (``feature-moments``); a checkpoint keeps them.
+    client_moments : dict
+        ``{client id: RowMoments}``: what those sums allow a client's means, in the run's
+        space.
+    """
 
-        :meth:`check_reply` refuses an upload whose counts are negative or sum to more
-        than the rows the client reported (``num-examples``); for a 2-D array (counts per
-        cluster and feature) every column is such a sum.
-        """
-        return None
+    def __init__(self) -> None:
+        self.client_rows: dict[tuple[int, Any], int] = {}
+        self.client_read_rows: dict[int, float] = {}
+        self.client_sums: dict[int, tuple[np.ndarray, ...]] = {}
+        self.client_moments: dict[int, RowMoments] = {}
 
-    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """Return the local means an upload claims and the rows behind each (``None``: none).
+    def rows_of(self, kind: str, client_id: int) -> int | None:
+        """The rows a client declared before, which a reply of ``kind`` is bounded by."""
+        cid = int(client_id)
+        rows = self.client_rows.get((cid, "read"))
+        if kind not in _ROWS_READ_PHASES:
+            rows = self.client_rows.get((cid, False), rows)
+        return None if rows is None else int(rows)
 
-        :meth:`check_reply` refuses a mean that no subset of the client's rows can have,
-        given the sums it declared before round 1 (:func:`~flwr_clustering.algorithms.
-        local_centroids.check_means_within_rows`). By default the means of a
-        :class:`~flwr_clustering.algorithms.local_centroids.LocalCentroids` upload (FKM,
-        k-FED).
-        """
-        if isinstance(payload, LocalCentroids):
-            return payload.means, payload.counts
-        return None
+    def set_sums(self, sums: dict[int, tuple[np.ndarray, ...]],
+                 transform: FeatureTransform | None) -> None:
+        """Keep each client's declared sums and the bounds they give its means."""
+        self.client_sums = dict(sums)
+        self.client_moments = {
+            cid: RowMoments.from_sums(*arrays, *((transform.center, transform.scale)
+                                                 if transform is not None else ()))
+            for cid, arrays in self.client_sums.items()}
 
-    def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
-                    stats: dict[str, Any]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: ``client_sums`` (JSON-able lists)."""
+        return {"client_sums": {str(cid): [np.asarray(a, dtype=np.float64).tolist()
+                                           for a in sums]
+                                for cid, sums in self.client_sums.items()}}
+
+    def load_state_dict(self, state: dict[str, Any],
+                        transform: FeatureTransform | None) -> None:
+        """Restore :meth:`state_dict` (the sums bound the means after a resume too)."""
+        sums = state.get("client_sums") or {}
+        self.set_sums({int(cid): tuple(np.asarray(a, dtype=np.float64) for a in arrays)
+                       for cid, arrays in sums.items()}, transform)
+
+    def check(self, kind: str, client_id: int, metrics: dict[str, Any],
+              stats: dict[str, Any], *, counts: Any = None,
+              means: tuple[np.ndarray, np.ndarray] | None = None,
+              transform: FeatureTransform | None = None,
+              model: tuple[int, ...] | None = None, k: int | None = None) -> None:
         """The rules every reply must keep, whatever the algorithm (raise ``ValueError``).
 
         * ``num-examples`` is a non-negative integer, and a client's replies repeat the row
           count of its first one (evaluation replies are tracked apart, for clients that
           evaluate on other rows; round 0's replies count the rows as read, which the
           later ones repeat unless ``missing='drop'`` left rows out);
-        * the upload's counts (:meth:`payload_counts`) are finite, non-negative and sum to
+        * the upload's counts (``counts``) are finite, non-negative and sum to
           at most ``num-examples``;
-        * each local mean (:meth:`payload_means`) lies where the rows behind it can put it,
+        * each local mean (``means``) lies where the rows behind it can put it,
           given the per-feature sums the client declared before round 1 (only when the
           run agreed its features: ``feature-moments``; not under secure aggregation);
         * the evaluation statistics keep :func:`~flwr_clustering.evaluation.check_evaluation_stats`
@@ -83,7 +115,6 @@ class ReplyValidation:
             rows, cid = int(rows), int(client_id)
             key: tuple[int, Any] = (cid, "read" if kind in _ROWS_READ_PHASES
                                     else kind == "evaluate")
-            transform = getattr(self, "feature_transform", None)
             if key == (cid, False) and key not in self.client_rows and (
                     cid, "read") in self.client_rows and (
                     transform is None or transform.missing != "drop"):
@@ -93,7 +124,6 @@ class ReplyValidation:
                 raise ValueError(f"its row count changed: num-examples={rows}, but {first} in "
                                  "its first reply (a client's rows may not change during a "
                                  "run)")
-        counts = None if payload is None else self.payload_counts(payload)
         if counts is not None:
             c = np.asarray(counts, dtype=np.float64)
             if not np.isfinite(c).all() or (c < 0).any():
@@ -104,16 +134,11 @@ class ReplyValidation:
             if total > rows * (1 + 1e-9):  # fuzzy supports are float sums
                 raise ValueError(f"its counts sum to {total:.0f}, more than the {rows} rows "
                                  "it reported (num-examples)")
-        moments = getattr(self, "client_moments", {}).get(int(client_id))
-        claimed = None if payload is None or moments is None else self.payload_means(payload)
-        if claimed is not None:
-            transform = self.feature_transform
-            check_means_within_rows(*claimed, moments,
+        moments = self.client_moments.get(int(client_id))
+        if means is not None and moments is not None:
+            check_means_within_rows(*means, moments,
                                     None if transform is None else transform.features)
         if any(key in stats for key in ("sse", "cluster-counts", "contingency", "labels")):
-            C = self.centroids
-            model = C if C is not None and np.ndim(C) == 2 else None
-            k_max = max([v for v in (getattr(self, "k", None),
-                                     None if model is None else len(model)) if v] or [0])
+            k_max = max([v for v in (k, None if model is None else model[0]) if v] or [0])
             check_evaluation_stats(stats, k_max=k_max or None,
-                                   n_features=None if model is None else model.shape[1])
+                                   n_features=None if model is None else model[1])

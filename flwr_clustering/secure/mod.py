@@ -1,7 +1,7 @@
 """Secure aggregation: the server learns the federation's sums, not one client's.
 
 Two arrangements of SecAgg+ (Bell et al. 2020), chosen by ``secagg-keys``: ``run`` (the
-default, :mod:`flwr_clustering.secure_session`: keys agreed once per run from Flower's
+default, :mod:`flwr_clustering.secure.session`: keys agreed once per run from Flower's
 primitives, an upload and an unmask message per exchange) and ``exchange``, this module:
 Flower's SecAgg+ as Flower 1.41 ships it, unchanged:
 
@@ -69,10 +69,10 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 )
 from flwr.compat.common import recorddict_compat as compat
 
-from .log import logger
-from .protocol import client_id_of, short_reason
-from .secure_session import SESSION_RECORD, answer_session_stage
-from .secure_sums import (
+from ..log import logger
+from ..protocol import client_id_of, short_reason
+from .session import SESSION_RECORD, answer_session_stage
+from .sums import (
     FRACTION_BITS,
     SECAGG_THRESHOLD,
     VALUE_LIMIT,
@@ -101,7 +101,7 @@ __all__ = [
     "sum_error_bound",
 ]
 
-#: ``secagg-keys``: ``run`` (:mod:`flwr_clustering.secure_session`, keys agreed once per
+#: ``secagg-keys``: ``run`` (:mod:`flwr_clustering.secure.session`, keys agreed once per
 #: run) or ``exchange`` (:func:`secure_sum`, Flower's SecAgg+ as shipped).
 SECAGG_KEYS = ("run", "exchange")
 #: The default ``secagg-keys``.
@@ -281,8 +281,8 @@ def _client_id(context: Context) -> int:
 def secure_aggregation_mod(msg: Message, context: Context, call_next) -> Message:
     """ClientApp mod: answer the stages of a secure exchange, pass the rest on.
 
-    A ``TRAIN`` message of a secure session (:data:`~flwr_clustering.secure_session.
-    SESSION_RECORD`) goes to :func:`~flwr_clustering.secure_session.answer_session_stage`.
+    A ``TRAIN`` message of a secure session (:data:`~flwr_clustering.secure.session.
+    SESSION_RECORD`) goes to :func:`~flwr_clustering.secure.session.answer_session_stage`.
     A ``TRAIN`` message with SecAgg+'s configuration goes to Flower's
     :func:`~flwr.client.mod.secaggplus_mod`. In its masked-upload stage that mod asks the
     app for the reply: this mod hands the message on as a message of our protocol

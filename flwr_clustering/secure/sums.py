@@ -6,7 +6,7 @@ that ``n`` clients' digits sum without leaving the modulus; the server rebuilds 
 from the digit sums (:func:`encode_fixed`, :func:`decode_fixed`). Integer totals are exact;
 a float total is within :func:`sum_error_bound` of the exact sum. Used by Flower's SecAgg+
 per exchange (:mod:`flwr_clustering.secure`, modulus ``2**32``) and by the run-level
-protocol (:mod:`flwr_clustering.secure_session`, modulus ``2**64``).
+protocol (:mod:`flwr_clustering.secure.session`, modulus ``2**64``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Each secure exchange ``e`` (1, 2, ...)
     rebuilds it (Flower's Shamir combine) and leaves that client out of the rest of the
     session (its later self masks would be known). The pair masks of two survivors cancel
     in the sum; the server removes the self masks and the revealed pair masks and decodes
-    the digit sums (:func:`flwr_clustering.secure_sums.decode_fixed`).
+    the digit sums (:func:`flwr_clustering.secure.sums.decode_fixed`).
 
 PRG
     AES-256 in counter mode (``cryptography``, which Flower's Fernet uses) keyed by the
@@ -84,9 +84,9 @@ from flwr.supercore.primitives.asymmetric import (
     public_key_to_bytes,
 )
 
-from .log import logger
-from .protocol import client_id_of, short_reason
-from .secure_sums import (
+from ..log import logger
+from ..protocol import client_id_of, short_reason
+from .sums import (
     SECAGG_THRESHOLD,
     SecureSum,
     checked_values,
