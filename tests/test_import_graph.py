@@ -99,7 +99,7 @@ def test_the_client_adapter_knows_neither_the_legacy_adapter_nor_secure_aggregat
 #: The strategies' shared modules (an algorithm's own strategy module imports its client,
 #: for its registration).
 SHARED_STRATEGY_MODULES = ("base", "diagnosis", "exchange", "features", "ledger", "rounds",
-                           "secure_rounds", "split_check", "state", "validation")
+                           "split_check", "state", "validation")
 
 
 def test_the_declarations_import_no_strategy_and_the_shared_strategy_no_client():

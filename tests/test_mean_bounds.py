@@ -82,7 +82,7 @@ def _seed_upload():
 def test_fkm_holds_the_papers_seeds_to_a_rows_bound_and_its_means_to_theirs(init, refused):
     X, upload = _seed_upload()
     strategy = _strategy("fkm", init=init)
-    strategy.client_moments = {0: _moments(X)}
+    strategy.rules.client_moments = {0: _moments(X)}
     if refused:
         with pytest.raises(ValueError, match="cannot come from its rows"):
             strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
@@ -100,7 +100,7 @@ def test_a_kfed_centre_counted_after_it_moved_is_not_dropped():
     with pytest.raises(ValueError):  # the count as if it were the partition's
         check_means_within_rows(upload.means, upload.counts, _moments(X))
     strategy = _strategy("kfed")
-    strategy.client_moments = {0: _moments(X)}
+    strategy.rules.client_moments = {0: _moments(X)}
     strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
     far = LocalCentroids(np.array([[40.0]]), np.array([52]), np.array([-1]))
     with pytest.raises(ValueError, match="cannot come from its rows"):
@@ -113,9 +113,9 @@ def test_masked_kmedoids_medoids_are_held_to_a_rows_bound():
     X, _ = _seed_upload()
     medoid = MaskedStats(np.array([[24.0 * 5]]), np.array([[5.0]]))  # size x medoid
     strategy = _strategy("masked-federated", **{"local-algorithm": "kmedoids"})
-    strategy.client_moments = {0: _moments(X)}
+    strategy.rules.client_moments = {0: _moments(X)}
     strategy.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})
     means = _strategy("masked-federated")
-    means.client_moments = {0: _moments(X)}
+    means.rules.client_moments = {0: _moments(X)}
     with pytest.raises(ValueError, match="cannot come from its rows"):
         means.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})

@@ -1,38 +1,46 @@
-"""The strategy base's parts, each on its own (issue 35, item 1).
+"""The strategy base's objects, each on its own (issue 51, item 1).
 
-Each part is a class of one job in its own module; these tests use a part without the
-others (and without :class:`~flwr_clustering.strategies.base.ClusteringStrategy`), on a
-small host class that gives it the attributes its module docstring names.
+Each object has one job and explicit inputs: the exchange (given a node book, a ledger,
+the rules and a view of the run), the reply rules, the ledger, the run record and the
+diagnosis (a pure function). These tests use each without a strategy.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import Strategy
 
 from flwr_clustering.algorithms.local_centroids import LocalCentroids
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.protocol import DATA_SOURCE_PHASE
+from flwr_clustering.replies import Collected, NodeBook
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.strategies.base import ClusteringStrategy
-from flwr_clustering.strategies.exchange import Exchange
-from flwr_clustering.strategies.ledger import PrivacyLedger, ledger_entry, min_count
-from flwr_clustering.strategies.state import RunState
-from flwr_clustering.strategies.validation import ReplyValidation
+from flwr_clustering.strategies.diagnosis import RunSummary, run_diagnostics
+from flwr_clustering.strategies.exchange import Exchange, RunView
+from flwr_clustering.strategies.ledger import Ledger, ledger_entry, min_count
+from flwr_clustering.strategies.state import RunRecord
+from flwr_clustering.strategies.validation import ReplyRules
 from flwr_clustering.testing import InProcessGrid
 
 
-class _ExchangeHost(Exchange):
-    """The exchange alone: the attributes its module docstring names, nothing else."""
-
-    def __init__(self, min_nodes: int = 2) -> None:
-        self.min_nodes, self.fraction, self.seed = min_nodes, 1.0, 0
-        self.round_timeout, self.node_wait_timeout = 30.0, 5.0
-        self.n_features = None
-        self._sample_rng = np.random.default_rng(0)
-        self.ledger: list = []
-        self.feature_transform = None
+def _exchange(min_nodes: int = 2, ledger: Ledger | None = None,
+              nodes: NodeBook | None = None) -> Exchange:
+    """The exchange alone: its inputs given, nothing of a strategy."""
+    rules = ReplyRules()
+    return Exchange(seed=0, min_nodes=min_nodes, fraction=1.0, node_wait_timeout=5.0,
+                    timeout=30.0, sample_rng=np.random.default_rng(0),
+                    nodes=NodeBook() if nodes is None else nodes,
+                    ledger=Ledger() if ledger is None else ledger, view=RunView,
+                    check=lambda kind, cid, metrics, payload, stats: rules.check(
+                        kind, cid, metrics, stats),
+                    rows_of=rules.rows_of, counts_of=lambda p: None,
+                    features_of=lambda p: None)
 
 
 def _clients(n: int, fail: int | None = None):
@@ -50,74 +58,66 @@ def _clients(n: int, fail: int | None = None):
 
 def test_the_exchange_alone_orders_replies_by_client_and_learns_who_is_who():
     grid, data = _clients(4)
-    host = _ExchangeHost()
-    replies = host.exchange(grid, 0, DATA_SOURCE_PHASE)
+    ledger, nodes = Ledger(), NodeBook()
+    exchange = _exchange(ledger=ledger, nodes=nodes)
+    replies = exchange.send(grid, 0, DATA_SOURCE_PHASE)
+    assert isinstance(replies, Collected) and replies.absent == {}
+    assert replies.received == 4
     assert [r.client_id for r in replies] == [0, 1, 2, 3]
     assert [r.metrics["num-examples"] for r in replies] == [len(X) for X in data]
-    assert sorted(host.client_of.values()) == [0, 1, 2, 3]
-    assert host.who(replies[2].node_id) == f"client 2 (node {replies[2].node_id})"
+    assert sorted(nodes.client_of.values()) == [0, 1, 2, 3]
+    assert nodes.who(replies[2].node_id) == f"client 2 (node {replies[2].node_id})"
     # identify_clients is the same exchange, per node; it draws from no generator
-    state = host._sample_rng.bit_generator.state
-    assert host.identify_clients(grid, 0) == {r.client_id: r.node_id for r in replies}
-    assert host._sample_rng.bit_generator.state == state
-    # every reply is in the ledger list the host gave it
-    assert [e["client"] for e in host.ledger] == [0, 1, 2, 3] * 2
+    state = exchange.sample_rng.bit_generator.state
+    found = exchange.identify_clients(grid, 0)
+    assert {r.client_id: r.node_id for r in found} == {r.client_id: r.node_id
+                                                        for r in replies}
+    assert exchange.sample_rng.bit_generator.state == state
+    # every reply is in the ledger it was given
+    assert [e["client"] for e in ledger] == [0, 1, 2, 3] * 2
 
 
 def test_the_exchange_alone_names_a_failed_client_and_keeps_the_others():
     grid, _ = _clients(4, fail=2)
-    host = _ExchangeHost(min_nodes=3)
-    replies = host.exchange(grid, 0, DATA_SOURCE_PHASE)
+    nodes = NodeBook()
+    replies = _exchange(min_nodes=3, nodes=nodes).send(grid, 0, DATA_SOURCE_PHASE)
     assert [r.client_id for r in replies] == [0, 1, 3]
-    (why,) = host.last_absent.values()
+    (why,) = replies.absent.values()
     # a client's own exception text stays in the site's log (it may quote a cell)
     assert why.startswith("failed: client 2: RuntimeError while answering round 0 query")
     assert "this site is down" not in why
+    assert list(nodes.run_absent) == [nodes.who(next(iter(replies.absent)))]
     with pytest.raises(RuntimeError, match="only 3 valid replies, fewer than min_nodes=4"):
-        _ExchangeHost(min_nodes=4).exchange(grid, 0, DATA_SOURCE_PHASE)
-
-
-class _RulesHost(ReplyValidation):
-    def __init__(self) -> None:
-        self.client_rows: dict = {}
-        self.client_moments: dict = {}
-        self.feature_transform = None
-        self.centroids = None
-        self.k = 3
-
-    def payload_counts(self, payload):  # what the algorithm says its upload claims
-        return payload.counts
+        _exchange(min_nodes=4).send(grid, 0, DATA_SOURCE_PHASE)
 
 
 def test_the_validation_rules_alone():
-    rules = _RulesHost()
+    rules = ReplyRules()
     upload = LocalCentroids(np.zeros((2, 2)), np.array([4.0, 5.0]), np.arange(2))
-    rules.check_reply("train", 1, {"num-examples": 10}, upload, {})
+    rules.check("train", 1, {"num-examples": 10}, {}, counts=upload.counts)
     with pytest.raises(ValueError, match="its row count changed"):
-        rules.check_reply("train", 1, {"num-examples": 11}, upload, {})
+        rules.check("train", 1, {"num-examples": 11}, {}, counts=upload.counts)
     # evaluation replies are tracked apart (a client may evaluate on other rows)
-    rules.check_reply("evaluate", 1, {"num-examples": 11}, None, {})
+    rules.check("evaluate", 1, {"num-examples": 11}, {})
+    assert rules.rows_of("train", 1) == 10
     with pytest.raises(ValueError, match="sum to 9, more than the 8 rows"):
-        rules.check_reply("train", 2, {"num-examples": 8}, upload, {})
+        rules.check("train", 2, {"num-examples": 8}, {}, counts=upload.counts)
     with pytest.raises(ValueError, match="finite and non-negative"):
-        rules.check_reply("train", 3, {"num-examples": 8},
-                          LocalCentroids(np.zeros((1, 2)), np.array([-1.0]), np.arange(1)), {})
+        rules.check("train", 3, {"num-examples": 8}, {}, counts=np.array([-1.0]))
     with pytest.raises(ValueError, match="non-negative integer"):
-        rules.check_reply("train", 4, {"num-examples": 2.5}, None, {})
+        rules.check("train", 4, {"num-examples": 2.5}, {})
+    # the declared sums round-trip through the rules' own state dict
+    rules.set_sums({7: (np.array([3.0]), np.array([6.0]), np.array([14.0]))}, None)
+    again = ReplyRules()
+    again.load_state_dict(rules.state_dict(), None)
+    assert sorted(again.client_moments) == [7]
+    np.testing.assert_array_equal(again.client_sums[7][1], [6.0])
 
 
 def _reply(arrays, stats, metrics) -> Message:
     content = RecordDict({"arrays": ArrayRecord(arrays), "stats": ArrayRecord(stats),
                           "metrics": MetricRecord(metrics)})
     return Message(content, dst_node_id=1, message_type="train")
-
-
-class _LedgerHost(PrivacyLedger):
-    secure_aggregation = False
-    privacy_threshold = 5
-
-    def __init__(self, entries):
-        self.ledger, self.secure_totals = entries, []
 
 
 def test_the_ledger_alone_counts_what_each_reply_carried_and_totals_per_client():
@@ -129,37 +129,67 @@ def test_the_ledger_alone_counts_what_each_reply_carried_and_totals_per_client()
     assert min_count(None, {"sse": 1.0, "num-examples": 7}) == 7
     assert min_count(None, {}) is None
     entry["min-count"] = 3
-    other = {**entry, "client": 6, "floats": 1, "min-count": None}
-    report = _LedgerHost([entry, other]).privacy_ledger()
-    assert report["totals"]["floats"] == 11 and report["totals"]["replies"] == 2
+    ledger = Ledger()
+    ledger.add(entry)
+    ledger.add({**entry, "client": 6, "floats": 1, "min-count": None})
+    ledger.add_secure(3, "train", {5: 64, 6: 64}, floats=12, error_bound=1e-9)
+    report = ledger.report(secure_aggregation=False, privacy_threshold=5,
+                           raw_rows_setting=None)
+    assert report["totals"]["floats"] == 11 and report["totals"]["replies"] == 4
     assert report["totals"]["min-count"] == 3
     assert report["clients"]["6"]["min-count"] is None
     assert report["privacy-threshold"] == 5 and report["raw-rows-setting"] is None
+    assert report["secure-totals"] == [{"round": 3, "phase": "train", "clients": 2,
+                                        "floats": 12, "error-bound": 1e-9}]
+    # its own state dict (as an accountant's): a checkpoint restores it whole
+    again = Ledger()
+    again.load_state_dict(ledger.state_dict())
+    assert list(again) == list(ledger) and again.secure_totals == ledger.secure_totals
 
 
-class _StateHost(RunState):
-    seed, max_rounds = 4, 7
-
-
-def test_the_run_state_alone_round_trips_through_its_checkpoint_form():
-    run = _StateHost()
-    run.reset()
+def test_the_run_record_alone_round_trips_through_its_checkpoint_form():
+    run = RunRecord.new(4)
+    run.num_rounds = 7
     run.rng.random(3)
-    run.centroids = np.arange(6.0).reshape(3, 2)
+    run.adopt_model(np.arange(6.0).reshape(3, 2), shift=0.5)
     run.history = [{"round": 1, "shift": 0.5}]
     state = run.state_dict()
-    again = _StateHost()
-    again.reset()
+    again = RunRecord.new(4)
     again.load_state_dict(state)
-    assert state["round"] == 1 and again.num_rounds == 7
+    assert state["round"] == 1 and again.num_rounds == 7 and again.last_shift == 0.5
     np.testing.assert_array_equal(again.centroids, run.centroids)
     assert again.rng.random() == run.rng.random()  # the generator continues where it was
 
 
-def test_the_base_composes_the_parts_with_the_rules_before_the_exchange_defaults():
+def test_the_diagnosis_is_a_function_of_the_model_and_the_statistics():
+    model = np.array([[0.0, 0.0], [0.0, 0.0], [5.0, 5.0]])
+    run = RunSummary(name="X", model=model, k=3, history=[{"round": 4}], iterative=True,
+                     converged=False, tol=1e-4, num_rounds=4, last_shift=0.2,
+                     absent={"client 2 (node 9)": "round 3 train: failed: down"})
+    diag = run_diagnostics(run)
+    assert run_diagnostics(run) == diag  # no state: the same inputs, the same answer
+    assert diag["distinct-centres"] == 2 and diag["round-cap-hit"] is True
+    assert (diag["dropped"], diag["withheld"]) == (1, 0)
+    assert diag["cluster-counts"] is None  # no evaluation statistics, no counts
+
+
+def test_the_base_is_a_flower_strategy_composed_of_objects():
+    assert ClusteringStrategy.__bases__ == (Strategy,)
     strategy = FedKMeans(k=2)
-    assert type(strategy).check_reply is ReplyValidation.check_reply
-    assert ClusteringStrategy.payload_means is ReplyValidation.payload_means
-    assert ClusteringStrategy.payload_counts is ReplyValidation.payload_counts
-    for part in (Exchange, ReplyValidation, PrivacyLedger, RunState):
-        assert issubclass(ClusteringStrategy, part)
+    assert isinstance(strategy.record, RunRecord) and isinstance(strategy.ledger, Ledger)
+    assert isinstance(strategy.exchanger, Exchange) and strategy.summer is None
+    assert isinstance(strategy.rules, ReplyRules) and isinstance(strategy.nodes, NodeBook)
+    # the model is the record's: no second copy on the strategy
+    strategy.centroids = np.ones((2, 2))
+    assert strategy.record.centroids is strategy.centroids
+    assert FedKMeans(k=2, secure_aggregation=True, server_update="lloyd").summer is not None
+
+
+def test_the_exchange_and_the_rules_set_no_attribute_of_a_strategy():
+    """The objects write only their own attributes (``self.x = ...`` in their methods)."""
+    for cls in (Exchange, ReplyRules, Ledger, NodeBook, RunRecord):
+        tree = ast.parse(inspect.getsource(cls))
+        owners = {node.value.id for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name)}
+        assert owners <= {"self"}, (cls.__name__, owners)

@@ -50,8 +50,7 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
     # the clients' column names and kinds: the strategy agrees on the features from them
     # before round 1 (strategies.features) without asking again
     strategy.site_columns = {r.client_id: r.columns for r in replies}
-    strategy.site_absent = {strategy.who(n): why for n, why in
-                            (getattr(strategy, "last_absent", {}) or {}).items()}
+    strategy.site_absent = {strategy.who(n): why for n, why in replies.absent.items()}
     sources = []
     for r in replies:
         local = int(r.metrics.get("data-local", -1))
@@ -66,7 +65,7 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
             if key in r.metrics:
                 record[key] = int(r.metrics[key])
         sources.append(record)
-    return sources, dict(getattr(strategy, "last_absent", {}) or {})
+    return sources, dict(replies.absent)
 
 
 def _clients(records: list[dict]) -> str:

@@ -1,22 +1,31 @@
 """The strategy base every clustering strategy subclasses (layer 3).
 
-:class:`ClusteringStrategy` is small: its options and constructor, and the hooks an
-algorithm overrides (listed in its docstring). The Flower plumbing it owns once lives in
-parts, one job each, composed here:
+:class:`ClusteringStrategy` is a Flower ``Strategy`` (and nothing else): its options and
+constructor, the round loop (``start`` and Flower's configure/aggregate methods), and the
+hooks an algorithm overrides (listed in its docstring). What it does besides is done by
+objects it holds, each with one job and explicit inputs:
 
-=================================================  ==========================================
-:mod:`~flwr_clustering.strategies.rounds`          the round driver: ``start``, Flower's
-                                                   configure/aggregate methods
-:mod:`~flwr_clustering.strategies.exchange`        messages, node sampling and identity,
-                                                   reply collection (the ``Reply`` type)
-:mod:`~flwr_clustering.strategies.validation`      the rules every reply keeps
-:mod:`~flwr_clustering.strategies.ledger`          the privacy ledger
-:mod:`~flwr_clustering.strategies.secure_rounds`   secure aggregation's rounds
-:mod:`~flwr_clustering.strategies.diagnosis`       the end-of-run checks
-:mod:`~flwr_clustering.strategies.state`           the run state and its checkpoint
-:mod:`~flwr_clustering.strategies.features`        the features agreed before round 1
-:mod:`~flwr_clustering.strategies.split_check`     the split check after the last round
-=================================================  ==========================================
+=====================================================  =====================================
+``record``: :class:`~.state.RunRecord`                  the run's state (model, history,
+                                                        generators, features); the
+                                                        checkpoint saves its ``state_dict``
+``exchanger``: :class:`~.exchange.Exchange`             messages, node sampling and
+                                                        identity, reply collection:
+                                                        ``send(...) -> Collected``
+``summer``: :class:`~flwr_clustering.secure.exchange.   the same call, summed under secure
+SecureExchange` (or ``None``)                           aggregation; built once per run
+``rules``: :class:`~.validation.ReplyRules`             the rules every reply keeps (and
+                                                        each client's declared rows, sums)
+``ledger``: :class:`~.ledger.Ledger`                    what every client sent; its own
+                                                        ``state_dict``
+``nodes``: :class:`~flwr_clustering.replies.NodeBook`   which client each node holds, who
+                                                        was absent
+=====================================================  =====================================
+
+The reply contracts (:mod:`~.contracts`, one per phase) are checked by the exchange before
+anything of a reply is used; the end-of-run checks are pure functions
+(:mod:`~.diagnosis`); the features agreed before round 1 (:mod:`~.features`) and the split
+check after the last round (:mod:`~.split_check`) are functions of the strategy.
 
 An algorithm's strategy declares its options (an :class:`~flwr_clustering.options.Options`
 dataclass) and only says what to send and how to aggregate, by calling
@@ -175,15 +184,9 @@ class ClusteringStrategy(Strategy):
     NaN centres, the round cap hit, clients withheld or dropped, ...) are detected from
     counts and sums, logged as WARNINGs and named with the option that addresses them.
 
-    The base is composed of parts, one job each, in their own modules:
-    :class:`~flwr_clustering.strategies.rounds.RoundDriver` (``start``, the round loop and
-    Flower's configure/aggregate methods),
-    :class:`~flwr_clustering.strategies.exchange.Exchange` (messages, node identity, reply
-    collection), :class:`~flwr_clustering.strategies.validation.ReplyValidation` (the rules
-    a reply keeps), :class:`~flwr_clustering.strategies.ledger.PrivacyLedger`,
-    :class:`~flwr_clustering.strategies.secure_rounds.SecureRounds`,
-    :class:`~flwr_clustering.strategies.diagnosis.RunDiagnosis` and
-    :class:`~flwr_clustering.strategies.state.RunState` (reset, checkpoint).
+    The base holds objects of one job each (see the module): ``record`` (the run's state),
+    ``exchanger`` and, under secure aggregation, ``summer`` (the exchanges), ``rules``,
+    ``ledger`` and ``nodes``; :meth:`reset` makes them afresh for every run.
 
     Methods an algorithm overrides
     ------------------------------
@@ -541,7 +544,6 @@ class ClusteringStrategy(Strategy):
         """Take the feature dimension an exchange agreed on; return what it collected."""
         if collected.n_features is not None:
             self.record.n_features = collected.n_features
-        self.last_absent = collected.absent
         return collected
 
     def identify_clients(self, grid: Grid, server_round: int,
@@ -1051,8 +1053,10 @@ class ClusteringStrategy(Strategy):
         """A training round under secure aggregation: one secure exchange, the new model."""
         cfg = {**dict(config or {}), **self.train_config(server_round), "evaluate": False}
         phase = str(cfg.pop("phase"))
-        totals = self.secure_exchange(grid, server_round, phase,
-                                      self.train_arrays(server_round), cfg, timeout=timeout)
+        collected = self._adopt(self.summer.send(grid, server_round, phase,
+                                                 self.train_arrays(server_round), cfg,
+                                                 timeout=timeout))
+        totals = collected.totals
         new = self.adopt_model(self.aggregate_sums(server_round, totals))
         record = {
             "round": server_round, "clients": len(totals.nodes),
@@ -1061,10 +1065,10 @@ class ClusteringStrategy(Strategy):
             "sum-error-bound": totals.error_bound,
             **self.secure_round_info(server_round, totals),
         }
-        if totals_absent := self.last_absent:
+        if collected.absent:
             record["absent"] = [
                 {"client": self.client_of.get(node), "node": node, "reason": why}
-                for node, why in totals_absent.items()]
+                for node, why in collected.absent.items()]
         self.history.append(record)
         logger.info("round %d: %d clients (secure aggregation), %d centroids, shift %.3g",
                     server_round, len(totals.nodes), len(new), self.last_shift)

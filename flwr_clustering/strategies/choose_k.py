@@ -374,10 +374,10 @@ class CandidateSearch(ClusteringStrategy):
                     str(k): str(v) for k, v in m.content[CANDIDATE_ERRORS_RECORD].items()}
         valid = self.collect(server_round, replies,
                              lambda a: self._split_reply(server_round, a))
-        for node, why in list(self.last_absent.items()):  # every candidate failed: why
+        for node, why in list(valid.absent.items()):  # every candidate failed: why
             if node in errors and "no candidate's answer" in why:
                 text = "; ".join(dict.fromkeys(errors[node].values()))
-                self.last_absent[node] = f"failed every candidate: {text}"
+                valid.absent[node] = f"failed every candidate: {text}"
                 self.run_absent[self.who(node)] = (f"round {server_round} train: failed "
                                                    f"every candidate: {text}")
         for c in self.candidates:
@@ -429,9 +429,9 @@ class CandidateSearch(ClusteringStrategy):
                   "dropped": len(replies) - len(valid), "candidates": len(active),
                   "converged": len([i for i in done if not self.candidates[i].failed]),
                   "shift": self.last_shift}
-        if self.last_absent:
+        if valid.absent:
             record["absent"] = [{"client": self.client_of.get(n), "node": n, "reason": why}
-                                for n, why in self.last_absent.items()]
+                                for n, why in valid.absent.items()]
         self.history.append(record)
         logger.info("round %d: %d clients, %d candidate models (%d done), largest shift %.3g",
                     server_round, len(valid), len(active), len(done), self.last_shift)

@@ -188,7 +188,8 @@ class DGC(ClusteringStrategy):
         if self.node_centres is None:  # resumed before the init round: it maps them
             return
         m = len(self.node_centres)
-        found = self.identify_clients(grid, server_round, timeout)
+        identified = self.identify_clients(grid, server_round, timeout)
+        found = {r.client_id: r.node_id for r in identified}
         missing = sorted(set(range(m)) - set(found))
         if missing:
             parts = [f"round {server_round}: DGC cannot resume: the graph's clients are "
@@ -196,7 +197,7 @@ class DGC(ClusteringStrategy):
                      "the connected nodes hold client ids "
                      + (", ".join(map(str, sorted(found))) or "none")]
             absent = "; ".join(f"{self.who(node)} {why}"
-                               for node, why in self.last_absent.items())
+                               for node, why in identified.absent.items())
             if absent:
                 parts.append(f"without a valid reply: {absent}")
             parts.append("every node of the graph must take part in every round: start "
@@ -261,9 +262,9 @@ class DGC(ClusteringStrategy):
             return super().collect(server_round, replies, parse, kind, min_replies)
         valid = super().collect(server_round, replies, parse, kind, min_replies=0)
         ids = [r.client_id for r in valid]
-        absent = "; ".join(f"{self.who(node)} {why}" for node, why in self.last_absent.items())
+        absent = "; ".join(f"{self.who(node)} {why}" for node, why in valid.absent.items())
         if self.node_centres is None:
-            m = len(valid) + len(self.last_absent)
+            m = len(valid) + len(valid.absent)
             missing = sorted(set(range(m)) - set(ids))
             outside = sorted(set(ids) - set(range(m)))
             if missing or outside:
@@ -285,7 +286,7 @@ class DGC(ClusteringStrategy):
             if missing:
                 lost = "; ".join(
                     f"client {c} (node {self.node_of[c]}) "
-                    + self.last_absent.get(self.node_of[c], "sent no valid reply")
+                    + valid.absent.get(self.node_of[c], "sent no valid reply")
                     for c in missing)
                 raise RuntimeError(
                     f"round {server_round}: DGC lost {lost}; every node of the graph must "

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -274,7 +274,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         # a client whose description was dropped (logged) may still answer the rounds
         strategy.run_absent = before
         records = {r.client_id: r.columns for r in replies}
-        absent = {strategy.who(n): why for n, why in strategy.last_absent.items()}
+        absent = {strategy.who(n): why for n, why in replies.absent.items()}
     described = {}
     for cid, rec in sorted(records.items()):
         try:
@@ -330,8 +330,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     if options.robust_scaling:  # the sites' medians decide whose sums set mean and scale
         total, sumsq = _robust_totals(strategy, features, len(schema.features))
     if policy == "drop":  # a site left without rows is refused, never silently dropped
-        empty = [why for why in getattr(strategy, "last_absent", {}).values()
-                 if DROP_LEAVES_NO_ROW in why]
+        empty = [why for why in rows.absent.values() if DROP_LEAVES_NO_ROW in why]
         if empty:
             raise ValueError("missing='drop' leaves a site without rows: " + "; ".join(empty))
     fill, imputed_rows = _missing_cells(strategy, policy, features, count, total, rows)
@@ -447,6 +446,7 @@ class _Rows:
     read: np.ndarray  # per feature: the rows of the sites that sent moments
     incomplete: np.ndarray  # 0-d: the rows with a missing cell (federation)
     per_site: tuple[tuple[str, int], ...] = ()  # plain runs: each site's
+    absent: dict = field(default_factory=dict)  # plain runs: {node: why} without moments
 
 
 def _missing_cells(strategy: Any, policy: str, features: tuple[str, ...], count: np.ndarray,
@@ -709,7 +709,7 @@ def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
             # the reply contract checks these first: a second line, a drop as there
             sites.pop(f"client {r.client_id}", None)
             continuous.pop(f"client {r.client_id}", None)
-            _drop_round_zero(strategy, r, CATEGORIES_PHASE,
+            _drop_round_zero(strategy, replies.absent, r, CATEGORIES_PHASE,
                              f"malformed categories: {type(ex).__name__}")
     categories = agree_categories(sites, schema.categorical, threshold,
                                   continuous=continuous)
@@ -719,11 +719,15 @@ def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
     return categories
 
 
-def _drop_round_zero(strategy: Any, reply: Any, phase: str, why: str) -> None:
-    """Leave a malformed round-0 reply out, logged at WARNING (the rule, never a value)."""
+def _drop_round_zero(strategy: Any, absent: dict[int, str], reply: Any, phase: str,
+                     why: str) -> None:
+    """Leave a malformed round-0 reply out (into ``absent``), logged at WARNING.
+
+    The log names the rule, never a value.
+    """
     logger.warning("round 0 %s: dropping reply of %s: %s", phase, strategy.who(reply.node_id),
                    why)
-    strategy.last_absent = {**getattr(strategy, "last_absent", {}), reply.node_id: why}
+    absent[reply.node_id] = why
 
 
 def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[int, Any],
@@ -770,9 +774,9 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                                 min_replies=1, timeout=timeout)
     # a client without moments still takes part in the run: not absent from the model
     strategy.run_absent = before
-    failed = {node: why for node, why in strategy.last_absent.items()
+    failed = {node: why for node, why in replies.absent.items()
               if "privacy threshold" not in why}
-    if len(strategy.last_absent) - len(failed) + len(replies) < strategy.min_nodes:
+    if len(replies.absent) - len(failed) + len(replies) < strategy.min_nodes:
         # withheld sums (a small site) still take part; a failed site does not
         raise ValueError(
             f"round 0 {FEATURE_MOMENTS_PHASE}: {len(replies)} client(s) sent their feature "
@@ -780,12 +784,13 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
             "them: " + "; ".join(f"{strategy.who(node)} {why}" for node, why in failed.items())
             + ". Fix those sites (each reason above), raise round-timeout if they did not "
             "reply in time, or lower min-nodes")
-    if strategy.last_absent:
+    if replies.absent:
         text = ("feature scaling without " + "; ".join(
-            f"{strategy.who(node)} ({why})" for node, why in strategy.last_absent.items())
+            f"{strategy.who(node)} ({why})" for node, why in replies.absent.items())
             + ": the scaling comes from the other sites' sums")
         logger.warning("%s", text)
         strategy.run_warnings.append(text)
+    absent = replies.absent  # the exchange's, with the replies dropped below
     parts, read, kept = [], {}, []
     for r in replies:
         try:
@@ -802,7 +807,8 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                 arrays += [np.asarray(r.stats[k], dtype=np.float64) for k in MOMENT_KEYS[4:]]
         except (KeyError, ValueError) as ex:
             # the reply contract checks these first: a second line, a drop as there
-            _drop_round_zero(strategy, r, FEATURE_MOMENTS_PHASE, f"malformed feature moments: {ex}")
+            _drop_round_zero(strategy, absent, r, FEATURE_MOMENTS_PHASE,
+                             f"malformed feature moments: {ex}")
             continue
         parts.append(arrays)
         kept.append(r)
@@ -830,5 +836,6 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
             hi = np.nanmax([p[4] for p in parts], axis=0)
     counted = np.sum(list(read.values()), axis=0)
     rows = _Rows(np.full(d, counted[0]), np.asarray(counted[1]),
-                 tuple((f"client {cid}", int(c[1])) for cid, c in sorted(read.items())))
+                 tuple((f"client {cid}", int(c[1])) for cid, c in sorted(read.items())),
+                 absent)
     return count, total, sumsq, lo, hi, len(parts), rows
