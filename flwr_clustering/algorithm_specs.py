@@ -8,6 +8,7 @@ which whoever needs the full list (the App's run config, the estimator, the docs
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -242,7 +243,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "(`algorithms.fkm.lloyd_from_totals`); the stage ends at a fixed point."),
     Phase(
         "search", "train", "every round of a search over candidate models (`k='auto'`, or "
-        "FKM's `n-init` > 1): fkm, kfed, feca",
+        "FKM's `n-init` > 1): the algorithms whose capabilities allow it",
         sends=("every active candidate's arrays of its own train message, in order",),
         config=("`candidates` str: JSON, one entry per active candidate: `config` (its own "
                 "train config: `phase`, its options with its `k`, its `seed`) and "
@@ -306,6 +307,146 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
 )
 
 
+def resolve(path: str) -> Any:
+    """The object a dotted path names: ``"package.module:Attribute"`` (imported now).
+
+    Raises
+    ------
+    ValueError
+        If the path has no ``:``, or the module or its attribute cannot be imported.
+    """
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{path!r} is not a dotted path 'package.module:Attribute'")
+    try:
+        value = importlib.import_module(module)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as ex:
+        raise ValueError(f"cannot import {path!r}: {ex}") from ex
+    return value
+
+
+def dotted_path(obj: Any) -> str:
+    """The ``"module:QualifiedName"`` of a class or function (for listings)."""
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+class _ClassRef:
+    """A spec field holding a class or its dotted path; reading it gives the class.
+
+    A dataclass field whose default is this descriptor (Python's "descriptor-typed
+    fields"): ``AlgorithmSpec(strategy="pkg.mod:Cls")`` stores the path, and
+    ``spec.strategy`` imports the class on first read and keeps it. The path as declared
+    is ``spec.strategy_path``.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, spec: Any, owner: type | None = None) -> type:
+        if spec is None:
+            raise AttributeError(self.name)  # no default: the field is required
+        value = spec.__dict__[f"_{self.name}"]
+        if isinstance(value, str):
+            value = resolve(value)
+            if not isinstance(value, type):
+                raise ValueError(f"algorithm {spec.name!r}: {self.name} {value!r} is not a "
+                                 "class")
+            spec.__dict__[f"_{self.name}"] = value
+        return value
+
+    def __set__(self, spec: Any, value: type | str) -> None:
+        if not isinstance(value, type | str):
+            raise TypeError(f"{self.name} must be a class or a 'module:Class' path, got "
+                            f"{type(value).__name__}")
+        if f"_{self.name}" in spec.__dict__:
+            raise AttributeError(f"cannot assign to field {self.name!r}")  # frozen
+        spec.__dict__[f"_{self.name}"] = value
+        spec.__dict__[f"_{self.name}_path"] = (value if isinstance(value, str)
+                                               else dotted_path(value))
+
+
+#: How a model may label rows (:attr:`Capabilities.labels`): the nearest centre, the
+#: nearest on each row's observed features, a kernel's or a network's own rule.
+LABELS = ("nearest-centroid", "masked-nearest-centroid", "kernel", "network")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an algorithm can do, declared as data on its :class:`AlgorithmSpec`.
+
+    The App, the estimator, the refusals that name "the algorithms that can" and the
+    docs read these, without importing a strategy; ``tests/test_algorithm_specs.py``
+    checks every built-in declaration against its strategy class (the class attributes
+    ``labelling``, ``resumable``, ``searches_k``, ``searches_starts``,
+    ``needs_every_client``; secure aggregation, refinement and the legacy API by trying
+    them), so the data cannot drift from the code.
+
+    Attributes
+    ----------
+    labels : str
+        How the final model labels a row (the strategy's ``labelling``): one of
+        :data:`LABELS`.
+    resume : bool
+        Whether a run continues from its checkpoint (``resume-from``; the strategy's
+        ``resumable``).
+    choose_k : bool
+        Whether ``k='auto'`` runs a search over candidate models (``searches_k``).
+    starts : bool
+        Whether ``n-init`` > 1 runs that many federated starts (``searches_starts``).
+    needs_every_client : bool
+        Whether every round needs every client (DGC's graph).
+    secure : dict or None
+        The option values (field names of the options) under which the algorithm runs
+        under secure aggregation: ``{}`` with any options, ``None`` never.
+    secure_note : str
+        What stays outside secure aggregation (masked-federated's round 1).
+    dp : bool
+        Whether it has differential privacy (a ``dp_epsilon`` option).
+    refine : bool or None
+        Whether ``refine-rounds`` applies (``None``: not declared).
+    legacy : bool or None
+        Whether :class:`flwr_clustering.legacy.LegacyStrategy` runs it on Flower's legacy
+        Strategy API (``None``: not declared).
+    """
+
+    labels: str = "nearest-centroid"
+    resume: bool = False
+    choose_k: bool = False
+    starts: bool = False
+    needs_every_client: bool = False
+    secure: dict[str, Any] | None = None
+    secure_note: str = ""
+    dp: bool = False
+    refine: bool | None = None
+    legacy: bool | None = None
+
+    def __post_init__(self) -> None:
+        """Check the labelling and the secure options."""
+        if self.labels not in LABELS:
+            raise ValueError(f"labels must be one of {list(LABELS)}, got {self.labels!r}")
+        if self.secure is not None and not isinstance(self.secure, dict):
+            raise TypeError("secure must be a dict of option values or None")
+
+    @classmethod
+    def of_strategy(cls, strategy: type) -> Capabilities:
+        """What a strategy class's attributes say (a spec that declares none).
+
+        Secure aggregation, refinement and the legacy API are found by trying them: the
+        result says ``None`` (secure: never) for them.
+        """
+        options = getattr(strategy, "Options", None)
+        names = {f.name for f in dataclasses.fields(options)} if options else set()
+        labels = getattr(strategy, "labelling", "nearest-centroid")
+        return cls(labels=labels if labels in LABELS else "nearest-centroid",
+                   resume=bool(getattr(strategy, "resumable", False)),
+                   choose_k=bool(getattr(strategy, "searches_k", False)),
+                   starts=bool(getattr(strategy, "searches_starts", False)),
+                   needs_every_client=bool(getattr(strategy, "needs_every_client", False)),
+                   dp="dp_epsilon" in names)
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """Everything the App and the runners need to know about one algorithm.
@@ -314,10 +455,13 @@ class AlgorithmSpec:
     ----------
     name : str
         The run-config value of ``algorithm``.
-    strategy : type
-        The :class:`~flwr_clustering.strategies.base.ClusteringStrategy` subclass.
-    client : type
-        The :class:`~flwr_clustering.clients.base.ClusteringClient` subclass.
+    strategy : type or str
+        The :class:`~flwr_clustering.strategies.base.ClusteringStrategy` subclass, or its
+        dotted path ``"package.module:Class"`` (imported on first read; reading
+        ``spec.strategy`` gives the class, ``spec.strategy_path`` the path).
+    client : type or str
+        The :class:`~flwr_clustering.clients.base.ClusteringClient` subclass, or its
+        dotted path (as ``strategy``).
     options : type
         The :class:`~flwr_clustering.options.Options` dataclass (run-config keys,
         defaults, validation, message config).
@@ -337,11 +481,17 @@ class AlgorithmSpec:
     protocol : tuple of Phase
         The algorithm's messages in the order they are sent (the docs' phases table);
         the shared evaluation and final messages are in :data:`COMMON_PROTOCOL`.
+    can : Capabilities, optional
+        What it can do (:class:`Capabilities`); not given: what the strategy class's
+        attributes say (:meth:`Capabilities.of_strategy`, which imports it). Read
+        :attr:`capabilities`.
+    guide : str
+        Its docs page, relative to ``docs/`` (e.g. ``"algorithms/fkm.md"``).
     """
 
     name: str
-    strategy: type
-    client: type
+    strategy: type | str = _ClassRef()  # type: ignore[assignment]
+    client: type | str = _ClassRef()  # type: ignore[assignment]
     options: type[Options]
     loop: Callable[..., Any] | None = None
     summary: str = ""
@@ -349,14 +499,33 @@ class AlgorithmSpec:
     listed: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     protocol: tuple[Phase, ...] = ()
+    can: Capabilities | None = None
+    guide: str = ""
+
+    def __repr__(self) -> str:
+        """The name and the dotted paths (importing nothing)."""
+        return (f"AlgorithmSpec(name={self.name!r}, strategy={self.strategy_path!r}, "
+                f"client={self.client_path!r}, options={self.options.__name__})")
+
+    @property
+    def strategy_path(self) -> str:
+        """The strategy's dotted path (as declared, or of the class given)."""
+        return self.__dict__["_strategy_path"]
+
+    @property
+    def client_path(self) -> str:
+        """The client's dotted path (as declared, or of the class given)."""
+        return self.__dict__["_client_path"]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the algorithm can do: :attr:`can`, or its strategy class's attributes."""
+        return self.can if self.can is not None else Capabilities.of_strategy(self.strategy)
 
     def pooled_report_fn(self) -> Callable[..., dict[str, Any]] | None:
         """The ``pooled_report`` hook as a callable (imported if given as a string)."""
         hook = self.pooled_report
-        if isinstance(hook, str):
-            module, _, attr = hook.partition(":")
-            hook = getattr(importlib.import_module(module), attr)
-        return hook
+        return resolve(hook) if isinstance(hook, str) else hook
 
     def build_strategy(self, run_config: dict[str, Any], **base: Any):
         """The strategy configured from a (merged) run config.
@@ -389,9 +558,9 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
         flat: one default per key).
     """
     old = _REGISTRY.get(spec.name)
-    if old is not None and old.strategy is not spec.strategy:
+    if old is not None and old.strategy_path != spec.strategy_path:
         raise ValueError(f"algorithm {spec.name!r} is already registered "
-                         f"({old.strategy.__module__}.{old.strategy.__name__})")
+                         f"({old.strategy_path})")
     defaults = spec.options.run_config_defaults()
     for other in _REGISTRY.values():
         if other.name == spec.name:

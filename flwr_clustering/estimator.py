@@ -62,7 +62,7 @@ def default_min_nodes(algorithm: str, n_clients: int) -> int:
     """
     from . import registry
 
-    if registry.get(algorithm).strategy.needs_every_client:
+    if registry.get(algorithm).capabilities.needs_every_client:
         return n_clients
     return n_clients // 2 + 1
 
@@ -843,9 +843,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         fitted = getattr(self, "strategy_", None)
         if getattr(fitted, "labelling", None) == "masked-nearest-centroid":
             return True
-        from .clients.masked import MaskedClient
-
-        return issubclass(registry.get(self.algorithm).client, MaskedClient)
+        return registry.get(self.algorithm).capabilities.labels == "masked-nearest-centroid"
 
     def _frame_rows(self, frame: Any) -> np.ndarray:
         """A DataFrame's feature columns, by name, in the federation's order (float64)."""

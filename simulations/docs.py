@@ -16,19 +16,11 @@ from pathlib import Path
 from flwr_clustering import registry
 from flwr_clustering.registry import COMMON_PROTOCOL, AlgorithmSpec, Phase
 
-__all__ = ["PROTOCOL_PAGE", "options_table", "phases_table", "protocol_markdown",
-           "write_protocol_page"]
+__all__ = ["PROTOCOL_PAGE", "capabilities_table", "options_table", "phases_table",
+           "protocol_markdown", "write_protocol_page"]
 
 #: Where the page lives, relative to the repository root.
 PROTOCOL_PAGE = Path("docs") / "protocol.md"
-
-#: The guide of each algorithm (relative to ``docs/``).
-GUIDES = {
-    "fkm": "algorithms/fkm.md", "kfed": "algorithms/fkm.md",
-    "feca": "algorithms/feca.md", "mavg": "algorithms/feca.md", "ffcm": "algorithms/feca.md",
-    "masked-federated": "algorithms/masked.md", "masked-oneshot": "algorithms/masked.md",
-    "dgc": "algorithms/dgc.md", "kdc": "algorithms/kdc.md", "deepfeca": "algorithms/deepfeca.md",
-}
 
 _HEADER = """\
 # Message protocol
@@ -40,12 +32,13 @@ What every algorithm's server sends and what its clients answer: the message rec
 config keys, the reply arrays with their shapes, the scalar metrics and the `stats` record.
 It is what you need to write your own `ClientApp` handlers around the library's clients, or
 a client of your own. The page is generated from the registry
-(`flwr_clustering/algorithm_specs.py` and the `register(...)` call at the end of every
-`flwr_clustering/strategies/<name>.py`), so it follows the code.
+(`flwr_clustering/algorithm_specs.py` and the declarations of
+`flwr_clustering/specs.py`), so it follows the code.
 
 - [The wire form](#the-wire-form): message and reply records, errors, client ids
 - [Your own handlers](#your-own-handlers)
 - [The messages every algorithm shares](#the-messages-every-algorithm-shares)
+- [What each algorithm can do](#what-each-algorithm-can-do)
 - Algorithms: {algorithms}
 
 ## The wire form
@@ -361,10 +354,59 @@ def phases_table(phases: typing.Sequence[Phase]) -> str:
     return text
 
 
+_CAPABILITIES = """\
+## What each algorithm can do
+
+Declared on each algorithm's spec (`Capabilities` in `flwr_clustering/specs.py`; a test
+checks them against the strategy classes). Labels: how the final model labels a row.
+Secure aggregation: the options under which it runs with `secure-aggregation`. Refine:
+`refine-rounds`. Legacy API: `flwr_clustering.legacy.LegacyStrategy`.
+
+"""
+
+
+def _yes(value: bool | None) -> str:
+    return {True: "yes", False: "no", None: "?"}[value]
+
+
+def _secure(spec: AlgorithmSpec) -> str:
+    can = spec.capabilities
+    if can.secure is None:
+        return "no"
+    keys = {f.name: spec.options.key_of(f) for f in dataclasses.fields(spec.options)}
+    text = ", ".join(f"`{keys.get(k, k)}={v!r}`" for k, v in can.secure.items()) or "yes"
+    return text + (f" ({can.secure_note})" if can.secure_note else "")
+
+
+def capabilities_table(specs: typing.Sequence[AlgorithmSpec]) -> str:
+    """One row per algorithm: its declared :class:`~flwr_clustering.registry.Capabilities`.
+
+    Parameters
+    ----------
+    specs : sequence of AlgorithmSpec
+        The algorithms, in the page's order.
+
+    Returns
+    -------
+    str
+        The Markdown table.
+    """
+    columns = ("algorithm", "labels", "resume", "`k='auto'`", "`n-init` starts",
+               "every client", "secure aggregation", "DP", "refine", "legacy API")
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for spec in specs:
+        can = spec.capabilities
+        rows.append("| " + " | ".join([
+            f"[{spec.name}](#{spec.name})", can.labels, _yes(can.resume), _yes(can.choose_k),
+            _yes(can.starts), _yes(can.needs_every_client), _secure(spec), _yes(can.dp),
+            _yes(can.refine), _yes(can.legacy)]) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def _algorithm_section(spec: AlgorithmSpec) -> str:
-    guide = GUIDES.get(spec.name)
+    guide = spec.guide
     lines = [f"### {spec.name}", "", f"{spec.summary}."]
-    line = (f"Strategy `{spec.strategy.__name__}`, client `{spec.client.__name__}`, options "
+    line = (f"Strategy `{spec.strategy_path}`, client `{spec.client_path}`, options "
             f"`{spec.options.__name__}`")
     lines += ["", line + (f"; guide: [{guide}]({guide})." if guide else ".")]
     lines += ["", "Config keys (the options; the messages carry them all, resolved):", "",
@@ -394,7 +436,8 @@ def protocol_markdown(names: typing.Sequence[str] | None = None) -> str:
     toc = ", ".join(f"[{s.name}](#{s.name})" for s in specs)
     parts = [_HEADER.replace("{algorithms}", toc).replace("{contracts}", _contracts_table()),
              _HANDLERS,
-             _COMMON + phases_table(COMMON_PROTOCOL), "## Algorithms\n"]
+             _COMMON + phases_table(COMMON_PROTOCOL), _CAPABILITIES + capabilities_table(specs),
+             "## Algorithms\n"]
     parts += [_algorithm_section(s) for s in specs]
     return "\n".join(parts)
 

@@ -96,17 +96,18 @@ def test_the_client_adapter_knows_neither_the_legacy_adapter_nor_secure_aggregat
     assert "flwr_clustering.clients.base" not in _imports_of("flwr_clustering.secure")
 
 
-#: The strategies' shared modules (an algorithm's own strategy module imports its client,
-#: for its registration).
-SHARED_STRATEGY_MODULES = ("base", "diagnosis", "exchange", "features", "ledger", "rounds",
-                           "split_check", "state", "validation")
-
-
-def test_the_declarations_import_no_strategy_and_the_shared_strategy_no_client():
-    assert not any(m.startswith("flwr_clustering.strategies")
-                   for m in _imports_of("flwr_clustering.algorithm_specs"))
-    for name in SHARED_STRATEGY_MODULES:
-        imported = _imports_of(f"flwr_clustering.strategies.{name}")
+def test_the_declarations_and_the_registry_import_no_strategy_and_strategies_no_client():
+    # the algorithms are declared as data (flwr_clustering/specs.py, by dotted path): the
+    # registry imports the declarations only, and no strategy imports a client
+    for name in ("flwr_clustering.algorithm_specs", "flwr_clustering.specs",
+                 "flwr_clustering.registry"):
+        assert not any(m.startswith(("flwr_clustering.strategies", "flwr_clustering.clients"))
+                       for m in _imports_of(name)), name
+    strategies = [m for m in _modules("flwr_clustering", ROOT)
+                  if m.startswith("flwr_clustering.strategies.")]
+    assert len(strategies) > 10
+    for name in strategies:
+        imported = _imports_of(name)
         assert not any(m.startswith("flwr_clustering.clients") for m in imported), name
 
 

@@ -557,9 +557,8 @@ def check_resume(checkpoint: dict[str, Any], cfg: dict[str, Any]) -> None:
     """
     where = cfg.get("resume-from")
     spec = registry.get(str(cfg["algorithm"]))
-    if not getattr(spec.strategy, "resumable", False):
-        names = sorted(name for name in registry.names()
-                       if getattr(registry.get(name).strategy, "resumable", False))
+    if not spec.capabilities.resume:
+        names = registry.able("resume")
         raise ValueError(f"resume-from: algorithm {cfg['algorithm']!r} cannot resume (a "
                          f"one-shot protocol has no rounds to continue); resumable: {names}")
     if checkpoint["algorithm"] != spec.strategy.name:

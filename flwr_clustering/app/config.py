@@ -87,9 +87,8 @@ class AppOptions(Options):
                                        "recorded; false: refused, naming the client)",
                                        when=lambda cfg: bool(cfg.get("resume-from")))
     secure_aggregation: bool = option(False, help="the server receives only the sum of "
-                                      "the clients' replies (SecAgg+; fkm with "
-                                      "server-update='lloyd', ffcm version 1, "
-                                      "masked-federated); see docs/privacy.md")
+                                      "the clients' replies (SecAgg+; "
+                                      f"{registry.secure_modes()}); see docs/privacy.md")
     secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
                                      "aggregation: the fraction of a round's clients whose "
                                      "key shares rebuild a key (the others may drop out)",
@@ -155,7 +154,7 @@ class AppOptions(Options):
     refine_rounds: int = option(0, minimum=0, help="refine the final model: up to this many "
                                 "federated Lloyd rounds, then split-and-merge repairs of "
                                 "clusters that look like two groups (kept where the SSE "
-                                "falls); fkm, kfed, feca, mavg, ffcm")
+                                f"falls); {registry.listing('refine')}")
 
 
 @dataclass(frozen=True)
@@ -351,8 +350,7 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
     """
     spec = registry.get(str(cfg["algorithm"])) if spec is None else spec
     auto = isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
-    starts = int(cfg.get("n-init", 0) or 0) if getattr(spec.strategy, "searches_starts",
-                                                         False) else 1
+    starts = int(cfg.get("n-init", 0) or 0) if spec.capabilities.starts else 1
     if not auto and starts <= 1:
         return None
     problem = search_problem(spec.strategy, dp=float(cfg.get("dp-epsilon", 0) or 0) > 0)
@@ -434,7 +432,7 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
     if ks is None:
         return spec.build_strategy(cfg, **base)
     options = [spec.options.from_config({**cfg, "k": k}, run_config_only=True) for k in ks]
-    starts = int(options[0].n_init) if getattr(spec.strategy, "searches_starts", False) else 1
+    starts = int(options[0].n_init) if spec.capabilities.starts else 1
     return search_strategy(spec.strategy, options, starts=starts, rule=app.k_rule, **base)
 
 

@@ -53,6 +53,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from .. import registry
 from ..algorithms.local_centroids import LocalCentroids
 from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
@@ -322,7 +323,7 @@ class ClusteringStrategy(Strategy):
                 f"k={k or option_kwargs.get('k')!r}: a {type(self).__name__} fits one k; "
                 "choosing k is a search over candidates: "
                 "flwr_clustering.strategies.choose_k.search_k"
-                f"({type(self).__name__}, range(2, 11), ...) (fkm, kfed, feca)")
+                f"({type(self).__name__}, range(2, 11), ...) ({registry.listing('choose_k')})")
         if k is not None:
             option_kwargs["k"] = k
         if options is None:
@@ -386,7 +387,7 @@ class ClusteringStrategy(Strategy):
         self.configure()
         if self.refine_rounds and refine_problem(self) is not None:
             raise ValueError(f"refine-rounds={self.refine_rounds}: {refine_problem(self)}; "
-                             "refine-rounds applies to fkm, kfed, feca, mavg and ffcm")
+                             f"refine-rounds applies to {registry.listing('refine')}")
         #: Under secure aggregation the evaluation statistics are summed securely too
         #: (:meth:`secure_evaluation`); no EVALUATE message asks for them.
         self.secure_evaluate = self.secure_aggregation and self.evaluate
@@ -1034,8 +1035,7 @@ class ClusteringStrategy(Strategy):
         server step that needs each client's own upload cannot use it.
         """
         return (f"{self.name}'s server step needs each client's own upload, which secure "
-                "aggregation hides from it; secure modes: fkm with server-update='lloyd', "
-                "ffcm with ffcm-version=1, masked-federated")
+                f"aggregation hides from it; secure modes: {registry.secure_modes()}")
 
     def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
         """The new model from a secure round's totals.

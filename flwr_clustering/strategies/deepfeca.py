@@ -25,7 +25,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
-from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.deepfeca import (
     DeepFeCAOptions,
     NetworkSpec,
@@ -38,12 +37,10 @@ from ..algorithms.deepfeca import (
     labeller_server,
     parse_labeller_upload,
     require_torch,
-    run_deepfeca,
     weight_names,
 )
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.local_centroids import LocalCentroids
-from ..clients.deepfeca import DeepFeCAClient
 from .base import ClusteringStrategy, logger
 
 __all__ = ["DeepFeCA"]
@@ -289,56 +286,3 @@ class DeepFeCA(ClusteringStrategy):
         """The network and the training recipe."""
         return {"network": {"spec": self.spec.to_config() if self.spec else None,
                             "options": self.train_opts.to_config()}}
-
-
-register(AlgorithmSpec(
-    name="deepfeca", strategy=DeepFeCA, client=DeepFeCAClient, options=DeepFeCAOptions,
-    loop=run_deepfeca,
-    # the App's side run (simulation only): linear probes, centralized training
-    pooled_report="flwr_clustering.app.reports:deepfeca_linear_probe",
-    summary="DeepFeCA, FeCA pseudo-labels + FedAvg representation learning (Xu et al. 2024)",
-    protocol=(
-        Phase("describe", "query", "round 0",
-              sends=("nothing",),
-              config=("only `phase` and `seed`",),
-              reply_arrays=("`n_features` (1,) int64: the length of the client's rows",),
-              notes="The server builds the network from the feature count, with seeded "
-                    "initial weights."),
-        Phase("cluster", "query", "every round, before its train message",
-              sends=("the network's weights: the arrays of its `state_dict` in order, dtypes "
-                     "and shapes unchanged",),
-              config=("`server-round` int: the round",
-                      "`network`, `input-shape`, `proj-dim`: the resolved network spec "
-                      "(replace the options' values; `input-shape` like \"1x8x8\")"),
-              reply_arrays=("the labeller's upload computed on the client's features "
-                            "(proj-dim wide): `pseudo-labels` \"feca\": `[centroids (k_m, "
-                            "proj-dim), radii (k_m,)]`; \"mavg\": `[centroids (k, "
-                            "proj-dim)]`; \"kfed\": `[centres (k_i, proj-dim), counts "
-                            "(k_i,), index (k_i,)]`",),
-              reply_metrics=("`seconds` float: client time",),
-              notes="Statistics of features, never a row. The exchange accepts any number "
-                    "of valid uploads (at least one): an M-Avg or k-FED client with too few "
-                    "rows refuses here and only trains."),
-        Phase("train", "train", "every round",
-              sends=("the network's weights (as in `cluster`)",
-                     "`C*` (k_out, proj-dim) float64: the aggregated centroids, last"),
-              config=("`server-round` and the network spec, as in `cluster`",
-                      "no `evaluate` key"),
-              reply_arrays=("the trained weights, same dtypes and shapes as sent",),
-              reply_metrics=("`loss` float: mean training loss over the steps",
-                             "`steps` int: SGD steps",
-                             "`clusters-used` int: distinct pseudo-labels on this client",
-                             "`seconds` float: client time"),
-              notes="The client labels its rows by the nearest centroid of C* in feature "
-                    "space and trains local-epochs epochs; the server averages the weights "
-                    "by `num-examples` (FedAvg)."),
-        Phase("evaluate", "evaluate", "once, after the last round",
-              sends=("the network's weights", "`C*` (k_out, proj-dim) float64, last"),
-              config=("`phase` \"evaluate\", `seed`, `server-round`, the options and the "
-                      "network spec, as in `train`",
-                      "`n-classes` int, optional: as the common evaluation message"),
-              reply_metrics=("`loss` float: sse / n", *EVALUATION_METRICS),
-              reply_stats=EVALUATION_STATS,
-              notes="The statistics score C* on the client's features under the global "
-                    "network (k is k_out)."),
-    )))

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType
 
-from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.dgc import (
     DGCOptions,
     algebraic_connectivity,
@@ -24,11 +23,9 @@ from ..algorithms.dgc import (
     consensus_distance,
     neighbour_sums,
     resolve_rho,
-    run_dgc,
     scored_users,
     step_size,
 )
-from ..clients.dgc import DGCClient
 from ..metrics import per_model_metrics, sum_contingencies
 from .base import ClusteringStrategy, Reply, logger
 
@@ -496,48 +493,3 @@ class DGC(ClusteringStrategy):
         scale = diagnostics.get("data-scale")
         return {"consensus-distance": distance,
                 "consensus-relative": distance / scale if scale else None}
-
-
-register(AlgorithmSpec(
-    name="dgc", strategy=DGC, client=DGCClient, options=DGCOptions, loop=run_dgc,
-    summary="DGC-rho, decentralized gradient clustering over a graph (Armacki et al. 2025)",
-    protocol=(
-        Phase("init", "train", "round 1",
-              sends=("nothing",),
-              config=("no `evaluate` key",),
-              reply_arrays=("`centres` (k, d) float64: the node's initial centres",),
-              notes="Client ids must be 0..m-1 (the graph index) and every node must answer "
-                    "every round. `node-init` \"kmeans\" starts a local cluster of fewer "
-                    "than privacy-threshold rows at the node's mean; \"random\" (the "
-                    "paper's) sends **raw rows**."),
-        Phase("step", "train", "rounds 2 .. 1 + iterations · inner-steps (`dgc-tol` >= 0 "
-              "may stop earlier)",
-              sends=("`x_i` (k, d) float64: this node's centres",
-                     "`neighbour_sum` (k, d) float64: the sum of its neighbours' centres",
-                     "`anchor` (k, d) float64: the centres at the iteration's start; left "
-                     "out at an iteration's first step (it equals `x_i` then)"),
-              config=("`degree` float: the node's degree in the graph",
-                      "`alpha` float: the step (replaces the option's value; the server "
-                      "computes it when the option is 0)",
-                      "`evaluate` false"),
-              reply_arrays=("`centres` (k, d) float64: the node's new centres",),
-              reply_metrics=("`local-cost` float: J_i(x_i, C_i), clusters from the anchor",),
-              notes="Each node gets its own message (per-node content); the server relays, "
-                    "it never averages into the iterate."),
-        Phase("evaluate", "evaluate", "once, after the last round",
-              sends=("`centroids` (k, d) float64: the network mean",
-                     "`node-centres` (s, k, d) float64: the scored users' centres, every "
-                     "node's when m <= `user-eval-nodes` (s = m), else that many evenly "
-                     "spaced users'",
-                     "`own` (k, d) float64: this node's own centres (its final labels)"),
-              config=("as the common evaluation message",),
-              reply_metrics=("`loss` float: sse / n of the network mean", *EVALUATION_METRICS),
-              reply_stats=(*EVALUATION_STATS,
-                           "`model-sse` (s,) float64: SSE of each scored user's centres "
-                           "on the local rows",
-                           "`model-contingency` (s, k, n_classes) int64: each scored "
-                           "user's clusters x true classes (only with labels)"),
-              notes="The common statistics score the network mean; summed, the per-user "
-                    "arrays score the scored users' own centres on the joint data. One "
-                    "message per node (its own centres)."),
-    )))

@@ -6,11 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithm_specs import AlgorithmSpec, Phase, register
-from ..algorithms.feca import FeCAOptions, FeCAUpload, check_feca_upload, feca_server, run_feca
+from ..algorithms.feca import FeCAOptions, FeCAUpload, check_feca_upload, feca_server
 from ..algorithms.lloyd import check_data
-from ..algorithms.mavg import MAvgOptions, mavg_server, run_mavg
-from ..clients.feca import FeCAClient, MAvgClient
+from ..algorithms.mavg import MAvgOptions, mavg_server
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FeCA", "MAvg"]
@@ -172,34 +170,3 @@ class MAvg(ClusteringStrategy):
         """Match and average the uploads in client-id order."""
         return mavg_server([r.payload for r in replies], reference=self.reference,
                            max_iter=self.match_iter)
-
-
-register(AlgorithmSpec(
-    name="feca", strategy=FeCA, client=FeCAClient, options=FeCAOptions, loop=run_feca,
-    summary="FeCA, one-shot centroid aggregation (Xu et al. 2024)",
-    protocol=(
-        Phase("feca", "train", "round 1 (one shot)",
-              sends=("nothing",),
-              reply_arrays=("`centroids` (k_m, d) float64: the local k-means centroids left "
-                            "after the elimination and the privacy filter, k_m <= k-local",
-                            "`radii` (k_m,) float64: the radius of each centroid (Algorithm 4, "
-                            "or 3 with `radius` \"theoretical\")"),
-              reply_metrics=("`removed` int: centroids the elimination dropped",
-                             "`withheld` int: kept centroids of fewer than privacy-threshold "
-                             "rows (not sent)"),
-              notes="No counts and no labels leave the client, so the server cannot check "
-                    "the privacy threshold. A client with fewer than k-local rows clusters "
-                    "into n. `evaluate` is ignored."),
-    )))
-register(AlgorithmSpec(
-    name="mavg", strategy=MAvg, client=MAvgClient, options=MAvgOptions, loop=run_mavg,
-    summary="M-Avg, Hungarian match averaging (baseline of Xu et al. 2024)",
-    protocol=(
-        Phase("mavg", "train", "round 1 (one shot)",
-              sends=("nothing",),
-              reply_arrays=("`centroids` (k, d) float64: the client's single-start k-means "
-                            "centroids, exactly k",),
-              notes="A client with fewer than k rows, or whose k-means leaves a cluster of "
-                    "fewer than privacy-threshold rows, refuses with an error reply. "
-                    "`evaluate` is ignored."),
-    )))

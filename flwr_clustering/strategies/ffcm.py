@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 from flwr.serverapp import Grid
 
-from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.ffcm import (
     FFCMOptions,
     check_ffcm_uploads,
@@ -17,10 +16,8 @@ from ..algorithms.ffcm import (
     ffcm_server_v2,
     fuzzifier_from_dimension,
     pooled_mean_std,
-    run_ffcm,
 )
 from ..algorithms.lloyd import matched_shift
-from ..clients.ffcm import FFCMClient
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FFCM"]
@@ -239,40 +236,3 @@ class FFCM(ClusteringStrategy):
     def converged(self, server_round: int) -> bool:
         """Return whether the matched shift fell to ``tol`` (never when ``tol < 0``)."""
         return self.tol >= 0 and self.last_shift <= self.tol
-
-
-register(AlgorithmSpec(
-    name="ffcm", strategy=FFCM, client=FFCMClient, options=FFCMOptions, loop=run_ffcm,
-    summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)",
-    protocol=(
-        Phase("moments", "query", "round 0 (unless initial centroids are given and the "
-              "fuzzifier is fixed)",
-              sends=("nothing",),
-              reply_arrays=("`n` (1,) int64: local rows",
-                            "`sum` (d,) float64: per-feature sum",
-                            "`sumsq` (d,) float64: per-feature sum of squares"),
-              notes="The server draws the k initial centres uniformly in the box mean ± "
-                    "init-width · std of the pooled data and, with fuzzifier 0, chooses the "
-                    "fuzzifier from d and the pooled row count; it rejects the moments of "
-                    "fewer than privacy-threshold rows."),
-        Phase("ffcm", "train", "every round",
-              sends=("`centres` (k, d) float64: the global centres",),
-              reply_arrays=("`centres` (k, d) float64: local fuzzy c-means from the global "
-                            "centres (fuzzifier, local-max-iter, local-tol, criterion)",
-                            "`supports` (k,) float64: s_j = sum over the rows of u_xj"),
-              reply_metrics=("with `evaluate` true:", *EVALUATION_METRICS),
-              reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
-              notes="With `evaluate` true the reply also scores the received centres. A "
-                    "client with fewer than privacy-threshold rows refuses every phase "
-                    "(error reply). With secure-aggregation the `moments` reply goes "
-                    "through SecAgg+ (a TRAIN exchange, as `secure-ffcm`): the server learns "
-                    "the pooled triple only."),
-        Phase("secure-ffcm", "train", "every round, with secure-aggregation (ffcm-version 1)",
-              sends=("`centres` (k, d) float64: the global centres",),
-              reply_arrays=("`weighted` (k, d) float64: s_j times the local centre j",
-                            "`supports` (k,) float64: s_j"),
-              notes="Through secure aggregation (see FKM's `secure-update`): the "
-                    "server receives the federation's sums only and sets centre j to "
-                    "sum s_j V_j / sum s_j (the previous centre where the sum is 0), "
-                    "version 1's step. The evaluation is the common `secure-evaluate`."),
-    )))

@@ -17,18 +17,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MessageType
 from flwr.serverapp import Grid
 
-from ..algorithm_specs import AlgorithmSpec, Phase, register
 from ..algorithms.kdc import (
     KDCOptions,
     allocate_sample,
     initial_cluster_means,
     kdc_coordinator,
     kdc_site_assign,
-    run_kdc,
     select_parameters,
     selection_warning,
 )
-from ..clients.kdc import KDCClient
 from ..evaluation import aggregate_evaluation_stats
 from .base import ClusteringStrategy, Reply, logger
 
@@ -282,46 +279,3 @@ class KDC(ClusteringStrategy):
         if self.selection is None:
             return {}
         return {"selection": {k: v for k, v in self.selection.items() if k != "tried"}}
-
-
-register(AlgorithmSpec(
-    name="kdc", strategy=KDC, client=KDCClient, options=KDCOptions, loop=run_kdc,
-    summary="KDC, distributional-kernel clustering with kBCC (Zhang et al. 2024)",
-    protocol=(
-        Phase("stats", "query", "round 0",
-              sends=("nothing",),
-              reply_arrays=("`n` (1,) int64: local rows",
-                            "`min` (d,) float64: per-feature minimum (only with normalize)",
-                            "`max` (d,) float64: per-feature maximum (only with normalize)"),
-              notes="The server allocates the sample s = sample-size (capped at the total "
-                    "rows) to the sites in proportion to their sizes."),
-        Phase("sample", "train", "round 1",
-              sends=("`min` (d,) float64: the global minimum (only with normalize)",
-                     "`max` (d,) float64: the global maximum (only with normalize)"),
-              config=("`size` int: this site's share s_l of the sample (each site its own "
-                      "message)", "no `evaluate` key"),
-              reply_arrays=("`sample` (s_l, d) float64: s_l rows drawn uniformly without "
-                            "replacement, scaled to [0, 1]",),
-              reply_metrics=("`sample-rows` int: s_l", "`raw-rows` int: s_l, the raw rows sent"),
-              notes="**Raw rows leave the site**: KDC needs them. The server pools the "
-                    "samples in client-id order and builds the Isolation Kernel and the k "
-                    "initial clusters; a sample of the wrong length is dropped."),
-        Phase("assign", "train", "round 2",
-              sends=("`maps` (k, t·psi) float64: the kernel mean map of each cluster",
-                     "`centres` (t, psi, d) float64: the Isolation Kernel's centres (scaled "
-                     "rows of the pooled sample)",
-                     "`radii` (t, psi) float64: only with `ik-variant` \"inne\"",
-                     "`min` (d,) float64, `max` (d,) float64: the global scaling (only with "
-                     "normalize)"),
-              config=("no `evaluate` key",),
-              reply_arrays=("`counts` (k,) int64: local rows per cluster",),
-              reply_metrics=("`ari-local` float: only with labels",),
-              reply_stats=("`contingency` (k, n_classes) int64: only with labels",
-                           "`labels` (n,) int64: the cluster of every row, only with "
-                           "return-labels"),
-              notes="The site labels every row by the most similar cluster distribution and "
-                    "keeps the labels (`KDCClient.labels`); the reply carries no SSE."),
-        Phase("evaluate", "evaluate", "never",
-              notes="KDC sends no evaluation message: the assign round returns the "
-                    "statistics (`KDCClient.evaluate` raises)."),
-    )))

@@ -6,10 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithm_specs import AlgorithmSpec, Phase, register
-from ..algorithms.kfed import KFedOptions, kfed_server, run_kfed
+from ..algorithms.kfed import KFedOptions, kfed_server
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
-from ..clients.kfed import KFedClient
 from .base import ClusteringStrategy, Reply
 
 __all__ = ["KFed"]
@@ -88,20 +86,3 @@ class KFed(ClusteringStrategy):
                 f"k-FED needs k' * clients >= k: {self.k_local} * {len(replies)} < {self.k}"
             )
         return kfed_server([r.payload for r in replies], self.k)
-
-
-register(AlgorithmSpec(
-    name="kfed", strategy=KFed, client=KFedClient, options=KFedOptions, loop=run_kfed,
-    summary="k-FED, one-shot (Dennis, Li & Smith 2021)",
-    protocol=(
-        Phase("kfed", "train", "round 1 (one shot)",
-              sends=("nothing",),
-              reply_arrays=("`centres` (k_i, d) float64: Awasthi-Sheffet local centres, "
-                            "k_i <= k-local",
-                            "`counts` (k_i,) int64: rows behind each centre, each >= "
-                            "privacy-threshold",
-                            "`index` (k_i,) int64: all -1"),
-              notes="`k-local` arrives resolved (0 in the run config means k). A client with "
-                    "at most k-local rows refuses with an error reply (k-FED would upload raw "
-                    "rows). `evaluate` is ignored."),
-    )))

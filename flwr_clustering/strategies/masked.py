@@ -10,14 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithm_specs import EVALUATION_METRICS, EVALUATION_STATS, AlgorithmSpec, Phase, register
 from ..algorithms.masked import MaskedStats
 from ..algorithms.masked_federated import (
     MaskedFederatedOptions,
     masked_server_update,
     method_a,
     method_b,
-    run_masked_federated,
 )
 from ..algorithms.masked_oneshot import (
     GaussianUpload,
@@ -27,9 +25,7 @@ from ..algorithms.masked_oneshot import (
     force_sums,
     merge_groups,
     proxy_clusters,
-    run_masked_oneshot,
 )
-from ..clients.masked import MaskedFederatedClient, MaskedOneShotClient
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["MaskedFederated", "MaskedOneShot"]
@@ -314,56 +310,3 @@ class MaskedOneShot(ClusteringStrategy):
                 self.k, sum(len(u.means) for u in uploads),
                 ", ".join(f"client {r.client_id}: {len(r.payload.means)}" for r in replies))
         return merge_groups(uploads, groups)
-
-
-register(AlgorithmSpec(
-    name="masked-federated", strategy=MaskedFederated, client=MaskedFederatedClient,
-    options=MaskedFederatedOptions, loop=run_masked_federated,
-    summary="masked-feature clustering, Algorithm 1 (Maritan & Schenato 2025)",
-    protocol=(
-        Phase("init", "train", "round 1",
-              sends=("nothing",),
-              reply_arrays=("`sums` (K_i, d) float64: per cluster and feature, the sum of the "
-                            "observed values (0 where unobserved)",
-                            "`counts` (K_i, d) float64: per cluster and feature, the rows "
-                            "that observe it"),
-              notes="K_i is k-local, or (k-local 0) chosen <= k by silhouette; clusters of "
-                    "fewer than max(privacy-threshold, 1) rows are left out. The client's "
-                    "rows carry NaN on the features it does not observe; its mask shows in "
-                    "the counts. `evaluate` is ignored."),
-        Phase("update", "train", "rounds 2 .. federated-rounds + 1 (`tol` >= 0 may stop "
-              "earlier)",
-              sends=("`centroids` (k, d) float64: the global centroids (NaN where a centroid "
-                     "has no value)",),
-              reply_arrays=("`sums` (k, d) float64: the client's k warm-started local "
-                            "clusters aligned to the global centroids",
-                            "`counts` (k, d) float64: rows observing each feature"),
-              reply_metrics=("with `evaluate` true, on the observed features:",
-                             *EVALUATION_METRICS),
-              reply_stats=("with `evaluate` true:", *EVALUATION_STATS),
-              notes="Every phase other than `init` runs this step. `local-algorithm` "
-                    "\"kmedoids\" uploads medoids, **which are real rows**. With "
-                    "secure-aggregation this reply goes through secure aggregation "
-                    "(see FKM's `secure-update`) and the server learns only the "
-                    "federation's sums and counts; `init` (round 1) still runs in the clear, "
-                    "and the evaluation is the common `secure-evaluate`."),
-    )))
-register(AlgorithmSpec(
-    name="masked-oneshot", strategy=MaskedOneShot, client=MaskedOneShotClient,
-    options=MaskedOneShotOptions, loop=run_masked_oneshot,
-    summary="masked-feature clustering, Algorithm 2, one-shot Gaussian proxies "
-            "(Maritan & Schenato 2025)",
-    protocol=(
-        Phase("oneshot", "train", "round 1 (one shot)",
-              sends=("nothing",),
-              reply_arrays=("`mask` (d,) uint8: the features this client observes (d_i of "
-                            "them)",
-                            "`means` (K_i, d_i) float64: a Gaussian per local cluster, on the "
-                            "observed features",
-                            "`covariances` (K_i, d_i, d_i) float64",
-                            "`counts` (K_i,) int64: rows per cluster, each >= "
-                            "max(privacy-threshold, 1)"),
-              notes="K_i is k-local (over-clustering allowed), or (k-local 0) chosen <= "
-                    "k-max by silhouette (k-max 0 means k). The client does not read the "
-                    "phase. `evaluate` is ignored."),
-    )))
