@@ -30,6 +30,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_is_fitted
 
+from . import registry  # the declarations only: no strategy, no client, no Flower
 from .algorithms.choose_k import DEFAULT_RULE
 from .log import quiet
 
@@ -60,8 +61,6 @@ def default_min_nodes(algorithm: str, n_clients: int) -> int:
     int
         ``n_clients`` or ``n_clients // 2 + 1``.
     """
-    from . import registry
-
     if registry.get(algorithm).capabilities.needs_every_client:
         return n_clients
     return n_clients // 2 + 1
@@ -69,16 +68,12 @@ def default_min_nodes(algorithm: str, n_clients: int) -> int:
 
 def _option_fields(algorithm: str) -> dict[str, dataclasses.Field]:
     """The options of ``algorithm`` that a run config sets, by field name (``k`` excluded)."""
-    from . import registry
-
     spec = registry.get(algorithm)
     return {f.name: f for f in spec.options.fields_by_key(run_config_only=True).values()
             if f.name != "k"}
 
 
 def _describe_options(algorithm: str) -> str:
-    from . import registry
-
     spec = registry.get(algorithm)
     out = []
     for name, f in sorted(_option_fields(algorithm).items()):
@@ -122,8 +117,6 @@ def _check_option_names(algorithm: Any, options: dict[str, Any]) -> None:
     """
     if not isinstance(algorithm, str):
         return
-    from . import registry
-
     try:
         spec = registry.get(algorithm)
     except ValueError:
@@ -507,8 +500,6 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     def _run_config(self, n_clients: int, seed: int) -> dict[str, Any]:
         """The run config of ``flwr run`` that this estimator's parameters stand for."""
-        from . import registry
-
         if not isinstance(self.algorithm, str):
             raise ValueError(f"algorithm must be a string, got {self.algorithm!r}")
         registry.get(self.algorithm)  # ValueError naming the registered algorithms
@@ -703,7 +694,6 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
             If the run fails (e.g. too few valid client replies); the message carries the
             clients' reasons.
         """
-        from . import registry
         from .app.config import build_client, build_strategy, merged_config, run_dtype
         from .clients import client_app, stored_labels
         from .clients.base import client_id_of
@@ -838,8 +828,6 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         The masked algorithms, and FKM with ``missing='partial'`` (the model's
         ``masked-nearest-centroid`` labelling).
         """
-        from . import registry
-
         fitted = getattr(self, "strategy_", None)
         if getattr(fitted, "labelling", None) == "masked-nearest-centroid":
             return True

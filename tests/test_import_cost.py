@@ -20,7 +20,7 @@ def _loaded_after(statement: str, modules) -> list[str]:
 
 def test_strategies_and_clients_leave_heavy_packages_out():
     # scikit-learn imports pandas (sklearn.utils.fixes), so it stays out too, and the
-    # registry (which imports every strategy module) loads no torch and no SciPy.
+    # strategies, the clients and the registry load no torch and no SciPy.
     statement = ("import flwr_clustering.strategies, flwr_clustering.clients; "
                  "from flwr_clustering import registry; registry.names()")
     assert _loaded_after(statement, (*HEAVY, "sklearn", "scipy", "torch")) == []
