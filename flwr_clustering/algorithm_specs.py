@@ -387,7 +387,8 @@ class Capabilities:
     ----------
     labels : str
         How the final model labels a row (the strategy's ``labelling``): one of
-        :data:`LABELS`.
+        :data:`LABELS`, or an algorithm's own rule (its model then lives in its own result
+        files, which :meth:`flwr_clustering.model.ClusteringModel.predict` names).
     resume : bool
         Whether a run continues from its checkpoint (``resume-from``; the strategy's
         ``resumable``).
@@ -424,8 +425,9 @@ class Capabilities:
 
     def __post_init__(self) -> None:
         """Check the labelling and the secure options."""
-        if self.labels not in LABELS:
-            raise ValueError(f"labels must be one of {list(LABELS)}, got {self.labels!r}")
+        if not isinstance(self.labels, str) or not self.labels:
+            raise ValueError(f"labels must be a non-empty string (the built-in rules: "
+                             f"{list(LABELS)}), got {self.labels!r}")
         if self.secure is not None and not isinstance(self.secure, dict):
             raise TypeError("secure must be a dict of option values or None")
 
@@ -438,8 +440,7 @@ class Capabilities:
         """
         options = getattr(strategy, "Options", None)
         names = {f.name for f in dataclasses.fields(options)} if options else set()
-        labels = getattr(strategy, "labelling", "nearest-centroid")
-        return cls(labels=labels if labels in LABELS else "nearest-centroid",
+        return cls(labels=str(getattr(strategy, "labelling", "nearest-centroid")),
                    resume=bool(getattr(strategy, "resumable", False)),
                    choose_k=bool(getattr(strategy, "searches_k", False)),
                    starts=bool(getattr(strategy, "searches_starts", False)),
