@@ -1044,10 +1044,6 @@ class ClusteringStrategy(Strategy):
         """
         raise NotImplementedError(f"{self.name} has no secure aggregation")
 
-    def secure_round_info(self, server_round: int, totals) -> dict[str, Any]:
-        """Extra per-round numbers of a secure round for the history (override to add)."""
-        return {}
-
     def secure_train(self, server_round: int, grid: Grid, config: ConfigRecord | None,
                      timeout: float) -> tuple[ArrayRecord, MetricRecord]:
         """A training round under secure aggregation: one secure exchange, the new model."""
@@ -1063,7 +1059,7 @@ class ClusteringStrategy(Strategy):
             "dropped": len(totals.failed), "num-centroids": int(len(new)),
             "shift": self.last_shift, "secure-aggregation": True,
             "sum-error-bound": totals.error_bound,
-            **self.secure_round_info(server_round, totals),
+            **self.round_info(server_round, collected),
         }
         if collected.absent:
             record["absent"] = [
@@ -1258,7 +1254,12 @@ class ClusteringStrategy(Strategy):
         """
 
     def round_info(self, server_round: int, replies: list[Reply]) -> dict[str, Any]:
-        """Return extra per-round numbers for the history (override to add)."""
+        """Return extra per-round numbers for the history (override to add).
+
+        ``replies`` are the round's valid replies; a secure round's are a
+        :class:`~flwr_clustering.replies.Collected` without replies whose ``totals`` hold
+        the sums.
+        """
         return {}
 
     def shift(self, previous: np.ndarray | None, new: np.ndarray) -> float:

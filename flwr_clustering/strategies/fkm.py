@@ -591,12 +591,6 @@ class FedKMeans(ClusteringStrategy):
                                   sigma=self.sigma if central else 0.0, rng=self.rng)
         return lloyd_from_totals(sums, np.rint(counts), previous)
 
-    def secure_round_info(self, server_round: int, totals) -> dict[str, Any]:
-        """DP: the round's noise multiplier (as :meth:`round_info`)."""
-        if not self.dp:
-            return {}
-        return self._dp_round_info(server_round, len(totals.nodes))
-
     def _dp_round_info(self, server_round: int, clients: int) -> dict[str, Any]:
         return self._dp_noise_info(f"round {server_round}", self.noise_multiplier, clients)
 
@@ -620,10 +614,15 @@ class FedKMeans(ClusteringStrategy):
 
         ``empty-uploads`` (only when > 0): clients that sent no centroid, every local
         cluster being smaller than the privacy threshold; :meth:`diagnose` warns when the
-        last round has any.
+        last round has any. Under secure aggregation (``replies`` a ``Collected`` with
+        ``totals``) only DP's noise multiplier.
         """
+        totals = getattr(replies, "totals", None)  # a secure round: the sums only
         if self.dp:
-            return self._dp_round_info(server_round, len(replies))
+            return self._dp_round_info(server_round, len(replies) if totals is None
+                                       else len(totals.nodes))
+        if totals is not None:
+            return {}
         info: dict[str, Any] = {
             "uploaded-centroids": int(sum(len(r.payload.means) for r in replies))}
         empty = sum(len(r.payload.means) == 0 for r in replies)
