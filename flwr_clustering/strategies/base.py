@@ -189,33 +189,50 @@ class ClusteringStrategy(Strategy):
     ``exchanger`` and, under secure aggregation, ``summer`` (the exchanges), ``rules``,
     ``ledger`` and ``nodes``; :meth:`reset` makes them afresh for every run.
 
-    Methods an algorithm overrides
-    ------------------------------
-    Always: :meth:`aggregate_payloads` (the valid replies, by client id, to the new model)
-    and, for a payload other than a list of arrays, :meth:`parse_payload` (decode and
-    validate one upload; raise ``ValueError``). As its protocol needs:
+    The algorithm contract
+    ----------------------
+    An algorithm's strategy declares :attr:`Options` and overrides these hooks (Flower's
+    ``Strategy`` documents its methods the same way). The client's step is the paired
+    ``NumPyClient``'s ``fit`` for the phase :meth:`train_config` names.
 
-    - what to send: :meth:`train_config`, :meth:`train_arrays`; the model it returns:
-      :meth:`model_record`;
-    - rounds: :meth:`protocol_rounds` (a fixed protocol), :meth:`round_cap` (the most
-      rounds of an iterative one), :meth:`converged`,
-      :meth:`shift`; extra exchanges: :meth:`initialize` (before round 1),
-      :meth:`prepare_round` (before every round), :meth:`reconnect` (a resumed run);
-    - what an upload claims, for the validation rules: :meth:`payload_features`,
-      :meth:`payload_counts`, :meth:`payload_means`;
-    - secure aggregation: :meth:`aggregate_sums`, :meth:`secure_aggregation_problem`,
-      :meth:`secure_round`;
-    - raw rows: :meth:`raw_rows_option`;
-    - history and results: :meth:`round_info`, :meth:`evaluation_extras`,
-      :meth:`diagnostic_extras`, :meth:`artifacts`, :meth:`result_summary`,
-      :meth:`describe`; a model that labels rows its own way: :meth:`pooled_labels`,
-      :meth:`user_models`, :meth:`scored_user_models`, :meth:`plot_features`;
-    - options: :meth:`configure` (attributes derived once from them); a checkpoint with
-      more state: :meth:`state_dict` and :meth:`load_state_dict`.
+    ``configure() -> None``
+        Derive attributes from ``self.options`` once (called by ``__init__``).
+    ``protocol_rounds() -> int | None``
+        A fixed protocol's round count (one-shot: 1), ``None`` for an iterative one (its
+        cap: ``max_rounds``).
+    ``initialize(grid, timeout) -> None``
+        The first model, when the clients make it: an extra exchange before round 1
+        (:meth:`exchange`, :meth:`secure_exchange`). A resumed run calls
+        ``reconnect(grid, round, timeout)`` instead.
+    ``train_config(round) -> dict`` and ``train_arrays(round) -> list[ndarray]``
+        What round ``round`` sends every sampled node (default arrays: the model).
+    ``parse_payload(round, arrays) -> payload``
+        Decode and check one client's upload (raise ``ValueError``: the reply is dropped,
+        its reason logged). What an upload claims (its counts, means, feature count), for
+        the rules every reply keeps, is read from the payload (:meth:`payload_counts`,
+        :meth:`payload_means`, :meth:`payload_features`).
+    ``aggregate_payloads(round, replies) -> ndarray``
+        The next model from the valid replies (:class:`~flwr_clustering.replies.Reply`,
+        by client id), by calling the algorithm's server step.
+    ``aggregate_sums(round, totals) -> ndarray``
+        The same from a secure round's totals (only algorithms whose spec declares a
+        secure mode).
+    ``converged(round) -> bool``
+        Whether to stop after ``round`` (default: one-shot); ``shift(previous, new)`` is
+        how far a round moved the model.
+    ``model_record() -> ArrayRecord``
+        The final model (default: ``centroids``); ``artifacts()`` extra result files.
+    ``state_dict() -> dict`` / ``load_state_dict(state)``
+        Between-round state beyond the base's, for the checkpoint and ``resume``.
 
+    Optional, as a protocol needs: ``prepare_round`` (an exchange before every round),
+    ``round_info``, ``evaluation_extras``, ``diagnostic_extras``, ``result_summary``,
+    ``describe`` (numbers for the history and results), ``pooled_labels``,
+    ``user_models``, ``scored_user_models``, ``plot_features`` (a model that labels rows
+    its own way), ``raw_rows_option``, ``partial_rows_problem``,
+    ``secure_aggregation_problem``, ``secure_round`` (what a configuration cannot do).
     Protocols of more than one message per round (DGC, KDC, DeepFeCA) also override
-    Flower's :meth:`configure_train`/:meth:`aggregate_train` or call
-    :meth:`exchange` from their hooks.
+    Flower's :meth:`configure_train`/:meth:`aggregate_train`.
     """
 
     #: Short name used in logs and results.
