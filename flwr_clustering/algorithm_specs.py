@@ -111,7 +111,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
             "config `allow-raw-rows`; a node reading `data-path` says 0 by default); the App "
             "stops before round 1 when a raw-row setting meets a 0",
         ),
-        notes="Answered by the library (`clients.base`) for every client, without the "
+        notes="Answered by the library (`clients.phases`) for every client, without the "
               "algorithm's code; `num-examples` is the row count. The server refuses a run "
               "config that names a built-in dataset while nodes read local files (and "
               "`dataset='local'` while nodes do not), and computes the pooled and "
@@ -160,7 +160,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                      "`moment-rows` (2,) float64: the rows as read and the rows with a "
                      "missing cell",
                      "`moment-min`, `moment-max` (d,) float64: only with `scaling='minmax'`"),
-        notes="Answered by the library (`clients.base.feature_moments_arrays`) on the rows "
+        notes="Answered by the library (`clients.statistics.feature_moments_arrays`) on the rows "
               "in the agreed features. The server derives the scaling "
               "(`data.schema.scaling_from_moments`); with `none` it only warns when the "
               "spreads differ by more than 10x."),
@@ -210,7 +210,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         reply_stats=("`split-counts` (k,) float64: rows nearest to each centre",
                      "`split-sums` (k, d) float64: their sum",
                      "`split-scatter` (k, d, d) float64: the sum of their outer products"),
-        notes="Answered by the library (`clients.base.split_check_arrays`) on the client's "
+        notes="Answered by the library (`clients.statistics.split_check_arrays`) on the client's "
               "complete rows. From the totals the server gets each cluster's mean, "
               "covariance, main axis and SSE (`algorithms.cluster_split.main_axes`, "
               "`scatter_sse`). Refused by a node with `dp-max-epsilon`; not sent in a DP "
@@ -299,7 +299,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
                       "reach the server)",
                       "`contingency` (k, n-classes) float64: only with `n-classes` (zeros "
                       "from a client without labels)"),
-        notes="Answered by the library (`clients.base.secure_evaluation_arrays`) through "
+        notes="Answered by the library (`clients.statistics.secure_evaluation_arrays`) through "
               "secure aggregation (`upload` and `unmask` messages, or SecAgg+'s four, as "
               "FKM's `secure-update`): the server "
               "receives the federation's totals only and computes the metrics of "

@@ -696,8 +696,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         """
         from .app.config import build_client, build_strategy, merged_config, run_dtype
         from .clients import client_app, stored_labels
-        from .clients.base import client_id_of
         from .data.schema import FeatureTable, SchemaError
+        from .protocol import client_id_of
         from .testing import InProcessGrid
 
         parts, ys, tables = self._partitions(partitions, labels)

@@ -3,7 +3,7 @@
 The phases every client answers without the algorithm's code, the record and node-config
 keys, the client id a reply carries (:func:`client_id_of`) and the split of a reply's
 metrics into scalars and arrays (:func:`split_metrics`). The client adapter
-(:mod:`flwr_clustering.clients.base`), the strategies, secure aggregation
+(:mod:`flwr_clustering.clients.handlers`), the strategies, secure aggregation
 (:mod:`flwr_clustering.secure`) and the legacy adapter import them from here, so none of
 them imports another for a name.
 """
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: Error code of a reply built from a client exception
-#: (:func:`~flwr_clustering.clients.base.handle_train` and its siblings).
+#: (:func:`~flwr_clustering.clients.handlers.handle_train` and its siblings).
 CLIENT_ERROR_CODE = 1
 
 #: Node-config key of the file where a node writes the labels of its rows at the end of a run.
@@ -59,13 +59,13 @@ RAW_ROWS_KEY = "allow-raw-rows"
 DP_MAX_EPSILON_KEY = "dp-max-epsilon"
 
 #: The library's ``QUERY`` phase (round 0) where every client tells where its data came
-#: from; :func:`~flwr_clustering.clients.base.handle_query` answers it for any client,
+#: from; :func:`~flwr_clustering.clients.handlers.handle_query` answers it for any client,
 #: without the algorithm's code.
 DATA_SOURCE_PHASE = "data-source"
 #: The federated evaluation under secure aggregation (a ``TRAIN`` message: SecAgg+'s).
 SECURE_EVALUATE_PHASE = "secure-evaluate"
 #: The library's phase (round 0) where every client sends its per-feature sums for the
-#: federation's scaling (:func:`~flwr_clustering.clients.base.feature_moments_arrays`),
+#: federation's scaling (:func:`~flwr_clustering.clients.statistics.feature_moments_arrays`),
 #: answered without the algorithm.
 FEATURE_MOMENTS_PHASE = "feature-moments"
 #: Phase of the unit check under secure aggregation (round 0, after ``feature-moments``):
@@ -79,7 +79,7 @@ CATEGORIES_PHASE = "categories"
 #: The library's phases after the last round (:mod:`flwr_clustering.strategies.split_check`):
 #: per-cluster scatter, histograms along each cluster's main axis, and a Lloyd round of
 #: the refinement; answered without the algorithm
-#: (:func:`~flwr_clustering.clients.base.split_check_arrays`).
+#: (:func:`~flwr_clustering.clients.statistics.split_check_arrays`).
 SPLIT_SCATTER_PHASE = "split-scatter"
 SPLIT_HISTOGRAM_PHASE = "split-histograms"
 REFINE_PHASE = "refine"

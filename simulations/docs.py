@@ -74,7 +74,7 @@ a client of your own. The page is generated from the registry
 ### Replies
 
 A reply is `Message(content, reply_to=msg)` with up to three records (the library builds it
-with `flwr_clustering.clients.base.pack_reply`):
+with `flwr_clustering.clients.pack_reply`):
 
 - `"metrics"`, a `MetricRecord`: the scalars. Always `num-examples` (int, local rows) and
   `client-id` (int), then the phase's metrics (booleans as 0/1).
@@ -133,7 +133,7 @@ scale). The contract's cost per message is tens of microseconds to about 2 ms
 ### Client ids and order
 
 The `client-id` metric is the client's stable id: its `partition-id` in a simulation, else
-its node id (`flwr_clustering.clients.base.client_id_of`). The server sorts the valid replies
+its node id (`flwr_clustering.clients.client_id_of`). The server sorts the valid replies
 by client id before it aggregates, so a run's result does not depend on the order in which
 replies arrive. Client ids must be unique. A node that claims a client id another node held
 earlier in the run is the liar: its reply is dropped, with a WARNING naming both nodes, and
@@ -215,8 +215,13 @@ the error reply as above. An own `ClientApp` around FKM's client, reading its ow
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from flwr_clustering.clients import FedKMeansClient, handle_evaluate, handle_query, handle_train
-from flwr_clustering.clients.base import client_id_of
+from flwr_clustering.clients import (
+    FedKMeansClient,
+    client_id_of,
+    handle_evaluate,
+    handle_query,
+    handle_train,
+)
 
 app = ClientApp()
 
@@ -244,7 +249,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 Without the ready-made handler, a train handler is the wire form above, spelled out:
 
 ```python
-from flwr_clustering.clients.base import pack_reply
+from flwr_clustering.clients import pack_reply
 
 
 @app.train()

@@ -46,10 +46,14 @@ def datasets() -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
 
 
 def lying_moments(case: str, feature: int):
-    """``clients.base.feature_moments_arrays`` as client :data:`LIAR` answers in ``case``."""
-    import flwr_clustering.clients.base as client_base
+    """``clients.statistics.feature_moments_arrays`` as client :data:`LIAR` answers in ``case``.
 
-    honest = client_base.feature_moments_arrays
+    Patched where the library's ``feature-moments`` handler
+    (:mod:`flwr_clustering.clients.phases`) calls it.
+    """
+    import flwr_clustering.clients.phases as client_phases
+
+    honest = client_phases.feature_moments_arrays
 
     def reply(client, config):
         arrays = honest(client, config)
@@ -61,7 +65,7 @@ def lying_moments(case: str, feature: int):
         arrays[2][feature] *= FACTOR * FACTOR
         return arrays
 
-    return mock.patch.object(client_base, "feature_moments_arrays", reply)
+    return mock.patch.object(client_phases, "feature_moments_arrays", reply)
 
 
 def run_one(parts, ys, k: int, case: str, feature: int, robust: bool, seed: int):

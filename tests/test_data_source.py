@@ -14,9 +14,10 @@ import pytest
 
 from flwr_clustering.app.client_app import app as client_app
 from flwr_clustering.app.server_app import run_server
-from flwr_clustering.clients.base import DATA_SOURCE_PHASE, data_hash
+from flwr_clustering.clients.integrity import data_hash
 from flwr_clustering.data.local_file import save_local_file
 from flwr_clustering.data.registry import load_partition
+from flwr_clustering.protocol import DATA_SOURCE_PHASE
 from flwr_clustering.strategies.base import ClusteringStrategy
 from flwr_clustering.testing import InProcessGrid
 

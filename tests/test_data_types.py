@@ -19,7 +19,8 @@ from flwr_clustering import FederatedClustering, load_model
 from flwr_clustering.__main__ import main
 from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
-from flwr_clustering.clients.base import ClusteringClient, columns_record
+from flwr_clustering.clients.base import ClusteringClient
+from flwr_clustering.clients.statistics import columns_record
 from flwr_clustering.data.local_file import read_local_file
 from flwr_clustering.data.schema import (
     CONTINUOUS_LEVELS,

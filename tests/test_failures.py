@@ -236,7 +236,7 @@ def test_a_failing_client_is_named_with_its_reason(log):
     assert str(info.value) == (
         "round 2 train: only 2 valid replies, fewer than min_nodes=3; dropped: client 1 "
         f"(node 101) failed: {said}")
-    node_side = [r for r in log.records if r.name == "flwr_clustering.clients.base"
+    node_side = [r for r in log.records if r.name == "flwr_clustering.clients.handlers"
                  and r.levelno >= logging.WARNING]
     # (each record twice: the fixture's handler and caplog's own)
     assert {r.getMessage() for r in node_side} == {"client 1: disk on fire (RuntimeError)"}
@@ -346,7 +346,7 @@ def test_a_missing_data_path_is_logged_on_the_node_and_named_by_the_server(tmp_p
     said = f"client 2: data-path '{tmp_path / 'site2.npy'}' of the node config: no such file"
     # the SuperNode logs it (its ClientApp's warning) ...
     node_side = [r.getMessage() for r in log.records
-                 if r.name == "flwr_clustering.clients.base"]
+                 if r.name == "flwr_clustering.clients.handlers"]
     assert f"{said} (FileNotFoundError)" in node_side
     # ... and the server names the client and its node
     assert f"round 1 train: client 2 (node 102) failed: {said}" in log.text

@@ -364,16 +364,16 @@ def test_a_client_lying_in_the_scores_is_dropped_with_a_reason(lie, caplog):
                 out[2][0] = np.nan
         return out
 
-    import flwr_clustering.clients.base as base
+    import flwr_clustering.clients.phases as phases
 
-    base.score_arrays, saved = lying, base.score_arrays
+    phases.score_arrays, saved = lying, phases.score_arrays
     try:
         search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)],
                                  min_nodes=N - 1, split_check=False)
         with caplog.at_level("WARNING"):
             search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
     finally:
-        base.score_arrays = saved
+        phases.score_arrays = saved
     assert "dropping reply of client 0" in caplog.text and "k-moments" in caplog.text
     # the scores hold the three honest clients' rows only, and the run says so
     assert all(s["rows"] < 800 for s in search.candidate_scores)

@@ -172,12 +172,12 @@ def test_a_dp_run_skips_the_check_and_says_why():
 
 
 def test_a_failing_check_keeps_the_finished_model(monkeypatch):
-    from flwr_clustering.clients import base
+    from flwr_clustering.clients import phases
 
     def broken(*args, **kwargs):
         raise RuntimeError("broken on purpose")
 
-    monkeypatch.setattr(base, "split_check_arrays", broken)
+    monkeypatch.setattr(phases, "split_check_arrays", broken)
     data = _data()
     s = KFed(10, min_nodes=5, seed=0, refine_rounds=4)
     s.start(grid=InProcessGrid(_app(data, KFedClient), 5))

@@ -85,15 +85,31 @@ def _imports_of(module: str) -> set[str]:
     return _imported(module, known[module], known)
 
 
+#: The client adapter's modules: the handlers and what answers a message below them.
+CLIENT_ADAPTER_MODULES = ("handlers", "phases", "statistics", "integrity", "messages",
+                          "labels", "candidates", "errors")
+
+
 def test_the_client_adapter_knows_neither_the_legacy_adapter_nor_secure_aggregation():
-    below = _imports_of("flwr_clustering.clients.base")
-    assert not below & {"flwr_clustering.legacy", "flwr_clustering.secure",
-                        "flwr_clustering.clients.adapter"}
-    assert not any(m.startswith("flwr_clustering.strategies") for m in below)
+    for name in ("base", *CLIENT_ADAPTER_MODULES):
+        below = _imports_of(f"flwr_clustering.clients.{name}")
+        assert not below & {"flwr_clustering.legacy", "flwr_clustering.secure",
+                            "flwr_clustering.clients.adapter",
+                            "flwr_clustering.clients.legacy"}, name
+        assert not any(m.startswith("flwr_clustering.strategies") for m in below), name
     # the plugins sit above what they wrap: the ClientApp builder composes the two
-    assert {"flwr_clustering.clients.base", "flwr_clustering.secure"} <= _imports_of(
+    assert {"flwr_clustering.clients.handlers", "flwr_clustering.secure"} <= _imports_of(
         "flwr_clustering.clients.adapter")
-    assert "flwr_clustering.clients.base" not in _imports_of("flwr_clustering.secure")
+    assert not any(m.startswith("flwr_clustering.clients")
+                   for m in _imports_of("flwr_clustering.secure"))
+
+
+def test_the_client_base_imports_nothing_that_answers_a_message():
+    """The client base is below the adapter: the adapter answers with any NumPyClient."""
+    below = _imports_of("flwr_clustering.clients.base")
+    assert not below & {f"flwr_clustering.clients.{m}" for m in CLIENT_ADAPTER_MODULES}
+    assert "flwr_clustering.clients.base" not in set().union(
+        *(_imports_of(f"flwr_clustering.clients.{m}") for m in CLIENT_ADAPTER_MODULES))
 
 
 def test_the_declarations_and_the_registry_import_no_strategy_and_strategies_no_client():

@@ -178,6 +178,6 @@ def test_model_records_hold_what_the_algorithm_needs():
 def _app(parts):
     from flwr_clustering.clients import DGCClient
     from flwr_clustering.clients import client_app as adapter
-    from flwr_clustering.clients.base import client_id_of
+    from flwr_clustering.protocol import client_id_of
 
     return adapter(lambda ctx: DGCClient(parts[client_id_of(ctx)], client_id=client_id_of(ctx)))

@@ -17,7 +17,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.metrics import adjusted_rand_score
 
-import flwr_clustering.clients.base as client_base
+import flwr_clustering.clients.phases as client_phases
 from flwr_clustering import FederatedClustering, registry
 from flwr_clustering.data.registry import split_arrays
 from flwr_clustering.data.schema import (
@@ -181,7 +181,7 @@ def test_honest_splits_set_no_site_aside_and_keep_the_plain_scaling(name, loader
 def _lying_moments(monkeypatch, liar: int, feature: int, factor: float = 1e6):
     """Client ``liar``'s feature-moments reply: the sum of squares of ``feature`` x factor**2
     (a consistent reply: it passes sumsq >= sum**2 / count)."""
-    honest = client_base.feature_moments_arrays
+    honest = client_phases.feature_moments_arrays
 
     def lying(client, config):
         arrays = honest(client, config)
@@ -190,7 +190,7 @@ def _lying_moments(monkeypatch, liar: int, feature: int, factor: float = 1e6):
             arrays[2][feature] *= factor * factor
         return arrays
 
-    monkeypatch.setattr(client_base, "feature_moments_arrays", lying)
+    monkeypatch.setattr(client_phases, "feature_moments_arrays", lying)
 
 
 def _wine_sites(seed=2):

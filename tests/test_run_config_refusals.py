@@ -27,9 +27,9 @@ from flwr_clustering.app.paths import (
     check_run_config_paths,
 )
 from flwr_clustering.app.server_app import RunRefused, run_server
-from flwr_clustering.clients.base import FEATURE_MOMENTS_PHASE
 from flwr_clustering.data.local_file import save_local_file
 from flwr_clustering.data.registry import load_partition
+from flwr_clustering.protocol import FEATURE_MOMENTS_PHASE
 from flwr_clustering.strategies.base import ClusteringStrategy
 from flwr_clustering.strategies.fkm import FedKMeans
 from flwr_clustering.testing import InProcessGrid

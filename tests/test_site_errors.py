@@ -101,7 +101,7 @@ def test_a_sites_error_reaches_the_server_without_the_cell(case, tmp_path, log):
         assert str(tmp_path) not in text_out  # the file by its name, not the site's folders
     # the site's own log keeps the whole message, with the cell
     node_side = [r.getMessage() for r in log.records
-                 if r.name == "flwr_clustering.clients.base" and r.levelno == logging.WARNING]
+                 if r.name == "flwr_clustering.clients.handlers" and r.levelno == logging.WARNING]
     assert node_side and all(value in m and str(tmp_path / "site2.csv") in m
                              for m in node_side), node_side
 
@@ -181,7 +181,7 @@ def test_the_handler_sends_the_public_message_and_logs_the_detail(tmp_path, log)
         "client 5: ward7.csv: non-numeric value in column 'age' (data row 2, 1-based), 1 "
         "such cell(s): a column of numbers holds text; fix or empty those cells, or leave "
         "the column out of the features")
-    logged = [r.getMessage() for r in log.records if r.name == "flwr_clustering.clients.base"]
+    logged = [r.getMessage() for r in log.records if r.name == "flwr_clustering.clients.handlers"]
     assert any("'Jane Doe'" in m and str(path) in m for m in logged), logged
 
 
@@ -400,7 +400,7 @@ def test_a_site_of_text_columns_only_is_refused_by_the_schema_not_by_its_hash(tm
     the data-source reply with 'memoryview: cannot cast view ...'."""
     from flwr_clustering.app.client_app import app as client
     from flwr_clustering.app.server_app import run_server
-    from flwr_clustering.clients.base import data_hash
+    from flwr_clustering.clients.integrity import data_hash
     from flwr_clustering.data.schema import SchemaError
 
     X = np.arange(6.0).reshape(3, 2)

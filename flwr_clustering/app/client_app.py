@@ -21,11 +21,12 @@ from flwr.app import Context
 
 from .. import registry
 from ..clients import client_app
-from ..clients.base import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, ClusteringClient, client_id_of
+from ..clients.base import ClusteringClient
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, feature_names, load_partition
 from ..data.schema import FeatureTable, SiteDataError
 from ..log import configure_console, hide_actor_termination
+from ..protocol import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, client_id_of
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
 from .data_source import NO_DATA_PATH
 
@@ -192,7 +193,7 @@ def client_fn(context: Context) -> ClusteringClient:
     elif np.ndim(X) == 2:  # (not images)
         client.feature_table = FeatureTable(np.asarray(X),
                                             feature_names(str(cfg["dataset"])) or ())
-    # told to the server in the library's data-source phase (clients.base.DATA_SOURCE_PHASE)
+    # told to the server in the library's data-source phase (protocol.DATA_SOURCE_PHASE)
     client.data_source = source
     client.allow_raw_rows = node_flag(context.node_config, RAW_ROWS_KEY,
                                       default=not source["local"])

@@ -1,7 +1,7 @@
 """Where the clients' data came from: the App's check before round 1.
 
 The ServerApp sends one ``QUERY`` message per node in round 0, phase ``data-source``
-(:data:`~flwr_clustering.clients.base.DATA_SOURCE_PHASE`), answered by the library for every
+(:data:`~flwr_clustering.protocol.DATA_SOURCE_PHASE`), answered by the library for every
 client without the algorithm's code. Each client replies ``data-local`` (1 local file, 0
 partition of a built-in dataset, -1 not said), its rows, features and a hash of its rows.
 
@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..clients.base import DATA_SOURCE_PHASE, data_hash
+from ..clients.integrity import data_hash
 from ..data.registry import load_partition
 from ..log import logger
+from ..protocol import DATA_SOURCE_PHASE
 from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 

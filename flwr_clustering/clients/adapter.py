@@ -1,6 +1,6 @@
 """The Message-API ClientApp of our NumPyClients: the client adapter with its plugins.
 
-:func:`client_app` composes the client adapter (:mod:`flwr_clustering.clients.base`: one
+:func:`client_app` composes the client adapter (:mod:`flwr_clustering.clients.handlers`: one
 handler per message type) with secure aggregation's mod
 (:func:`flwr_clustering.secure.secure_aggregation_mod`), which sits above the adapter: the
 adapter does not know it.
@@ -15,7 +15,7 @@ from flwr.client import NumPyClient
 from flwr.clientapp import ClientApp
 
 from ..secure import secure_aggregation_mod
-from .base import handle_evaluate, handle_query, handle_train
+from .handlers import handle_evaluate, handle_query, handle_train
 
 __all__ = ["client_app"]
 

@@ -8,8 +8,27 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..algorithms.fkm import FKMOptions, fkm_client_init, fkm_client_update
+from ..algorithms.dp_lloyd import (
+    client_noise_rng,
+    dp_candidate_stats,
+    dp_client_stats,
+    dp_moment_stats,
+    dp_noise_plan,
+    moments_sensitivity,
+    sensitivity,
+)
+from ..algorithms.ffcm import feature_moments
+from ..algorithms.fkm import FKMOptions, dense_totals, fkm_client_init, fkm_client_update
+from ..algorithms.fkm_partial import (
+    check_partial_data,
+    fkm_partial_client_update,
+    partial_dense_totals,
+    partial_distance_blocks,
+    partial_labels,
+    partial_moments,
+)
 from ..algorithms.lloyd import FLOAT_DTYPES, client_rng
+from ..evaluation import evaluation_stats_from_blocks
 from .base import ClusteringClient
 
 __all__ = ["FedKMeansClient"]
@@ -28,8 +47,6 @@ def _client_sigma(options: FKMOptions, clients: int, phase: str) -> float:
     ``phase``'s noise multiplier in :func:`~flwr_clustering.algorithms.dp_lloyd.dp_noise_plan`
     times its sensitivity, over ``sqrt(m)``; 0 with central placement.
     """
-    from ..algorithms.dp_lloyd import dp_noise_plan, moments_sensitivity, sensitivity
-
     if options.dp_placement == "central":
         return 0.0
     plan = dp_noise_plan(options.dp_epsilon, options.dp_delta, options.round_cap(),
@@ -96,8 +113,6 @@ class FedKMeansClient(ClusteringClient):
         """The base's checks; under partial FKM NaN is a missing cell (inf never)."""
         if not self.partial:
             return super().validated(X)
-        from ..algorithms.fkm_partial import check_partial_data
-
         X = check_partial_data(X, name=f"client {self.client_id} data")
         return np.ascontiguousarray(X, dtype=self.dtype)
 
@@ -109,9 +124,6 @@ class FedKMeansClient(ClusteringClient):
         """
         if not self.partial:
             return super().local_stats(C, config)
-        from ..algorithms.fkm_partial import partial_distance_blocks
-        from ..evaluation import evaluation_stats_from_blocks
-
         n_classes = int(config["n-classes"]) if config.get("n-classes") else None
         stats, _ = evaluation_stats_from_blocks(
             partial_distance_blocks(self.X, C), len(self.X), len(C), self.y, n_classes)
@@ -121,8 +133,6 @@ class FedKMeansClient(ClusteringClient):
         """The base's labels; partial FKM's nearest centre on each row's observed features."""
         if not self.partial:
             return super().local_labels(parameters, config)
-        from ..algorithms.fkm_partial import partial_labels
-
         return partial_labels(self.X, self.centroids_from(parameters))
 
     def _partial_phase(self, phase: str) -> None:
@@ -177,13 +187,6 @@ class FedKMeansClient(ClusteringClient):
                 metrics["raw-rows"] = int(len(upload.means))
         elif phase in self.dp_phases:
             # differentially private federated Lloyd: clipped rows, noisy statistics
-            from ..algorithms.dp_lloyd import (
-                client_noise_rng,
-                dp_candidate_stats,
-                dp_client_stats,
-                dp_moment_stats,
-            )
-
             sigma = _client_sigma(options, int(config["dp-clients"]), phase)
             rng = client_noise_rng(int(config.get("seed", 0)), self.client_id,
                                    int(config.get("dp-round", 0)), phase)
@@ -213,28 +216,20 @@ class FedKMeansClient(ClusteringClient):
             if len(self.X) < options.privacy_threshold:
                 d = self.X.shape[1]
                 return [np.zeros(1), np.zeros(d), np.zeros(d)], len(self.X), {}
-            from ..algorithms.ffcm import feature_moments
-
             n, total, sumsq = feature_moments(self.X)
             return [np.array([float(n)]), total, sumsq], len(self.X), {}
         elif phase == "secure-update":
             # federated Lloyd under secure aggregation: the same upload, as dense totals
-            from ..algorithms.fkm import dense_totals
-
             C = self.centroids_from(parameters)
             upload = fkm_client_update(self.X, C, **opts)
             return list(dense_totals(upload, len(C), C.shape[1])), len(self.X), {}
         elif phase in ("partial-moments", "secure-partial-moments"):
             # partial FKM's start: per feature, the count, sum and sum of squares of the
             # observed values (a feature seen in fewer than privacy-threshold rows: zeros)
-            from ..algorithms.fkm_partial import partial_moments
-
             self._partial_phase(phase)
             arrays = list(partial_moments(self.X, options.privacy_threshold))
             return arrays, len(self.X), {}
         elif phase in ("partial-update", "secure-partial-update"):
-            from ..algorithms.fkm_partial import fkm_partial_client_update, partial_dense_totals
-
             self._partial_phase(phase)
             C = self.centroids_from(parameters)
             if phase == "partial-update" and config.get("evaluate", True):

@@ -4,7 +4,9 @@ The client half of :mod:`flwr_clustering.legacy`: legacy metrics hold scalars on
 array-valued statistics travel as ``np.save`` bytes under keys prefixed by
 :data:`ARRAY_PREFIX`, and the client id goes along as ``"client-id"``.
 :meth:`ClusteringClient.to_client <flwr_clustering.clients.base.ClusteringClient.to_client>`
-returns :func:`legacy_client`; the server side is :class:`flwr_clustering.legacy.LegacyStrategy`.
+(:func:`to_client`, defined here and set on the client base by this module, which the
+package ``flwr_clustering.clients`` imports) returns :func:`legacy_client`; the server side
+is :class:`flwr_clustering.legacy.LegacyStrategy`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from flwr.client import Client, NumPyClient
 from flwr.common import Scalar, bytes_to_ndarray, ndarray_to_bytes
 
 from ..protocol import split_metrics
+from .base import ClusteringClient
 from .errors import error_reasons
 
-__all__ = ["ARRAY_PREFIX", "LegacyClient", "decode_metrics", "encode_metrics", "legacy_client"]
+__all__ = ["ARRAY_PREFIX", "LegacyClient", "decode_metrics", "encode_metrics", "legacy_client",
+           "to_client"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,3 +177,18 @@ def legacy_client(client: NumPyClient, client_id: int | None = None) -> Client:
         The client, with array metrics encoded (:func:`encode_metrics`).
     """
     return NumPyClient.to_client(LegacyClient(client, client_id))
+
+
+def to_client(self: ClusteringClient) -> Client:
+    """Return a legacy ``flwr.client.Client`` (see :mod:`flwr_clustering.legacy`).
+
+    :meth:`ClusteringClient.to_client`: array-valued metrics travel as ``np.save`` bytes,
+    with ``"client-id"``; pair it with :class:`flwr_clustering.legacy.LegacyStrategy` on
+    the server.
+    """
+    return legacy_client(self)
+
+
+# Flower's way to a legacy client is a method of the client: the legacy API's one method
+# on our clients is set here, so that the client base does not import the legacy client
+ClusteringClient.to_client = to_client

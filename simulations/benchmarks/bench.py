@@ -650,7 +650,7 @@ def _cmd_rounds(args: argparse.Namespace) -> int:
 # ============================================================================ in-process
 #: Functions whose cumulative time ``inprocess`` reports: (label, file suffix, function).
 INPROCESS_ITEMS = (
-    ("ClientApp handler, all clients (adapter + client)", "clients/base.py", "_handle"),
+    ("ClientApp handler, all clients (adapter + client)", "clients/handlers.py", "_handle"),
     ("client: FedKMeansClient.fit", "clients/fkm.py", "fit"),
     ("client: EchoClient.fit", "benchmarks/echo.py", "fit"),
     ("client: local_evaluation_stats (the 'evaluate' stats)", "metrics.py",

@@ -182,7 +182,7 @@ DGC_PROFILE_ITEMS = (
     ("grid: InProcessGrid.send_and_receive (all node work + copies)", "flwr_clustering/testing.py",
      "send_and_receive"),
     ("grid: copy.deepcopy of every delivered message", "copy.py", "deepcopy"),
-    ("ClientApp handler, all nodes (adapter + client)", "clients/base.py", "_handle"),
+    ("ClientApp handler, all nodes (adapter + client)", "clients/handlers.py", "_handle"),
     ("client: client_fn (cached partition, client object)", "app/client_app.py", "client_fn"),
     ("client: DGCClient.fit", "clients/dgc.py", "fit"),
     ("client: node_update (the algorithm's step)", "algorithms/dgc.py", "node_update"),
