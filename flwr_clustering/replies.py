@@ -31,7 +31,7 @@ class Reply:
         Scalars and arrays together: the evaluation statistics, if any.
     columns : dict or None
         The ``columns`` record of a ``data-source`` reply (names and kinds of the client's
-        columns, :func:`~flwr_clustering.clients.base.columns_record`), else ``None``.
+        columns, :func:`~flwr_clustering.clients.statistics.columns_record`), else ``None``.
     """
 
     client_id: int

@@ -112,7 +112,7 @@ def evaluation_stats(totals: SecureSum, *, profile: bool, row_moments: bool
     Parameters
     ----------
     totals : SecureSum
-        The sums of :func:`~flwr_clustering.clients.base.secure_evaluation_arrays`.
+        The sums of :func:`~flwr_clustering.clients.statistics.secure_evaluation_arrays`.
     profile : bool
         Whether the clients added the per-cluster sums of squared residuals.
     row_moments : bool

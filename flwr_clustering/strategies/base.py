@@ -1094,7 +1094,7 @@ class ClusteringStrategy(Strategy):
                           config: ConfigRecord | None, timeout: float) -> dict[str, float]:
         """The federated evaluation's statistics, summed under secure aggregation.
 
-        One secure exchange (:func:`~flwr_clustering.clients.base.secure_evaluation_arrays`):
+        One secure exchange (:func:`~flwr_clustering.clients.statistics.secure_evaluation_arrays`):
         the server learns the federation's rows, SSE, silhouette sum, cluster counts, sum
         and sum of squares of the rows, per-cluster residual sums and (with ``n-classes``
         in ``config`` and labels on every client) the contingency table, never one

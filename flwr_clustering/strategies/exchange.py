@@ -49,7 +49,7 @@ from ..replies import Collected, NodeBook, Reply
 from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
 from .ledger import Ledger, ledger_entry, min_count
 
-#: How our clients' error replies start (:func:`flwr_clustering.clients.base._handle`).
+#: How our clients' error replies start (:func:`flwr_clustering.clients.handlers._handle`).
 _CLIENT_PREFIX = re.compile(r"client (\d+)\b")
 #: The same error wrapped by Flower's legacy client runtime: "... RuntimeError('client 3: ...".
 _CLIENT_WRAPPED = re.compile(r"\(['\"]client (\d+): ")
