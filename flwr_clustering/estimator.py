@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import registry  # the declarations only: no strategy, no client, no Flower
 from .algorithms.choose_k import DEFAULT_RULE
 from .log import quiet
+from .run_options import RunOptions
 
 __all__ = ["FederatedClustering", "default_min_nodes"]
 
@@ -505,16 +506,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         registry.get(self.algorithm)  # ValueError naming the registered algorithms
         _check_option_names(self.algorithm, self.algorithm_options)
         min_nodes = (default_min_nodes(self.algorithm, n_clients) if self.min_nodes is None
-                     else self.min_nodes)
-        if isinstance(min_nodes, bool) or not isinstance(min_nodes, numbers.Integral):
-            raise ValueError(f"min_nodes must be an int or None, got {min_nodes!r}")
-        if not 1 <= min_nodes <= n_clients:
+                     else _plain(self.min_nodes))
+        # the strategy's rule and words (RunOptions), then the estimator's own bound
+        min_nodes = RunOptions.from_config({"min-nodes": min_nodes}).min_nodes
+        if min_nodes > n_clients:
             raise ValueError(f"min_nodes must be between 1 and the number of clients "
                              f"({n_clients}), got {min_nodes}")
         fields = _option_fields(self.algorithm)
         spec = registry.get(self.algorithm)
         run_config = {"algorithm": self.algorithm, "k": _plain(self.n_clusters),
-                      "seed": seed, "min-nodes": int(min_nodes),
+                      "seed": seed, "min-nodes": min_nodes,
                       "early-stop": _plain(self.early_stop),
                       # merged_config checks the value against the App's choices
                       "scaling": _plain(self.scaling),

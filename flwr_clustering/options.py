@@ -19,6 +19,7 @@ differs between them). This module is pure Python: no Flower, no NumPy.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import typing
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -87,38 +88,46 @@ def _kebab(name: str) -> str:
 
 
 @cache
-def _types(cls: type) -> dict[str, type]:
+def _types(cls: type) -> dict[str, tuple[type, bool]]:
+    """Every field's scalar type, and whether it may be ``None`` (``str | None``)."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
-        tp = hints[f.name]
+        tp, nullable = hints[f.name], False
+        args = typing.get_args(tp)
+        if len(args) == 2 and type(None) in args:  # X | None: a constructor's "not given"
+            tp, nullable = next(a for a in args if a is not type(None)), True
         if tp not in _SCALARS:
-            raise TypeError(f"{cls.__name__}.{f.name}: options are bool, int, float or str, "
-                            f"got {tp!r}")
-        out[f.name] = tp
+            raise TypeError(f"{cls.__name__}.{f.name}: options are bool, int, float or str "
+                            f"(or one of them | None), got {hints[f.name]!r}")
+        out[f.name] = (tp, nullable)
     return out
 
 
-def _coerce(cls_name: str, key: str, tp: type, value: Any) -> Any:
+def _coerce(name: str, tp: type, value: Any, where: str) -> Any:
     """Return ``value`` as ``tp`` or raise a ``ValueError`` that names the option."""
+    # numbers.Integral/Real: NumPy's scalars too (a seed or a count from an array)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, int) and value in (0, 1):  # ConfigRecord/TOML ints
+        if getattr(getattr(value, "dtype", None), "kind", "") == "b" and not getattr(
+                value, "shape", ()):  # NumPy's bool scalar
+            return bool(value)
+        if isinstance(value, numbers.Integral) and value in (0, 1):  # ConfigRecord/TOML ints
             return bool(value)
     elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
     elif tp is str:
         if isinstance(value, str):
             return value
     kind = {int: "an integer", bool: "true or false", float: "a number", str: "a string"}[tp]
-    raise ValueError(f"{key} must be {kind}, got {value!r} ({cls_name})")
+    raise ValueError(f"{name} must be {kind}, got {value!r}{where}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +145,18 @@ class Options:
 
     def __post_init__(self) -> None:
         """Coerce every field to its type, resolve ``auto`` and validate."""
-        types = _types(type(self))
         for f in dataclasses.fields(self):
+            tp, nullable = _types(type(self))[f.name]
             meta, name = f.metadata, f.name
-            where = f" (run-config key {self.key_of(f)!r})"
-            if getattr(self, name) is None and f.default == 0 and types[name] is int:
-                object.__setattr__(self, name, 0)  # None: "the default", as 0
-            value = _coerce(type(self).__name__, name, types[name], getattr(self, name))
-            if meta.get("auto") is not None and value == 0 and types[name] is not bool:
+            where = (f" (run-config key {self.key_of(f)!r})"
+                     if meta.get("run_config", True) else "")
+            if getattr(self, name) is None:
+                if nullable:  # "not given" (a run config cannot hold None)
+                    continue
+                if f.default == 0 and tp is int:
+                    object.__setattr__(self, name, 0)  # None: "the default", as 0
+            value = _coerce(name, tp, getattr(self, name), where)
+            if meta.get("auto") is not None and value == 0 and tp is not bool:
                 value = meta["auto"]
             if meta.get("choices") is not None and value not in meta["choices"]:
                 raise ValueError(f"{name} must be one of {list(meta['choices'])}, got "
@@ -154,7 +167,7 @@ class Options:
             if meta.get("maximum") is not None and value > meta["maximum"]:
                 raise ValueError(f"{name} must be at most {meta['maximum']}, got "
                                  f"{value!r}{where}")
-            if (types[name] is int and meta.get("maximum") is None
+            if (tp is int and meta.get("maximum") is None
                     and self.int_ceiling is not None and value > self.int_ceiling):
                 raise ValueError(f"{name} must be at most {self.int_ceiling}, got {value!r}"
                                  f"{where}: no option needs more, and a larger value would "

@@ -65,7 +65,8 @@ def test_categorical_scales_refuses_what_does_not_fit(shares, levels):
 
 
 def test_an_unknown_weight_is_refused_naming_the_choices():
-    with pytest.raises(ValueError, match="balanced, standard"):
+    with pytest.raises(ValueError, match=r"categorical_weight must be one of \['balanced', "
+                                         r"'standard'\], got 'equal'"):
         FeatureOptions("standard", categorical_weight="equal")
 
 

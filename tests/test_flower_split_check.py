@@ -156,7 +156,8 @@ def test_refine_rounds_is_refused_where_it_does_not_apply():
             cls(3, refine_rounds=3)
     with pytest.raises(ValueError, match="differential privacy"):
         FedKMeans(3, server_update="lloyd", dp_epsilon=1.0, data_bound=10.0, refine_rounds=3)
-    with pytest.raises(ValueError, match="non-negative integer"):
+    with pytest.raises(ValueError, match=r"refine_rounds must be at least 0, got -1 \(run-config "
+                                         r"key 'refine-rounds'\)"):
         KFed(3, refine_rounds=-1)
 
 

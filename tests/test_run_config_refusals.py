@@ -187,7 +187,7 @@ def test_an_unknown_key_names_the_nearest_known_one(tmp_path, caplog):
 
 @pytest.mark.parametrize("extra, match", [
     ({"secure-aggregation": True, "secagg-threshold": 1.5},
-     r"secagg_threshold must be at most 1.0, got 1.5 \(run-config key 'secagg-threshold'\)"),
+     r"secagg_threshold must lie in \(0, 1\], got 1.5 \(run-config key 'secagg-threshold'\)"),
     ({"secure-aggregation": True, "algorithm": "kfed"},
      "secure-aggregation=true: kfed's server step"),
 ])

@@ -21,12 +21,10 @@ import numpy as np
 
 from .. import registry
 from ..algorithms.choose_k import DEFAULT_RULE, RULES
-from ..data.schema import CATEGORICAL_WEIGHTS, MISSING, SCALINGS
 from ..data.shapes import SHAPES
 from ..options import Options, option
-from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
+from ..run_options import RunOptions, is_auto_k
 from ..strategies.choose_k import search_problem, search_strategy
-from ..strategies.features import UNIT_CHECKS
 
 __all__ = [
     "AppOptions",
@@ -43,11 +41,7 @@ __all__ = [
 
 
 def _k_auto(cfg: Mapping[str, Any]) -> bool:
-    return isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
-
-
-def _secure(cfg: Mapping[str, Any]) -> bool:
-    return bool(cfg.get("secure-aggregation"))
+    return is_auto_k(cfg.get("k"))
 
 
 def _built_in(cfg: Mapping[str, Any]) -> bool:
@@ -59,50 +53,24 @@ def _dataset(*names: str):
 
 
 @dataclass(frozen=True)
-class AppOptions(Options):
-    """The App's own run-config keys (all algorithms)."""
+class AppOptions(RunOptions):
+    """The App's run-config keys (all algorithms).
 
-    int_ceiling = None  # seeds are any integer; min-nodes is bounded by the federation
+    The strategy's own keys (``min-nodes``, ``seed``, ``scaling``, ``secagg-threshold``,
+    ...) are :class:`~flwr_clustering.run_options.RunOptions`, the declaration the
+    strategy's constructor checks its arguments with; this class adds the App's.
+    """
 
     algorithm: str = option("fkm", help="a registered algorithm, or 'module:ATTRIBUTE' of an "
                             "AlgorithmSpec")
-    min_nodes: int = option(2, minimum=1, help="nodes to wait for, and the fewest valid "
-                            "replies a round may aggregate (Flower's default federation "
-                            "has 2); others are left out and named. Use more than half "
-                            "of your sites; DGC needs every node")
-    seed: int = option(0, minimum=0, help="server and client random generators (an "
-                       "integer >= 0, NumPy's seeds)")
     out_dir: str = option("", help="results directory (absolute; empty: "
                           "~/flwr-clustering-results/<algorithm>-<time>)")
-    round_timeout: float = option(600.0, minimum=0.0, help="seconds to wait for the replies "
-                                  "of one round")
-    early_stop: bool = option(True, help="stop before the last round when the algorithm "
-                              "converges (its tol); false: run every round")
-    evaluate_every_round: bool = option(False, help="a federated evaluation after every "
-                                        "round (the final model is always evaluated)")
     resume_from: str = option("", help="continue the interrupted iterative run whose "
                               "out-dir (absolute) holds checkpoint.npz; empty: a new run")
     resume_changed_data: bool = option(False, help="resume-from: go on although a client's "
                                        "rows differ from the interrupted run's (warned and "
                                        "recorded; false: refused, naming the client)",
                                        when=lambda cfg: bool(cfg.get("resume-from")))
-    secure_aggregation: bool = option(False, help="the server receives only the sum of "
-                                      "the clients' replies (SecAgg+; "
-                                      f"{registry.secure_modes()}); see docs/privacy.md")
-    secagg_threshold: float = option(SECAGG_THRESHOLD, minimum=0.0, maximum=1.0, help="secure "
-                                     "aggregation: the fraction of a round's clients whose "
-                                     "key shares rebuild a key (the others may drop out)",
-                                     when=_secure)
-    secagg_keys: str = option(DEFAULT_SECAGG_KEYS, choices=SECAGG_KEYS,
-                              help="secure aggregation: run "
-                              "(keys agreed once per run, fresh masks per exchange: near a "
-                              "plain round's cost) or exchange (Flower's SecAgg+ as shipped, "
-                              "all four stages per exchange); see docs/privacy.md",
-                              when=_secure)
-    scaling: str = option("standard", choices=SCALINGS, help="scale the features across the "
-                          "sites before round 1, from the clients' sums: standard (z-scores), "
-                          "minmax ([0, 1]; not with secure aggregation) or none (warns when "
-                          "the spreads differ by more than 10x); see docs/data.md")
     feature_columns: str = option("", help="the federation's features, comma-separated, in "
                                   "this order (each site's other columns are ignored); empty: "
                                   "every column the sites share")
@@ -112,32 +80,6 @@ class AppOptions(Options):
                                       "comma-separated: one-hot encoded with the levels "
                                       "agreed across the sites (rarer than "
                                       "privacy-threshold: 'other')")
-    missing: str = option("auto", choices=MISSING, help="a missing (empty, NaN) cell of a "
-                          "numeric feature: mean (the federation's mean, from the scaling's "
-                          "sums), drop (the row is left out, labelled -1), partial (the row "
-                          "clustered on its observed features: masked algorithms, fkm with "
-                          "server-update='lloyd'), refuse; "
-                          "auto: partial for the masked algorithms, else mean; see "
-                          "docs/data.md")
-    unit_check: str = option("warn", choices=UNIT_CHECKS, help="a site whose feature looks "
-                             "recorded in other units than the other sites' (size and "
-                             "spread off by the same factor of about 16 or more; under "
-                             "secure aggregation each site flags itself): warn, refuse the "
-                             "run, or off")
-    categorical_weight: str = option("balanced", choices=CATEGORICAL_WEIGHTS,
-                                     help="with scaling='standard', the weight of a "
-                                     "categorical column: balanced (its one-hot features "
-                                     "together weigh like one standardised feature) or "
-                                     "standard (each one-hot feature standardised like a "
-                                     "measurement); see docs/data.md",
-                                     when=lambda cfg: bool(cfg.get("categorical-columns")))
-    robust_scaling: bool = option(False, help="scaling='standard': a site whose moments of "
-                                  "a numeric feature lie far from the median site's (its "
-                                  "rows' deviation from the sites' median mean over 10x the "
-                                  "median site's) is set aside from that feature's mean and "
-                                  "scale, and named; plain runs of 3 sites or more; see "
-                                  "docs/data.md",
-                                  when=lambda cfg: cfg.get("scaling", "standard") == "standard")
     datetime_columns: str = option("", help="date/time columns used as features, "
                                    "comma-separated: converted to seconds since "
                                    "1970-01-01 UTC at every site (an undeclared date "
@@ -148,13 +90,6 @@ class AppOptions(Options):
                          "the candidates' scores (the best simplified silhouette, "
                          "Calinski-Harabasz or Davies-Bouldin, or the SSE's knee); see "
                          "docs/choosing.md", when=_k_auto)
-    split_check: bool = option(True, help="after the last round, check from per-cluster "
-                               "sums whether a cluster looks like two groups (a poor local "
-                               "optimum, or k too small) and warn")
-    refine_rounds: int = option(0, minimum=0, help="refine the final model: up to this many "
-                                "federated Lloyd rounds, then split-and-merge repairs of "
-                                "clusters that look like two groups (kept where the SSE "
-                                f"falls); {registry.listing('refine')}")
 
 
 @dataclass(frozen=True)
@@ -197,7 +132,9 @@ class DataOptions(Options):
 
 def default_run_config() -> dict[str, Any]:
     """The complete default run config: App keys, data keys, every algorithm's keys."""
-    out = {**AppOptions.run_config_defaults(), **DataOptions.run_config_defaults()}
+    # the algorithm first (the reports list the keys in this order), then the App's keys
+    out = {"algorithm": AppOptions.algorithm, **AppOptions.run_config_defaults(),
+           **DataOptions.run_config_defaults()}
     for key, value in registry.run_config_defaults().items():
         if key in out and out[key] != value:
             raise ValueError(f"run-config key {key!r}: default {value!r} of an algorithm "
@@ -258,6 +195,8 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError("; ".join(_unknown_key(str(key), cfg) for key in unknown))
     cfg.update(run_config)
+    # the App's and the strategy's keys (RunOptions: the constructor's own rules and words)
+    AppOptions.from_config(cfg)
     ks = search_ks(cfg, spec)
     # a bad option value is an error here (k='auto': every option at the largest k)
     spec.options.from_config(cfg if ks is None else {**cfg, "k": ks[-1]},
@@ -270,7 +209,6 @@ def _merge(run_config: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"dtype={cfg['dtype']!r}: algorithm {spec.name!r} computes in "
                          f"float64 only (dtype float32: {', '.join(able)}); leave dtype "
                          "at 'float64'")
-    AppOptions.from_config(cfg)
     DataOptions.from_config(cfg)
     return cfg
 
@@ -349,7 +287,7 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
     can, and differential privacy.
     """
     spec = registry.get(str(cfg["algorithm"])) if spec is None else spec
-    auto = isinstance(cfg.get("k"), str) and cfg["k"].strip().lower() == "auto"
+    auto = is_auto_k(cfg.get("k"))
     starts = int(cfg.get("n-init", 0) or 0) if spec.capabilities.starts else 1
     if not auto and starts <= 1:
         return None
@@ -358,10 +296,11 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
         what = "k='auto'" if auto else f"n-init={starts}"
         raise ValueError(f"{what}: {problem}; k='auto' and n-init starts take "
                          f"{', '.join(registry.searchers())}")
-    if not auto:
-        return [int(cfg["k"])]
-    k_min, k_max = int(cfg["k-min"]), int(cfg["k-max"])
-    if not 1 <= k_min <= k_max or k_max > 1000:
+    if not auto:  # k parsed as the algorithm's options parse it
+        return [int(spec.options.from_config(cfg, run_config_only=True).k)]
+    app = AppOptions.from_config(cfg)  # k-min and k-max are each at least 1
+    k_min, k_max = app.k_min, app.k_max
+    if not k_min <= k_max <= 1000:
         raise ValueError(f"k='auto' needs 1 <= k-min <= k-max <= 1000, got k-min={k_min}, "
                          f"k-max={k_max}")
     return list(range(k_min, k_max + 1))
@@ -396,6 +335,11 @@ def results_dir(cfg: dict[str, Any]) -> Path:
     return path
 
 
+#: The App's comma-separated column lists, passed to the strategy as they are (its
+#: constructor also takes lists).
+_COLUMN_LISTS = ("feature_columns", "index_column", "categorical_columns", "datetime_columns")
+
+
 def build_strategy(cfg: dict[str, Any], **overrides: Any):
     """Build the strategy named by ``cfg["algorithm"]`` from a merged run config.
 
@@ -414,20 +358,10 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
     """
     app = AppOptions.from_config(cfg)
     spec = registry.get(app.algorithm)
-    base = dict(
-        min_nodes=app.min_nodes, seed=app.seed, round_timeout=app.round_timeout,
-        **{"early_stop": app.early_stop, "evaluate_every_round": app.evaluate_every_round,
-           "secure_aggregation": app.secure_aggregation,
-           "secagg_threshold": app.secagg_threshold, "secagg_keys": app.secagg_keys,
-           "scaling": app.scaling, "feature_columns": app.feature_columns,
-           "index_column": app.index_column,
-           "categorical_columns": app.categorical_columns,
-           "missing": app.missing, "unit_check": app.unit_check,
-           "categorical_weight": app.categorical_weight,
-           "datetime_columns": app.datetime_columns,
-           "robust_scaling": app.robust_scaling,
-           "split_check": app.split_check, "refine_rounds": app.refine_rounds,
-           **overrides})
+    # the strategy's run-config keys, as the declaration it checks them with lists them
+    base = {f.name: getattr(app, f.name)
+            for f in RunOptions.fields_by_key(run_config_only=True).values()}
+    base.update({name: getattr(app, name) for name in _COLUMN_LISTS}, **overrides)
     ks = search_ks(cfg, spec)
     if ks is None:
         return spec.build_strategy(cfg, **base)

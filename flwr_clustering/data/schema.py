@@ -1093,6 +1093,16 @@ def _scale_or_one(scale: np.ndarray) -> np.ndarray:
     return scale
 
 
+def _check_scaling(method: str) -> None:
+    """Refuse an unknown scaling: the data layer's one check of its name.
+
+    For a transform read from a message or a model file, and a direct call; a run's options
+    are checked by their declaration (:class:`flwr_clustering.run_options.RunOptions`).
+    """
+    if method not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {method!r}")
+
+
 def scaling_from_moments(
     method: str,
     count: np.ndarray,
@@ -1122,8 +1132,7 @@ def scaling_from_moments(
         On an unknown method, a feature without any value, or missing extremes for
         ``minmax``.
     """
-    if method not in SCALINGS:
-        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {method!r}")
+    _check_scaling(method)
     count = np.asarray(count, dtype=np.float64)
     d = count.shape[0]
     if method == "none":
@@ -1572,9 +1581,7 @@ class FeatureTransform:
         if stray:
             raise ValueError(f"date feature(s) {stray} are not among the transform's "
                              "numeric features")
-        if self.scaling not in SCALINGS:
-            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
-                             f"got {self.scaling!r}")
+        _check_scaling(self.scaling)
         d = len(self.features)
         if self.center or self.scale:
             if len(self.center) != d or len(self.scale) != d:

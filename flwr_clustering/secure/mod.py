@@ -81,6 +81,7 @@ from .sums import (
     decode_fixed,
     encode_fixed,
     neighbours,
+    secagg_threshold_problem,
     sum_error_bound,
 )
 
@@ -245,8 +246,8 @@ def secure_sum(grid, nodes: Sequence[int], arrays: Sequence[np.ndarray],
     nodes = sorted(int(n) for n in nodes)
     if len(nodes) < 2:
         raise ValueError(f"secure aggregation needs at least 2 clients, got {len(nodes)}")
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    if (problem := secagg_threshold_problem(threshold)) is not None:
+        raise ValueError(f"threshold {problem}, got {threshold}")
     base = digit_base(len(nodes))  # the quantizer maps each digit to itself (T = 2c = B)
     shares = neighbours(len(nodes))
     workflow = SecAggPlusWorkflow(

@@ -94,6 +94,7 @@ from .sums import (
     digits_for,
     encode_fixed,
     neighbours,
+    secagg_threshold_problem,
     sum_error_bound,
 )
 
@@ -496,8 +497,8 @@ class SecureSession:
     """
 
     def __init__(self, threshold: float = SECAGG_THRESHOLD, seed: int = 0) -> None:
-        if not 0 < threshold <= 1:
-            raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+        if (problem := secagg_threshold_problem(threshold)) is not None:
+            raise ValueError(f"threshold {problem}, got {threshold}")
         self.threshold = float(threshold)
         self.seed = int(seed)
         self.session: str | None = None

@@ -26,6 +26,7 @@ __all__ = [
     "digits_for",
     "encode_fixed",
     "neighbours",
+    "secagg_threshold_problem",
     "sum_error_bound",
 ]
 
@@ -37,6 +38,17 @@ VALUE_LIMIT = float(2**30)
 #: The default ``secagg-threshold``: the fraction of a client's neighbours whose shares
 #: rebuild its keys (the others may drop out).
 SECAGG_THRESHOLD = 0.6
+
+
+def secagg_threshold_problem(threshold: float) -> str | None:
+    """Why ``threshold`` cannot be a ``secagg-threshold`` (``None``: it can).
+
+    The one rule of the threshold (the run config, the strategy and both protocols ask it):
+    a fraction in ``(0, 1]``, as Flower's ``SecAggPlusWorkflow`` takes a float
+    ``reconstruction_threshold`` (``0 < t <= 1``): at 0 no share would rebuild a key,
+    above 1 more shares than a client has. Both protocols then ask at least 2 shares.
+    """
+    return None if 0.0 < threshold <= 1.0 else "must lie in (0, 1]"
 
 
 def digits_for(base: int) -> int:

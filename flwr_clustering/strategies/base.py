@@ -59,7 +59,8 @@ from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
 from ..options import Options, option
 from ..protocol import SECURE_EVALUATE_PHASE
-from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
+from ..run_options import RunOptions, refuse_k_auto
+from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_THRESHOLD
 from ..secure.exchange import SecureExchange, evaluation_stats
 from .diagnosis import RunSummary, diagnosis_warnings, run_diagnostics
 from .exchange import Collected, Exchange, NodeBook, Reply, RunView
@@ -335,12 +336,7 @@ class ClusteringStrategy(Strategy):
             names = [f.name for f in dataclasses.fields(self.Options)]
             raise TypeError(f"{type(self).__name__} got unexpected argument(s) "
                             f"{sorted(unknown)}; its options are {names}")
-        if isinstance(k, str) or isinstance(option_kwargs.get("k"), str):
-            raise ValueError(
-                f"k={k or option_kwargs.get('k')!r}: a {type(self).__name__} fits one k; "
-                "choosing k is a search over candidates: "
-                "flwr_clustering.strategies.choose_k.search_k"
-                f"({type(self).__name__}, range(2, 11), ...) ({registry.listing('choose_k')})")
+        refuse_k_auto(type(self).__name__, k if k is not None else option_kwargs.get("k"))
         if k is not None:
             option_kwargs["k"] = k
         if options is None:
@@ -351,49 +347,30 @@ class ClusteringStrategy(Strategy):
                                 f"{type(options).__name__}")
             if option_kwargs:
                 options = dataclasses.replace(options, **option_kwargs)
-        if min_nodes < 1:
-            raise ValueError(f"min_nodes must be at least 1, got {min_nodes}")
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        # every rule of these options, in the words the App's run config uses
+        run = RunOptions(
+            min_nodes=min_nodes, fraction=fraction, seed=seed, round_timeout=round_timeout,
+            node_wait_timeout=node_wait_timeout, evaluate=evaluate,
+            evaluate_every_round=evaluate_every_round, early_stop=early_stop,
+            secure_aggregation=secure_aggregation, secagg_threshold=secagg_threshold,
+            secagg_keys=secagg_keys, scaling=scaling, missing=missing, unit_check=unit_check,
+            categorical_weight=categorical_weight, robust_scaling=robust_scaling,
+            split_check=split_check, refine_rounds=refine_rounds)
         self.options = options
         for name, value in options.as_dict().items():
             setattr(self, name, value)
-        self.min_nodes = int(min_nodes)
-        self.fraction = float(fraction)
-        self.seed = int(seed)
+        self.min_nodes, self.fraction, self.seed = run.min_nodes, run.fraction, run.seed
         self.tol = float(getattr(options, "tol", -1.0))
-        self.round_timeout = float(round_timeout)
-        self.node_wait_timeout = float(node_wait_timeout)
-        self.evaluate = bool(evaluate)
-        self.evaluate_every_round = bool(evaluate_every_round)
-        self.early_stop = bool(early_stop)
-        self.secure_aggregation = bool(secure_aggregation)
-        if not 0.0 < float(secagg_threshold) <= 1.0:
-            raise ValueError(f"secagg_threshold must lie in (0, 1], got {secagg_threshold}")
-        self.secagg_threshold = float(secagg_threshold)
-        if secagg_keys not in SECAGG_KEYS:
-            raise ValueError(f"secagg_keys must be one of {SECAGG_KEYS}, got {secagg_keys!r}")
-        self.secagg_keys = str(secagg_keys)
-        self.split_check = bool(split_check)
-        if isinstance(refine_rounds, bool) or int(refine_rounds) != refine_rounds \
-                or refine_rounds < 0:
-            raise ValueError(f"refine_rounds must be a non-negative integer, got "
-                             f"{refine_rounds!r}")
-        self.refine_rounds = int(refine_rounds)
-        self.feature_options = FeatureOptions.from_values(scaling, feature_columns,
+        self.round_timeout, self.node_wait_timeout = run.round_timeout, run.node_wait_timeout
+        self.evaluate, self.evaluate_every_round = run.evaluate, run.evaluate_every_round
+        self.early_stop, self.secure_aggregation = run.early_stop, run.secure_aggregation
+        self.secagg_threshold, self.secagg_keys = run.secagg_threshold, run.secagg_keys
+        self.split_check, self.refine_rounds = run.split_check, run.refine_rounds
+        self.feature_options = FeatureOptions.from_values(run.scaling, feature_columns,
                                                           index_column, categorical_columns,
-                                                          missing, unit_check,
-                                                          categorical_weight,
-                                                          datetime_columns, robust_scaling)
-        if self.secure_aggregation and self.feature_options.scaling == "minmax":
-            raise ValueError("secure-aggregation=true: scaling='minmax' needs every site's "
-                             "minimum and maximum (one row's value each), which secure "
-                             "aggregation cannot sum: run with scaling='standard'")
-        if self.secure_aggregation and self.feature_options.robust_scaling:
-            raise ValueError("secure-aggregation=true: robust-scaling=true needs each site's "
-                             "per-feature sums, which secure aggregation hides (the server "
-                             "learns only their totals): run with robust-scaling=false "
-                             "(unit-check still flags a site in other units)")
+                                                          run.missing, run.unit_check,
+                                                          run.categorical_weight,
+                                                          datetime_columns, run.robust_scaling)
         #: What every client said about its columns, ``{client id: columns record}``, when
         #: the caller asked already (the App's data-source check); else :meth:`start` asks.
         self.site_columns: dict[int, Any] | None = None

@@ -144,8 +144,9 @@ def search_k(strategy_class: type, ks=range(2, 11), *, starts: int = 1,
     """
     option_kwargs, base = strategy_class.Options.split_kwargs(dict(kwargs))
     option_kwargs.pop("k", None)
-    options = [strategy_class.Options(**{**option_kwargs, "k": int(k)})
-               for k in sorted({int(k) for k in ks})]
+    # each k checked as the algorithm's options check it (2.5 refused, not truncated)
+    by_k = {o.k: o for o in (strategy_class.Options(**{**option_kwargs, "k": k}) for k in ks)}
+    options = [by_k[k] for k in sorted(by_k)]
     return search_strategy(strategy_class, options, starts=starts, rule=rule, **base)
 
 

@@ -37,11 +37,8 @@ import numpy as np
 
 from ..algorithms.local_centroids import RowMoments
 from ..data.schema import (
-    CATEGORICAL_WEIGHTS,
     DROP_LEAVES_NO_ROW,
     MAX_MISSING_SHARE,
-    MISSING,
-    SCALINGS,
     ColumnInfo,
     FeatureTransform,
     Schema,
@@ -67,14 +64,10 @@ from ..protocol import (
     MOMENT_KEYS,
     UNIT_CHECK_PHASE,
 )
+from ..run_options import UNIT_CHECKS, RunOptions, scaling_problem
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
            "prepare_features", "with_features"]
-
-#: Values of the ``unit-check`` option: warn about a site whose feature looks recorded in
-#: other units (:func:`~flwr_clustering.data.schema.unit_mismatches`), refuse the run, or
-#: do not check.
-UNIT_CHECKS: tuple[str, ...] = ("warn", "refuse", "off")
 
 #: What a missing cell becomes in the clients' transform, per ``missing`` policy.
 _TRANSFORM_MISSING = {"mean": "mean", "drop": "drop", "partial": "keep", "refuse": "refuse"}
@@ -143,23 +136,10 @@ class FeatureOptions:
                 or bool(self.datetime_columns))
 
     def __post_init__(self) -> None:
-        if self.scaling is not None and self.scaling not in SCALINGS:
-            raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, "
-                             f"got {self.scaling!r}")
-        if self.missing not in MISSING:
-            raise ValueError(f"missing must be one of {', '.join(MISSING)}, "
-                             f"got {self.missing!r}")
-        if self.unit_check not in UNIT_CHECKS:
-            raise ValueError(f"unit-check must be one of {', '.join(UNIT_CHECKS)}, "
-                             f"got {self.unit_check!r}")
-        if self.categorical_weight not in CATEGORICAL_WEIGHTS:
-            raise ValueError(f"categorical_weight must be one of "
-                             f"{', '.join(CATEGORICAL_WEIGHTS)}, got {self.categorical_weight!r}")
-        if self.robust_scaling and self.scaling != "standard":
-            raise ValueError(
-                f"robust-scaling=true with scaling={self.scaling!r}: the robust rule sets "
-                "aside a site's means and spreads, which only scaling='standard' uses: run "
-                "with scaling='standard', or robust-scaling=false")
+        # the rules of these values are the run options' declaration (one for every door)
+        RunOptions(scaling=self.scaling, missing=self.missing, unit_check=self.unit_check,
+                   categorical_weight=self.categorical_weight,
+                   robust_scaling=self.robust_scaling)
 
     def policy(self, reads_missing: bool) -> str:
         """The ``missing`` policy of a run (``auto`` resolved for its algorithm)."""
@@ -742,11 +722,8 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                                                                2))}
     d = len(features)
     if strategy.secure_aggregation:
-        if scaling == "minmax":
-            raise ValueError(
-                "secure-aggregation=true: scaling='minmax' needs every site's minimum and "
-                "maximum (one row's value each), which secure aggregation cannot sum: run "
-                "with scaling='standard'")
+        if (problem := scaling_problem(scaling, False, True)) is not None:
+            raise ValueError(problem)
         # the power of two above each feature's largest |value| at any site, so that
         # every total stays in the fixed-point range of the secure sum
         magnitudes = [dict(zip(rec["names"], rec.get("magnitude", []), strict=False))
