@@ -39,6 +39,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from ..algorithms.upload import claims_of
 from ..log import logger
 from ..options import Options, option
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS, SECAGG_THRESHOLD
@@ -190,8 +191,9 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
       rounds of an iterative one), :meth:`converged`,
       :meth:`shift`; extra exchanges: :meth:`initialize` (before round 1),
       :meth:`prepare_round` (before every round), :meth:`reconnect` (a resumed run);
-    - what an upload claims, for the validation rules: :meth:`payload_features`,
-      :meth:`payload_counts`, :meth:`payload_means`;
+    - what an upload claims, for the validation rules: the payload says it itself
+      (:class:`~flwr_clustering.algorithms.upload.Upload`: counts, means, features), read
+      by :meth:`payload_counts`, :meth:`payload_means`, :meth:`payload_features`;
     - secure aggregation: :meth:`aggregate_sums`, :meth:`secure_aggregation_problem`,
       :meth:`secure_round`;
     - raw rows: :meth:`raw_rows_option`;
@@ -416,8 +418,8 @@ class ClusteringStrategy(RoundDriver, SecureRounds, RunDiagnosis, RunState, Repl
         return arrays
 
     def payload_features(self, payload: Any) -> int | None:
-        """Return the feature dimension a payload reveals (``None``: none)."""
-        return None
+        """Return the feature dimension a payload reveals (``None``: none; its claims)."""
+        return claims_of(payload).features
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Return the new global model from the valid replies, sorted by client id."""

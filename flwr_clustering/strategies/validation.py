@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms.local_centroids import (
-    LocalCentroids,
-    check_means_within_rows,
-)
+from ..algorithms.local_centroids import check_means_within_rows
+from ..algorithms.upload import claims_of
 from ..evaluation import check_evaluation_stats
 from ..protocol import CATEGORIES_PHASE, DATA_SOURCE_PHASE, FEATURE_MOMENTS_PHASE
 
@@ -38,22 +36,20 @@ class ReplyValidation:
 
         :meth:`check_reply` refuses an upload whose counts are negative or sum to more
         than the rows the client reported (``num-examples``); for a 2-D array (counts per
-        cluster and feature) every column is such a sum.
+        cluster and feature) every column is such a sum. Read from the upload
+        (:class:`~flwr_clustering.algorithms.upload.Upload`).
         """
-        return None
+        return claims_of(payload).counts
 
     def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """Return the local means an upload claims and the rows behind each (``None``: none).
 
         :meth:`check_reply` refuses a mean that no subset of the client's rows can have,
         given the sums it declared before round 1 (:func:`~flwr_clustering.algorithms.
-        local_centroids.check_means_within_rows`). By default the means of a
-        :class:`~flwr_clustering.algorithms.local_centroids.LocalCentroids` upload (FKM,
-        k-FED).
+        local_centroids.check_means_within_rows`). Read from the upload
+        (:class:`~flwr_clustering.algorithms.upload.Upload`).
         """
-        if isinstance(payload, LocalCentroids):
-            return payload.means, payload.counts
-        return None
+        return claims_of(payload).means_and_rows()
 
     def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
                     stats: dict[str, Any]) -> None:
