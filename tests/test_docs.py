@@ -78,6 +78,7 @@ def test_the_docs_command_writes_and_checks_the_page(tmp_path, capsys):
 _CLIENT_PHASE = re.compile(r"""phase"?\)?\s*[!=]=\s*"([\w-]+)\"""")
 _SENT_PHASE = re.compile(r'"phase":\s*"([\w-]+)"(?:\s+if\s+[^\n]+?\s+else\s+"([\w-]+)")?')
 _EXCHANGE_PHASE = re.compile(r'\.exchange\(\s*grid,\s*[^,]+,\s*"([\w-]+)"')
+_DECLARED_PHASE = re.compile(r'^\s+phase\s*=\s*"([\w-]+)"', re.MULTILINE)  # OneShotStrategy
 
 
 def _phases_in_code(spec) -> set[str]:
@@ -85,7 +86,8 @@ def _phases_in_code(spec) -> set[str]:
     import inspect
 
     client, strategy = inspect.getsource(spec.client), inspect.getsource(spec.strategy)
-    found = set(_CLIENT_PHASE.findall(client)) | set(_EXCHANGE_PHASE.findall(strategy))
+    found = (set(_CLIENT_PHASE.findall(client)) | set(_EXCHANGE_PHASE.findall(strategy))
+             | set(_DECLARED_PHASE.findall(strategy)))
     for pair in _SENT_PHASE.findall(strategy):
         found |= {p for p in pair if p}
     return found

@@ -83,6 +83,7 @@ def test_fkm_holds_the_papers_seeds_to_a_rows_bound_and_its_means_to_theirs(init
     X, upload = _seed_upload()
     strategy = _strategy("fkm", init=init)
     strategy.rules.client_moments = {0: _moments(X)}
+    upload = strategy.parse_payload(1, upload.to_arrays())  # the parser says what it claims
     if refused:
         with pytest.raises(ValueError, match="cannot come from its rows"):
             strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
@@ -101,10 +102,12 @@ def test_a_kfed_centre_counted_after_it_moved_is_not_dropped():
         check_means_within_rows(upload.means, upload.counts, _moments(X))
     strategy = _strategy("kfed")
     strategy.rules.client_moments = {0: _moments(X)}
-    strategy.check_reply("train", 0, {"num-examples": len(X)}, upload, {})
+    strategy.check_reply("train", 0, {"num-examples": len(X)},
+                         strategy.parse_payload(1, upload.to_arrays()), {})
     far = LocalCentroids(np.array([[40.0]]), np.array([52]), np.array([-1]))
     with pytest.raises(ValueError, match="cannot come from its rows"):
-        strategy.check_reply("train", 0, {"num-examples": len(X)}, far, {})
+        strategy.check_reply("train", 0, {"num-examples": len(X)},
+                             strategy.parse_payload(1, far.to_arrays()), {})
 
 
 def test_masked_kmedoids_medoids_are_held_to_a_rows_bound():
@@ -112,10 +115,13 @@ def test_masked_kmedoids_medoids_are_held_to_a_rows_bound():
 
     X, _ = _seed_upload()
     medoid = MaskedStats(np.array([[24.0 * 5]]), np.array([[5.0]]))  # size x medoid
+    arrays = [medoid.sums, medoid.counts]
     strategy = _strategy("masked-federated", **{"local-algorithm": "kmedoids"})
     strategy.rules.client_moments = {0: _moments(X)}
-    strategy.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})
+    strategy.check_reply("train", 0, {"num-examples": len(X)},
+                         strategy.parse_payload(1, arrays), {})
     means = _strategy("masked-federated")
     means.rules.client_moments = {0: _moments(X)}
     with pytest.raises(ValueError, match="cannot come from its rows"):
-        means.check_reply("train", 0, {"num-examples": len(X)}, medoid, {})
+        means.check_reply("train", 0, {"num-examples": len(X)},
+                          means.parse_payload(1, arrays), {})

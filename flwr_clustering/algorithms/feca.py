@@ -46,6 +46,7 @@ import numpy as np
 
 from ..options import Options, option
 from .lloyd import check_data, client_rng, cluster_sums, local_kmeans
+from .upload import Claims, centre_claims
 
 __all__ = [
     "RADIUS_MODES",
@@ -83,6 +84,10 @@ class FeCAUpload:
 
     centroids: np.ndarray
     radii: np.ndarray
+
+    def claims(self) -> Claims:
+        """Means with no counts: each a mean of at least one row (:class:`~.upload.Upload`)."""
+        return centre_claims(self.centroids)
 
     def to_arrays(self) -> list[np.ndarray]:
         """Return the payload as the list ``[centroids, radii]``."""

@@ -44,6 +44,7 @@ import numpy as np
 
 from .fkm import FKMResult, as_run_dtype
 from .lloyd import cluster_sums, matched_shift, nearest_labels_unchecked
+from .upload import Claims
 
 __all__ = [
     "PartialCentroids",
@@ -85,6 +86,14 @@ class PartialCentroids:
     counts: np.ndarray
     index: np.ndarray
     feature_counts: np.ndarray
+
+    def claims(self) -> Claims:
+        """The rows per cluster, the means with the values behind each, ``d``.
+
+        (:class:`~.upload.Upload`.)
+        """
+        return Claims(counts=self.counts, means=self.means, mean_rows=self.feature_counts,
+                      features=int(self.means.shape[1]) if len(self.means) else None)
 
     def to_arrays(self) -> list[np.ndarray]:
         """``[means, counts, index, feature_counts]``."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .upload import Claims, centre_claims
+
 __all__ = ["LocalCentroids", "RowMoments", "check_local_centroids", "check_means_within_rows"]
 
 
@@ -33,11 +35,20 @@ class LocalCentroids:
     index : numpy.ndarray of shape (k_i,), int64
         Index of the global centroid each local centroid started from (``-1`` at
         initialisation). Only the ``"lloyd"`` server update uses it.
+    single_row : bool, default False
+        What the server's parser knows of the means: ``True`` holds each to the bound of
+        a single row in the reply rules, for means that are not of exactly the rows
+        counted (k-FED's centres, FKM's ``recount`` or ``init='paper'`` seeds). Not sent.
     """
 
     means: np.ndarray
     counts: np.ndarray
     index: np.ndarray
+    single_row: bool = False
+
+    def claims(self) -> Claims:
+        """The counts, the means and their dimension (:class:`~.upload.Upload`)."""
+        return centre_claims(self.means, self.counts, single_row=self.single_row)
 
     def to_arrays(self) -> list[np.ndarray]:
         """Return the payload as the list ``[means, counts, index]``."""

@@ -39,6 +39,7 @@ import numpy as np
 
 from .kmedoids import local_kmedoids
 from .lloyd import cluster_sums, row_blocks
+from .upload import Claims
 
 __all__ = [
     "LOCAL_ALGORITHMS",
@@ -81,10 +82,14 @@ class MaskedStats:
         Sum of the observed values of every feature in every cluster (0 where unobserved).
     counts : numpy.ndarray of shape (k, d)
         Number of points of the cluster that observe the feature.
+    single_row : bool, default False
+        As an upload: each representative is one row (a medoid, sent as size x medoid),
+        held to the bound of a single row in the reply rules. Not sent.
     """
 
     sums: np.ndarray
     counts: np.ndarray
+    single_row: bool = False
 
     def __post_init__(self) -> None:
         self.sums = np.asarray(self.sums, dtype=np.float64)
@@ -102,6 +107,18 @@ class MaskedStats:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.counts > 0, self.sums / np.where(self.counts > 0,
                                                                   self.counts, 1), np.nan)
+
+    def claims(self) -> Claims:
+        """Rows per cluster and feature, each cluster's observed means, ``d``.
+
+        Every feature's column of counts sums to at most the client's rows
+        (:class:`~.upload.Upload`).
+        """
+        with np.errstate(divide="ignore", invalid="ignore"):
+            means = np.where(self.counts > 0, self.sums / self.counts, np.nan)
+        rows = (self.counts > 0).astype(np.float64) if self.single_row else None
+        return Claims(counts=self.counts, means=means, mean_rows=rows,
+                      features=int(self.sums.shape[1]))
 
     @property
     def masks(self) -> np.ndarray:

@@ -28,6 +28,7 @@ from .masked import (
     k_local_per_client,
     rescaled_distances,
 )
+from .upload import Claims
 
 __all__ = [
     "MaskedOneShotOptions",
@@ -64,6 +65,12 @@ class GaussianUpload:
     means: np.ndarray
     covariances: np.ndarray
     counts: np.ndarray
+
+    def claims(self) -> Claims:
+        """The counts, each mean on the observed features (NaN elsewhere), ``d``."""
+        means = np.full((len(self.means), len(self.mask)), np.nan)
+        means[:, self.mask] = self.means
+        return Claims(counts=self.counts, means=means, features=int(len(self.mask)))
 
 
 def fit_gaussians(

@@ -30,11 +30,30 @@ import numpy as np
 
 from ..options import Options, option
 from .lloyd import check_data, client_rng, local_kmeans
+from .upload import Claims, centre_claims
 
-__all__ = ["PrivacyWithheld", "check_uploads", "match_to", "mavg_client", "mavg_server", "run_mavg"]
+__all__ = ["MAvgUpload", "PrivacyWithheld", "check_uploads", "match_to", "mavg_client",
+           "mavg_server", "run_mavg"]
 
 REFERENCES = ("first", "running")
 METRICS = ("euclidean", "sqeuclidean")
+
+
+@dataclass
+class MAvgUpload:
+    """What one M-Avg client uploads: its ``k`` local k-means centroids, nothing else.
+
+    Attributes
+    ----------
+    centroids : numpy.ndarray of shape (k, d)
+        The centroids (no counts: each the mean of at least one of the client's rows).
+    """
+
+    centroids: np.ndarray
+
+    def claims(self) -> Claims:
+        """Means with no counts, and their dimension (:class:`~.upload.Upload`)."""
+        return centre_claims(self.centroids)
 
 
 def mavg_client(

@@ -54,7 +54,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .. import registry
-from ..algorithms.local_centroids import LocalCentroids
+from ..algorithms.upload import claims_of
 from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
 from ..options import Options, option
@@ -210,8 +210,8 @@ class ClusteringStrategy(Strategy):
     ``parse_payload(round, arrays) -> payload``
         Decode and check one client's upload (raise ``ValueError``: the reply is dropped,
         its reason logged). What an upload claims (its counts, means, feature count), for
-        the rules every reply keeps, is read from the payload (:meth:`payload_counts`,
-        :meth:`payload_means`, :meth:`payload_features`).
+        the rules every reply keeps, the payload says itself
+        (:class:`~flwr_clustering.algorithms.upload.Upload`'s ``claims()``).
     ``aggregate_payloads(round, replies) -> ndarray``
         The next model from the valid replies (:class:`~flwr_clustering.replies.Reply`,
         by client id), by calling the algorithm's server step.
@@ -564,24 +564,19 @@ class ClusteringStrategy(Strategy):
     def payload_counts(self, payload: Any) -> np.ndarray | None:
         """The row counts an upload claims (``None``: none; the ledger's ``min-count``).
 
-        :meth:`check_reply` refuses an upload whose counts are negative or sum to more
-        than the rows the client reported (``num-examples``).
+        Read from the upload (:class:`~flwr_clustering.algorithms.upload.Upload`):
+        :meth:`check_reply` refuses counts that are negative or sum to more than the rows
+        the client reported (``num-examples``).
         """
-        return None
+        return claims_of(payload).counts
 
     def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """The local means an upload claims and the rows behind each (``None``: none).
-
-        By default the means of a :class:`~flwr_clustering.algorithms.local_centroids.
-        LocalCentroids` upload (FKM, k-FED).
-        """
-        if isinstance(payload, LocalCentroids):
-            return payload.means, payload.counts
-        return None
+        """The local means an upload claims and the rows behind each (``None``: none)."""
+        return claims_of(payload).means_and_rows()
 
     def payload_features(self, payload: Any) -> int | None:
         """The feature dimension a payload reveals (``None``: none)."""
-        return None
+        return claims_of(payload).features
 
     def check_reply(self, kind: str, client_id: int, metrics: dict[str, Any], payload: Any,
                     stats: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ from ..algorithms.choose_k import (
     cluster_means,
     start_seed,
 )
+from ..algorithms.upload import Claims, claims_of
 from ..log import logger
 from ..options import Options
 from ..protocol import CANDIDATE_ERRORS_RECORD, CANDIDATES_KEY, K_MOMENTS_PHASE, K_SPREADS_PHASE
@@ -66,12 +67,32 @@ class _Scores:
     arrays: list[np.ndarray]
     counts: list[np.ndarray]
 
+    def claims(self) -> Claims:
+        """Every candidate's counts, one array (the ledger's smallest count)."""
+        return Claims(counts=np.concatenate(self.counts) if self.counts else None)
+
 
 @dataclass
 class _Payloads:
     """One reply of a search round: each active candidate's payload (or ``_Failed``)."""
 
     items: list[Any]
+
+    def claims(self) -> Claims:
+        """Every valid candidate's counts, one array; the first valid dimension.
+
+        Read when asked: the rules may fail a candidate's part after the parse.
+        """
+        parts, features = [], None
+        for p in self.items:
+            if isinstance(p, _Failed):
+                continue
+            claimed = claims_of(p)
+            if claimed.counts is not None:
+                parts.append(np.ravel(np.asarray(claimed.counts, dtype=np.float64)))
+            if features is None:
+                features = claimed.features
+        return Claims(counts=np.concatenate(parts) if parts else None, features=features)
 
 
 def search_problem(strategy_class: type, *, dp: bool = False) -> str | None:
@@ -337,32 +358,6 @@ class CandidateSearch(ClusteringStrategy):
                 self.candidates[i].check_reply(kind, client_id, metrics, p, {})
             except (ValueError, KeyError, TypeError) as ex:
                 payload.items[j] = _Failed(f"invalid reply: {ex}")
-        return None
-
-    def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """Every candidate's counts, one array (the ledger's smallest count)."""
-        if isinstance(payload, _Scores):
-            return np.concatenate(payload.counts) if payload.counts else None
-        if not isinstance(payload, _Payloads):
-            return None
-        parts = []
-        for j, i in enumerate(self.active):
-            p = payload.items[j]
-            counts = None if isinstance(p, _Failed) else self.candidates[i].payload_counts(p)
-            if counts is not None:
-                parts.append(np.ravel(np.asarray(counts, dtype=np.float64)))
-        return np.concatenate(parts) if parts else None
-
-    def payload_features(self, payload: Any) -> int | None:
-        """The dimension the first valid candidate's answer reveals."""
-        if not isinstance(payload, _Payloads):
-            return None
-        for j, i in enumerate(self.active):
-            p = payload.items[j]
-            if not isinstance(p, _Failed):
-                d = self.candidates[i].payload_features(p)
-                if d is not None:
-                    return d
         return None
 
     def aggregate_train(self, server_round: int, replies) -> tuple[ArrayRecord, MetricRecord]:

@@ -41,6 +41,7 @@ from ..algorithms.deepfeca import (
 )
 from ..algorithms.lloyd import nearest_labels
 from ..algorithms.local_centroids import LocalCentroids
+from ..algorithms.upload import Arrays, Claims
 from .base import ClusteringStrategy, logger
 
 __all__ = ["DeepFeCA"]
@@ -153,25 +154,14 @@ class DeepFeCA(ClusteringStrategy):
                     self.spec.input_shape, sum(w.size for w in self.model), len(self.model))
 
     @staticmethod
-    def _parse_describe(arrays: list[np.ndarray]) -> int:
+    def _parse_describe(arrays: list[np.ndarray]) -> Claims:
+        """``[n_features]``: a payload that is nothing but the dimension it claims."""
         if len(arrays) != 1 or np.asarray(arrays[0]).shape != (1,):
             raise ValueError("expected [n_features]")
         d = int(np.asarray(arrays[0])[0])
         if d < 1:
             raise ValueError(f"malformed feature count {d}")
-        return d
-
-    def payload_features(self, payload: Any) -> int | None:
-        """The feature count of a describe reply (the others are checked elsewhere)."""
-        return payload if isinstance(payload, int) else None
-
-    def payload_means(self, payload: Any) -> None:
-        """None checked: the local centroids live in the encoder's space, not the rows'."""
-        return None
-
-    def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """k-FED's labeller uploads carry the rows behind each local centre."""
-        return payload.counts if isinstance(payload, LocalCentroids) else None
+        return Claims(features=d)
 
     def _common_config(self, server_round: int, phase: str) -> dict[str, Any]:
         return {"phase": phase, "seed": self.seed, "server-round": server_round,
@@ -184,7 +174,7 @@ class DeepFeCA(ClusteringStrategy):
         valid = self.exchange(grid, server_round, "cluster", self.model,
                               self._common_config(server_round, "cluster"),
                               parse=self._parse_upload, min_replies=1, timeout=timeout)
-        self.centroids = labeller_server([r.payload for r in valid], self.labeller, self.k,
+        self.centroids = labeller_server([r.payload[0] for r in valid], self.labeller, self.k,
                                          mavg_reference=self.mavg_reference)
         if len(self.centroids) < self.k:
             logger.warning("round %d: %s returned %d centroids instead of k=%d",
@@ -195,10 +185,17 @@ class DeepFeCA(ClusteringStrategy):
             "seconds-cluster": time.monotonic() - t0,
         }
 
-    def _parse_upload(self, arrays: list[np.ndarray]) -> Any:
-        return parse_labeller_upload(arrays, self.labeller, k=self.k, k_local=self.k_local,
-                                     n_features=self.proj_dim,
-                                     privacy_threshold=self.privacy_threshold)
+    def _parse_upload(self, arrays: list[np.ndarray]) -> Arrays:
+        """The labeller's upload, claiming only k-FED's counts (rows behind each centre).
+
+        Its centres live in the encoder's space, not the rows', and its dimension is the
+        projection's (checked by the parser).
+        """
+        upload = parse_labeller_upload(arrays, self.labeller, k=self.k, k_local=self.k_local,
+                                       n_features=self.proj_dim,
+                                       privacy_threshold=self.privacy_threshold)
+        counts = upload.counts if isinstance(upload, LocalCentroids) else None
+        return Arrays([upload], Claims(counts=counts))
 
     # --------------------------------------------------------------- train exchange
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:

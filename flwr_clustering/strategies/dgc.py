@@ -26,6 +26,7 @@ from ..algorithms.dgc import (
     scored_users,
     step_size,
 )
+from ..algorithms.upload import Arrays, Claims
 from ..metrics import per_model_metrics, sum_contingencies
 from .base import ClusteringStrategy, Reply, logger
 
@@ -303,8 +304,8 @@ class DGC(ClusteringStrategy):
         """``node-init='random'`` starts every node at its own raw rows."""
         return "node-init='random'" if self.options.init == "random" else None
 
-    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
-        """One ``(k, d)`` finite centre matrix."""
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> Arrays:
+        """One ``(k, d)`` finite centre matrix, claiming its dimension."""
         if len(arrays) != 1:
             raise ValueError(f"expected 1 array (centres), got {len(arrays)}")
         C = np.asarray(arrays[0], dtype=np.float64)
@@ -313,11 +314,7 @@ class DGC(ClusteringStrategy):
         if self.node_centres is not None and C.shape != self.node_centres.shape[1:]:
             raise ValueError(f"centres of shape {C.shape}, expected "
                              f"{self.node_centres.shape[1:]}")
-        return C
-
-    def payload_features(self, payload: np.ndarray) -> int | None:
-        """The feature dimension."""
-        return int(payload.shape[1])
+        return Arrays([C], Claims(features=int(C.shape[1])))
 
     # --------------------------------------------------------------- aggregation
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
@@ -339,7 +336,7 @@ class DGC(ClusteringStrategy):
             self.step = (float(self.alpha) if self.alpha is not None
                          else step_size(self.adjacency, self.loss, self.rho_used, n_max,
                                         delta=self.delta))
-            self.node_centres = np.stack([r.payload for r in replies])
+            self.node_centres = np.stack([r.payload[0] for r in replies])
         else:
             if ids != list(range(len(self.node_centres))):
                 raise RuntimeError(f"round {server_round}: DGC needs every node's reply; got "
@@ -348,7 +345,7 @@ class DGC(ClusteringStrategy):
             local = sum(float(r.metrics["local-cost"]) for r in replies)
             self._cost = (consensus_cost(self.adjacency, self.node_centres)
                           + local / self.rho_used)
-            self.node_centres = np.stack([r.payload for r in replies])
+            self.node_centres = np.stack([r.payload[0] for r in replies])
         self.node_history.append(self.node_centres.copy())
         return self.node_centres.mean(axis=0)
 

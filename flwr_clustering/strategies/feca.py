@@ -8,13 +8,14 @@ import numpy as np
 
 from ..algorithms.feca import FeCAOptions, FeCAUpload, check_feca_upload, feca_server
 from ..algorithms.lloyd import check_data
-from ..algorithms.mavg import MAvgOptions, mavg_server
+from ..algorithms.mavg import MAvgOptions, MAvgUpload, mavg_server
 from .base import ClusteringStrategy, Reply, logger
+from .oneshot import OneShotStrategy
 
 __all__ = ["FeCA", "MAvg"]
 
 
-class FeCA(ClusteringStrategy):
+class FeCA(OneShotStrategy):
     """FeCA, one round (Xu et al. 2024, Algorithm 1); client side: ``FeCAClient``.
 
     Every client runs single-start k-means with ``k_local`` clusters, removes its
@@ -51,36 +52,17 @@ class FeCA(ClusteringStrategy):
     """
 
     name = "feca"
+    phase = "feca"
     searches_k = True  # k='auto' (strategies/choose_k.py)
     Options = FeCAOptions
     advice = {**ClusteringStrategy.advice, "fewer-centroids": ("k_local", "k"),
               "empty": ("k_local", "k"), "lloyd-gain": ("k_local",)}
-
-    def protocol_rounds(self) -> int:
-        """One shot."""
-        return 1
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        """Return the client options of the one FeCA round."""
-        return {"phase": "feca", **self.options.to_config()}
-
-    def train_arrays(self, server_round: int) -> list[np.ndarray]:
-        """Return nothing: FeCA clients need no model."""
-        return []
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> FeCAUpload:
         """Decode ``[centroids, radii]`` and check shapes, finiteness and ``k_m <= k'``."""
         return check_feca_upload(
             FeCAUpload.from_arrays(arrays), n_features=self.n_features, k=self.k_local
         )
-
-    def payload_features(self, payload: FeCAUpload) -> int | None:
-        """Return the dimension of a non-empty upload."""
-        return int(payload.centroids.shape[1]) if len(payload.centroids) else None
-
-    def payload_means(self, payload: FeCAUpload) -> tuple[np.ndarray, np.ndarray]:
-        """Local k-means centroids, each a mean of at least one of the client's rows."""
-        return payload.centroids, np.ones(len(payload.centroids))
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Run ServerAggregation (Algorithm 5) on the uploads in client-id order."""
@@ -104,7 +86,7 @@ class FeCA(ClusteringStrategy):
         }
 
 
-class MAvg(ClusteringStrategy):
+class MAvg(OneShotStrategy):
     """M-Avg (match averaging), one round; client side: ``MAvgClient``.
 
     Every client runs single-start k-means with ``k`` clusters and uploads its ``k``
@@ -132,22 +114,11 @@ class MAvg(ClusteringStrategy):
     """
 
     name = "mavg"
+    phase = "mavg"
     Options = MAvgOptions
     advice = {**ClusteringStrategy.advice, "empty": ("n_init", "k")}
 
-    def protocol_rounds(self) -> int:
-        """One shot."""
-        return 1
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        """Return the client options of the one M-Avg round."""
-        return {"phase": "mavg", **self.options.to_config()}
-
-    def train_arrays(self, server_round: int) -> list[np.ndarray]:
-        """Return nothing: M-Avg clients need no model."""
-        return []
-
-    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MAvgUpload:
         """Decode ``[centroids (k, d)]`` and check it."""
         if len(arrays) != 1:
             raise ValueError(f"expected 1 array (centroids), got {len(arrays)}")
@@ -156,17 +127,9 @@ class MAvg(ClusteringStrategy):
             raise ValueError(f"{len(C)} centroids sent, M-Avg needs exactly k={self.k}")
         if self.n_features is not None and C.shape[1] != self.n_features:
             raise ValueError(f"centroids have {C.shape[1]} features, expected {self.n_features}")
-        return C
-
-    def payload_features(self, payload: np.ndarray) -> int | None:
-        """Return the dimension of the upload."""
-        return int(payload.shape[1])
-
-    def payload_means(self, payload: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Local k-means centroids, each a mean of at least one of the client's rows."""
-        return payload, np.ones(len(payload))
+        return MAvgUpload(C)
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Match and average the uploads in client-id order."""
-        return mavg_server([r.payload for r in replies], reference=self.reference,
+        return mavg_server([r.payload.centroids for r in replies], reference=self.reference,
                            max_iter=self.match_iter)

@@ -18,6 +18,7 @@ from ..algorithms.ffcm import (
     pooled_mean_std,
 )
 from ..algorithms.lloyd import matched_shift
+from ..algorithms.upload import Arrays, Claims
 from .base import ClusteringStrategy, Reply, logger
 
 __all__ = ["FFCM"]
@@ -149,7 +150,8 @@ class FFCM(ClusteringStrategy):
         self.initial = self.centroids
         logger.info("initial centres drawn from the moments of %d clients", len(valid))
 
-    def _parse_moments(self, arrays: list[np.ndarray]) -> tuple[int, np.ndarray, np.ndarray]:
+    def _parse_moments(self, arrays: list[np.ndarray]) -> Arrays:
+        """``(n, sum, sum of squares)``, claiming the client's rows and dimension."""
         if len(arrays) != 3:
             raise ValueError(f"expected 3 arrays (n, sum, sum of squares), got {len(arrays)}")
         n, total, sumsq = (np.asarray(a) for a in arrays)
@@ -161,30 +163,8 @@ class FFCM(ClusteringStrategy):
             raise ValueError("moments contain NaN or inf")
         if int(n[0]) < max(self.privacy_threshold, 1):
             raise ValueError(f"moments of {int(n[0])} points, below the privacy threshold")
-        return int(n[0]), total.astype(np.float64), sumsq.astype(np.float64)
-
-    def payload_counts(self, payload: Any) -> np.ndarray:
-        """Moments: the client's row count; an update: its supports (sums of u^m <= 1)."""
-        return np.array([payload[0]]) if len(payload) == 3 else payload[1]
-
-    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """A local centre: a weighted mean of the client's rows (weights ``u^m``).
-
-        Checked as a convex combination of rows (``m = 1``): the supports are sums of
-        ``u``, not of the weights. A centre that no row weighs stays the broadcast one
-        (:func:`~flwr_clustering.algorithms.ffcm.fcm`) and is not checked.
-        """
-        if len(payload) == 3:  # the moments of the fuzzifier's choice
-            return None
-        centres, supports = payload
-        moved = supports > 0
-        if self.centroids is not None and self.centroids.shape == centres.shape:
-            moved &= (centres != self.centroids).any(axis=1)
-        return centres[moved], np.ones(int(moved.sum()))
-
-    def payload_features(self, payload: Any) -> int | None:
-        """Return the dimension of an upload: moments ``(n, sum, sumsq)`` or ``(centres, s)``."""
-        return int(payload[1].shape[0]) if len(payload) == 3 else int(payload[0].shape[1])
+        return Arrays((int(n[0]), total.astype(np.float64), sumsq.astype(np.float64)),
+                      Claims(counts=np.array([int(n[0])]), features=int(total.shape[0])))
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the local fuzzy c-means options."""
@@ -206,8 +186,15 @@ class FFCM(ClusteringStrategy):
 
     def parse_payload(
         self, server_round: int, arrays: list[np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Decode ``[centres (k, d), supports (k,)]`` and check it."""
+    ) -> Arrays:
+        """Decode ``[centres (k, d), supports (k,)]`` and check it.
+
+        It claims the supports as counts (sums of ``u``, at most the rows) and every
+        local centre as a weighted mean of the client's rows (weights ``u^m``), held to
+        the bound of a single row (``m = 1``, a convex combination of rows: the supports
+        are sums of ``u``, not of the weights); a centre that no row weighs stays the
+        broadcast one (:func:`~flwr_clustering.algorithms.ffcm.fcm`) and is not claimed.
+        """
         if len(arrays) != 2:
             raise ValueError(f"expected 2 arrays (centres, supports), got {len(arrays)}")
         try:
@@ -218,7 +205,14 @@ class FFCM(ClusteringStrategy):
             raise ValueError(
                 f"centres have {centres.shape[2]} features, expected {self.centroids.shape[1]}"
             )
-        return centres[0], supports[0]
+        centres, supports = centres[0], supports[0]
+        moved = supports > 0
+        if self.centroids is not None and self.centroids.shape == centres.shape:
+            moved &= (centres != self.centroids).any(axis=1)
+        return Arrays((centres, supports),
+                      Claims(counts=supports, means=centres[moved],
+                             mean_rows=np.ones(int(moved.sum())),
+                             features=int(centres.shape[1])))
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Average by support (v1) or k-means over the local centres (v2)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -12,6 +13,7 @@ from ..algorithms.fkm import FKMOptions, as_run_dtype, fkm_server_aggregate
 from ..algorithms.fkm_partial import PartialCentroids
 from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
+from ..algorithms.upload import Arrays, Claims
 from ..protocol import DATA_SOURCE_PHASE
 from .base import ClusteringStrategy, Reply, logger
 
@@ -286,7 +288,9 @@ class FedKMeans(ClusteringStrategy):
                     (count > 0) & (count < p)).any() or (sumsq < 0).any():
                 raise ValueError("per-feature counts must be whole, 0 or at least the privacy "
                                  f"threshold {p}, and the sums of squares non-negative")
-            return [count, total, sumsq]
+            # the per-feature counts: each at most the client's rows
+            return Arrays([count, total, sumsq],
+                          Claims(counts=np.asarray(count).reshape(1, -1), features=d))
 
         valid = self.exchange(grid, 0, "partial-moments", config=self.options.to_config(),
                               parse=parse, min_replies=self.min_nodes, timeout=timeout)
@@ -306,12 +310,8 @@ class FedKMeans(ClusteringStrategy):
             parts, clients = [np.asarray(a, dtype=np.float64) for a in totals.sums], \
                 len(totals.nodes)
         else:
-            self._dp_collecting = phase
-            try:
-                valid = self.exchange(grid, 0, phase, arrays, config=config, parse=parse,
-                                      min_replies=self.min_nodes, timeout=timeout)
-            finally:
-                self._dp_collecting = None
+            valid = self.exchange(grid, 0, phase, arrays, config=config, parse=parse,
+                                  min_replies=self.min_nodes, timeout=timeout)
             parts = [sum(r.payload[j] for r in valid) for j in range(len(valid[0].payload))]
             clients = len(valid)
         z = self.noise_plan[len(self.dp_init_log)]
@@ -336,8 +336,9 @@ class FedKMeans(ClusteringStrategy):
         o, d = self.options, self.n_features
         central = o.dp_placement == "central"
 
-        def parse_moments(arrays):
-            return _dp_arrays(arrays, [(1,), (d,), (d, d)], "noisy count, sum, moments")
+        def parse_moments(arrays):  # noisy: no count to check; the dimension
+            return Arrays(_dp_arrays(arrays, [(1,), (d,), (d, d)], "noisy count, sum, moments"),
+                          Claims(features=d))
 
         count, total, second = self._dp_init_exchange(grid, "dp-moments", [], parse_moments,
                                                       timeout)
@@ -354,7 +355,7 @@ class FedKMeans(ClusteringStrategy):
         U, mean, Q = dp_init_candidates(count, total, second, self.k, self.rng,
                                         sigma=s_mom if central else 0.0)
 
-        def parse_candidates(arrays):
+        def parse_candidates(arrays):  # noisy, in the candidates' subspace: claims nothing
             return _dp_arrays(arrays, [Q.shape, (len(Q),)], "noisy candidate sums, counts")
 
         sums, counts = self._dp_init_exchange(grid, "dp-candidates", [U, Q],
@@ -468,7 +469,12 @@ class FedKMeans(ClusteringStrategy):
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> Any:
         """Decode ``[means, counts, index]`` and check shapes, finiteness, counts.
 
-        DP: ``[sums (k, d), counts (k,)]``, noisy floats (no count rule applies).
+        DP: ``[sums (k, d), counts (k,)]``, noisy floats (no count rule applies; the
+        payload claims only its dimension). The counts are the partition behind each
+        mean, except for the paper's round-1 seeds (``init='paper'``: rows, counted by
+        the rows nearest to them) and with ``recount`` (counted after the means moved):
+        those means are held to the bound of a single row (``single_row``), which every
+        row and every mean of rows keeps.
         """
         if self.dp:
             if len(arrays) != 2:
@@ -480,7 +486,8 @@ class FedKMeans(ClusteringStrategy):
             if sums.dtype.kind != "f" or counts.dtype.kind != "f" or not (
                     np.isfinite(sums).all() and np.isfinite(counts).all()):
                 raise ValueError("noisy sums and counts must be finite floats")
-            return sums.astype(np.float64), counts.astype(np.float64)
+            return Arrays((sums.astype(np.float64), counts.astype(np.float64)),
+                          Claims(features=int(sums.shape[1])))
         if self.partial:
             from ..algorithms.fkm_partial import check_partial_upload
 
@@ -488,7 +495,7 @@ class FedKMeans(ClusteringStrategy):
                 PartialCentroids.from_arrays(arrays), n_features=self.n_features,
                 privacy_threshold=self.privacy_threshold, k=len(self.centroids),
                 dtype=self.options.dtype)
-        return check_local_centroids(
+        upload = check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
             privacy_threshold=self.privacy_threshold,
             k=None if self.centroids is None else len(self.centroids),
@@ -496,45 +503,9 @@ class FedKMeans(ClusteringStrategy):
             max_centroids=self.k if self.centroids is None else len(self.centroids),
             dtype=self.options.dtype,
         )
-
-    def payload_counts(self, payload: Any) -> np.ndarray | None:
-        """The rows behind each local centroid (DP: noisy, so none to check).
-
-        Partial FKM's start: the per-feature counts (each at most the client's rows).
-        """
-        if self.dp:
-            return None
-        if isinstance(payload, list):  # partial-moments: count, sum, sum of squares
-            return np.asarray(payload[0]).reshape(1, -1)
-        return payload.counts
-
-    def payload_means(self, payload: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """The local means and the rows behind each (DP: noisy sums, none to check).
-
-        The counts are the partition behind each mean, except for the paper's round-1
-        seeds (``init='paper'``: rows, counted by the rows nearest to them) and with
-        ``recount`` (counted after the means moved): those are held to the bound of a
-        single row (``m = 1``), which every row and every mean of rows keeps.
-        """
-        if isinstance(payload, PartialCentroids):  # per cluster and feature
-            return payload.means, payload.feature_counts
-        if self.dp or not isinstance(payload, LocalCentroids):
-            return None
         if self.options.recount or (self.centroids is None and self.options.init == "paper"):
-            return payload.means, np.ones(len(payload.means))
-        return payload.means, payload.counts
-
-    def payload_features(self, payload: Any) -> int | None:
-        """Return the dimension of a non-empty upload."""
-        if self.dp:
-            if len(payload) == 3:  # dp-moments: count, sum (d,), moments
-                return int(payload[1].shape[0])
-            if getattr(self, "_dp_collecting", None) == "dp-candidates":
-                return None  # in the candidates' subspace
-            return int(payload[0].shape[1])
-        if isinstance(payload, list):  # partial-moments
-            return int(payload[0].shape[0])
-        return int(payload.means.shape[1]) if len(payload.means) else None
+            return dataclasses.replace(upload, single_row=True)
+        return upload
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Run the FKM server step on the uploads in client-id order."""

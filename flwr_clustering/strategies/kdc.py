@@ -26,6 +26,7 @@ from ..algorithms.kdc import (
     select_parameters,
     selection_warning,
 )
+from ..algorithms.upload import Arrays, Claims
 from ..evaluation import aggregate_evaluation_stats
 from .base import ClusteringStrategy, Reply, logger
 
@@ -98,20 +99,22 @@ class KDC(ClusteringStrategy):
         logger.info("KDC: %d sites, n = %d, sample s = %d (per site %s)", len(ids),
                     sum(self.sizes.values()), sum(self.alloc.values()), self.alloc)
 
-    def _parse_stats(self, arrays: list[np.ndarray]) -> tuple:
+    def _parse_stats(self, arrays: list[np.ndarray]) -> Arrays:
+        """``(n,)`` or ``(n, min, max)``, claiming the site's rows (and its dimension)."""
         if len(arrays) != (3 if self.normalize else 1):
             raise ValueError(f"expected {'[n, min, max]' if self.normalize else '[n]'}, "
                              f"got {len(arrays)} arrays")
         n = np.asarray(arrays[0])
         if n.shape != (1,) or int(n[0]) < 1:
             raise ValueError(f"malformed size {n}")
+        rows = np.array([int(n[0])])
         if not self.normalize:
-            return (int(n[0]),)
+            return Arrays((int(n[0]),), Claims(counts=rows))
         lo, hi = (np.asarray(a, dtype=np.float64) for a in arrays[1:])
         if lo.ndim != 1 or hi.shape != lo.shape or not (np.isfinite(lo).all()
                                                         and np.isfinite(hi).all()):
             raise ValueError(f"malformed min/max of shapes {lo.shape}, {hi.shape}")
-        return int(n[0]), lo, hi
+        return Arrays((int(n[0]), lo, hi), Claims(counts=rows, features=int(lo.shape[0])))
 
     def secure_aggregation_problem(self) -> str | None:
         """KDC's statistics round is not a sum, and its sample is raw rows."""
@@ -124,18 +127,6 @@ class KDC(ClusteringStrategy):
     def raw_rows_option(self) -> str:
         """KDC uploads a sample of every site's rows and broadcasts them in its model."""
         return "algorithm='kdc'"
-
-    def payload_counts(self, payload: Any) -> np.ndarray:
-        """Statistics: the site's rows; a sample: its rows; the assign round: cluster counts."""
-        if isinstance(payload, tuple):
-            return np.array([payload[0]])
-        return np.array([len(payload)]) if payload.ndim == 2 else payload
-
-    def payload_features(self, payload: Any) -> int | None:
-        """Dimension of a stats (min) or sample upload."""
-        if isinstance(payload, tuple):
-            return int(payload[1].shape[0]) if len(payload) == 3 else None
-        return int(payload.shape[1]) if payload.ndim == 2 else None
 
     # ------------------------------------------------------------------ messages
     def _scaling(self) -> list[np.ndarray]:
@@ -154,8 +145,11 @@ class KDC(ClusteringStrategy):
         return self._messages(server_round, [self.maps, *self.model.arrays(), *self._scaling()],
                               cfg, grid, MessageType.TRAIN)
 
-    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> np.ndarray:
-        """Round 1: the sample ``(s_l, d)``; round 2: the cluster counts ``(k,)``."""
+    def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> Arrays:
+        """Round 1: the sample ``(s_l, d)``; round 2: the cluster counts ``(k,)``.
+
+        The sample claims its rows and dimension, the counts themselves.
+        """
         if len(arrays) != 1:
             raise ValueError(f"expected 1 array, got {len(arrays)}")
         a = np.asarray(arrays[0])
@@ -163,10 +157,11 @@ class KDC(ClusteringStrategy):
             a = a.astype(np.float64)
             if a.ndim != 2 or not np.isfinite(a).all():
                 raise ValueError(f"the sample must be a finite 2-D array, got {a.shape}")
-            return a
+            return Arrays([a], Claims(counts=np.array([len(a)]), features=int(a.shape[1])))
         if a.shape != (self.k,) or a.dtype.kind not in "iu" or (a < 0).any():
             raise ValueError(f"counts must be {self.k} non-negative numbers, got {a.shape}")
-        return a.astype(np.int64)
+        counts = a.astype(np.int64)
+        return Arrays([counts], Claims(counts=counts))
 
     # --------------------------------------------------------------- aggregation
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
@@ -175,13 +170,13 @@ class KDC(ClusteringStrategy):
             parts = []
             for r in replies:
                 want = self.alloc.get(r.client_id)
-                if want is None or len(r.payload) != want:
+                if want is None or len(r.payload[0]) != want:
                     logger.warning("round 1: dropping the sample of client %d: %d rows, "
-                                   "asked for %s", r.client_id, len(r.payload), want)
+                                   "asked for %s", r.client_id, len(r.payload[0]), want)
                     continue
                 logger.info("round 1: site %d sent %d raw rows (of %d)", r.client_id,
                             want, self.sizes[r.client_id])
-                parts.append(r.payload)
+                parts.append(r.payload[0])
             if not parts:
                 raise RuntimeError("round 1: no valid sample")
             self.B = np.vstack(parts)
@@ -205,8 +200,8 @@ class KDC(ClusteringStrategy):
             return initial_cluster_means(self.B, self.groups, self.lo, self.hi)
         self.final_metrics = aggregate_evaluation_stats([r.stats for r in replies])
         # the counts travel as the payload; the diagnostics read them with the stats
-        self.evaluation_stats = [{**r.stats, "cluster-counts": r.payload} for r in replies]
-        self.cluster_sizes = np.sum([r.payload for r in replies], axis=0)
+        self.evaluation_stats = [{**r.stats, "cluster-counts": r.payload[0]} for r in replies]
+        self.cluster_sizes = np.sum([r.payload[0] for r in replies], axis=0)
         if self.return_labels:
             self.site_labels = {r.client_id: np.asarray(r.stats["labels"], dtype=np.int64)
                                 for r in replies if "labels" in r.stats}

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import numpy as np
 
 from ..algorithms.kfed import KFedOptions, kfed_server
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from .base import ClusteringStrategy, Reply
+from .oneshot import OneShotStrategy
 
 __all__ = ["KFed"]
 
 
-class KFed(ClusteringStrategy):
+class KFed(OneShotStrategy):
     """k-FED, one round; pairs with :class:`~flwr_clustering.clients.KFedClient`.
 
     Every client uploads ``k'`` local centres once (Awasthi-Sheffet local step); the
@@ -33,51 +34,29 @@ class KFed(ClusteringStrategy):
     """
 
     name = "kfed"
+    phase = "kfed"
     searches_k = True  # k='auto' (strategies/choose_k.py)
 
     Options = KFedOptions
     advice = {**ClusteringStrategy.advice, "empty": ("k_local", "k"),
               "collapse": ("k_local", "k"), "lloyd-gain": ("k_local",)}
 
-    def protocol_rounds(self) -> int:
-        """One shot."""
-        return 1
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        """Return ``k-local`` and the privacy threshold."""
-        return {"phase": "kfed", **self.options.to_config()}
-
-    def train_arrays(self, server_round: int) -> list[np.ndarray]:
-        """Return nothing: k-FED clients need no model."""
-        return []
-
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> LocalCentroids:
-        """Decode ``[centres, counts, index]`` and validate it."""
+        """Decode ``[centres, counts, index]`` and validate it.
+
+        Each centre is held to the bound of a single row (``single_row``): a centre is
+        scikit-learn's ``cluster_centers_`` (the mean of the partition before the last
+        assignment) and its count is of the rows nearest to it after; near convergence
+        they differ by a few rows, which on one-hot or other two-valued columns (where a
+        cluster can sit exactly on the bound) would drop an honest reply.
+        """
         upload = check_local_centroids(
             LocalCentroids.from_arrays(arrays), n_features=self.n_features,
             privacy_threshold=self.privacy_threshold,
         )
         if len(upload.means) > self.k_local:
             raise ValueError(f"{len(upload.means)} centres sent, more than k'={self.k_local}")
-        return upload
-
-    def payload_counts(self, payload: LocalCentroids) -> np.ndarray:
-        """The rows behind each local centre."""
-        return payload.counts
-
-    def payload_means(self, payload: LocalCentroids) -> tuple[np.ndarray, np.ndarray]:
-        """The local centres, each held to the bound of a single row (``m = 1``).
-
-        A centre is scikit-learn's ``cluster_centers_`` (the mean of the partition before
-        the last assignment) and its count is of the rows nearest to it after: near
-        convergence they differ by a few rows, which on one-hot or other two-valued
-        columns (where a cluster can sit exactly on the bound) would drop an honest reply.
-        """
-        return payload.means, np.ones(len(payload.means))
-
-    def payload_features(self, payload: LocalCentroids) -> int | None:
-        """Return the dimension of a non-empty upload."""
-        return int(payload.means.shape[1]) if len(payload.means) else None
+        return dataclasses.replace(upload, single_row=True)
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Run the k-FED server step on the uploads in client-id order."""

@@ -27,14 +27,15 @@ from ..algorithms.masked_oneshot import (
     proxy_clusters,
 )
 from .base import ClusteringStrategy, Reply, logger
+from .oneshot import OneShotStrategy
 
 __all__ = ["MaskedFederated", "MaskedOneShot"]
 
 
-def _stats_payload(arrays: list[np.ndarray], k: int | None) -> MaskedStats:
+def _stats_payload(arrays: list[np.ndarray], k: int | None, medoids: bool) -> MaskedStats:
     if len(arrays) != 2:
         raise ValueError(f"expected 2 arrays (sums, counts), got {len(arrays)}")
-    stats = MaskedStats(arrays[0], arrays[1])
+    stats = MaskedStats(arrays[0], arrays[1], single_row=medoids)
     if not (np.isfinite(stats.sums).all() and np.isfinite(stats.counts).all()):
         raise ValueError("sums or counts contain NaN or inf")
     if k is not None and len(stats) > k:
@@ -149,35 +150,20 @@ class MaskedFederated(ClusteringStrategy):
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> MaskedStats:
         """Decode ``[sums, counts]``.
 
-        At most ``k_local`` (or ``k``) rows at init, exactly ``k`` after.
+        At most ``k_local`` (or ``k``) rows at init, exactly ``k`` after. The payload
+        claims the rows per cluster and feature and each cluster's observed means
+        (:meth:`~flwr_clustering.algorithms.masked.MaskedStats.claims`); with
+        ``local-algorithm='kmedoids'`` a representative is a medoid (a row, sent as
+        size x medoid), held to the bound of a single row.
         """
+        medoids = self.options.local_algorithm == "kmedoids"
         if self.centroids is None:
-            return _stats_payload(arrays, self.k_local or self.k)
-        stats = _stats_payload(arrays, self.k)
+            return _stats_payload(arrays, self.k_local or self.k, medoids)
+        stats = _stats_payload(arrays, self.k, medoids)
         if len(stats) != self.k or stats.sums.shape[1] != self.centroids.shape[1]:
             raise ValueError(f"aligned upload of shape {stats.sums.shape}, expected "
                              f"{self.centroids.shape}")
         return stats
-
-    def payload_counts(self, payload: MaskedStats) -> np.ndarray:
-        """Rows per cluster and feature: every feature's column sums to at most the rows."""
-        return payload.counts
-
-    def payload_features(self, payload: MaskedStats) -> int | None:
-        """Return the global dimension ``d``."""
-        return int(payload.sums.shape[1])
-
-    def payload_means(self, payload: MaskedStats) -> tuple[np.ndarray, np.ndarray]:
-        """Each cluster's mean of every feature, over the rows that observe it.
-
-        With ``local-algorithm='kmedoids'`` the representative is a medoid (a row, sent as
-        size x medoid): held to the bound of a single row.
-        """
-        with np.errstate(divide="ignore", invalid="ignore"):
-            means = np.where(payload.counts > 0, payload.sums / payload.counts, np.nan)
-        if self.options.local_algorithm == "kmedoids":
-            return means, (payload.counts > 0).astype(np.float64)
-        return means, payload.counts
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Method A/B at initialisation, the alpha update afterwards."""
@@ -208,7 +194,7 @@ class MaskedFederated(ClusteringStrategy):
         return server_round > 1 and self.tol >= 0 and self.last_shift <= self.tol
 
 
-class MaskedOneShot(ClusteringStrategy):
+class MaskedOneShot(OneShotStrategy):
     """Algorithm 2 of Maritan & Schenato: one upload of Gaussians, force agglomeration.
 
     Parameters
@@ -238,6 +224,7 @@ class MaskedOneShot(ClusteringStrategy):
     """
 
     name = "masked-oneshot"
+    phase = "oneshot"
     reads_missing = True
     labelling = "masked-nearest-centroid"
     Options = MaskedOneShotOptions
@@ -246,18 +233,6 @@ class MaskedOneShot(ClusteringStrategy):
     def configure(self) -> None:
         """``k_local`` 0: clients choose by silhouette (``None``)."""
         self.k_local = self.options.k_local or None
-
-    def protocol_rounds(self) -> int:
-        """One shot."""
-        return 1
-
-    def train_config(self, server_round: int) -> dict[str, Any]:
-        """Local clustering options."""
-        return {"phase": "oneshot", **self.options.to_config()}
-
-    def train_arrays(self, server_round: int) -> list[np.ndarray]:
-        """Nothing: the clients need no model."""
-        return []
 
     def parse_payload(self, server_round: int, arrays: list[np.ndarray]) -> GaussianUpload:
         """Decode ``[mask, means, covariances, counts]`` and check the shapes."""
@@ -279,20 +254,6 @@ class MaskedOneShot(ClusteringStrategy):
         if not (np.isfinite(means).all() and np.isfinite(covs).all()):
             raise ValueError("means or covariances contain NaN or inf")
         return GaussianUpload(mask, means.astype(np.float64), covs.astype(np.float64), counts)
-
-    def payload_counts(self, payload: GaussianUpload) -> np.ndarray:
-        """The rows behind each local Gaussian."""
-        return payload.counts
-
-    def payload_features(self, payload: GaussianUpload) -> int | None:
-        """Return the global dimension ``d``."""
-        return int(len(payload.mask))
-
-    def payload_means(self, payload: GaussianUpload) -> tuple[np.ndarray, np.ndarray]:
-        """Each local Gaussian's mean, on the features the client observes."""
-        means = np.full((len(payload.means), len(payload.mask)), np.nan)
-        means[:, payload.mask] = payload.means
-        return means, payload.counts
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Proxies, forces, agglomeration to ``k`` groups, then the Eq. 4 merge."""

@@ -78,9 +78,13 @@ class Echo(ClusteringStrategy):
         return LocalCentroids.from_arrays(arrays)
 
     def payload_features(self, payload: LocalCentroids) -> int | None:
-        """Return the dimension of a non-empty upload."""
+        """Return the dimension of a non-empty upload (its means are not validated)."""
         means = payload.means
         return int(means.shape[1]) if means.ndim == 2 and len(means) else None
+
+    def payload_counts(self, payload: LocalCentroids) -> None:
+        """None checked: the echo's counts are placeholders (always 2)."""
+        return None
 
     def aggregate_payloads(self, server_round: int, replies: list[Reply]) -> np.ndarray:
         """Return the previous centroids; in round 1 the lowest client id's upload."""
