@@ -189,13 +189,13 @@ def test_the_app_hides_only_flowers_actor_termination_warning():
 
 
 def test_a_server_evaluation_equal_to_the_federated_one_is_not_repeated(caplog):
-    from flwr_clustering.strategies.rounds import _log_server_evaluation
+    from flwr_clustering.strategies.rounds import log_server_evaluation
 
     fed = {"sse": 45.905446586, "ari": 0.95225, "ari-client-weighted": 0.9504}
     with caplog.at_level(logging.INFO, logger="flwr_clustering"):
-        _log_server_evaluation(4, 20, {"sse": 45.905446586, "ari": 0.95225}, fed)
-        _log_server_evaluation(4, 20, {"sse": 45.9, "ari": 0.95225}, fed)
-        _log_server_evaluation(3, 20, {"sse": 46.0}, None)
+        log_server_evaluation(4, 20, {"sse": 45.905446586, "ari": 0.95225}, fed)
+        log_server_evaluation(4, 20, {"sse": 45.9, "ari": 0.95225}, fed)
+        log_server_evaluation(3, 20, {"sse": 46.0}, None)
     assert [r.getMessage() for r in caplog.records] == [
         "[ROUND 4/20] server evaluation: the federated evaluation's values",
         "[ROUND 4/20] server evaluation: sse=45.9, ari=0.9523",
