@@ -14,18 +14,20 @@
 
 from .mod import (
     DEFAULT_SECAGG_KEYS,
-    FRACTION_BITS,
     MODULUS,
     SECAGG_KEYS,
+    digit_base,
+    secure_aggregation_mod,
+    secure_sum,
+)
+from .sums import (
+    FRACTION_BITS,
     SECAGG_THRESHOLD,
     VALUE_LIMIT,
     SecureSum,
     decode_fixed,
-    digit_base,
     encode_fixed,
     neighbours,
-    secure_aggregation_mod,
-    secure_sum,
     sum_error_bound,
 )
 

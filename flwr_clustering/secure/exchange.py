@@ -3,7 +3,7 @@
 :class:`SecureExchange` has the plain exchange's call
 (:meth:`~flwr_clustering.strategies.exchange.Exchange.send`) and returns a
 :class:`~flwr_clustering.strategies.exchange.Collected` with no reply of its own: its
-``totals`` (a :class:`~flwr_clustering.secure.mod.SecureSum`) are the federation's sums
+``totals`` (a :class:`~flwr_clustering.secure.sums.SecureSum`) are the federation's sums
 (Flower's SecAgg+ through :func:`~flwr_clustering.secure.mod.secure_sum`, or the run's
 session, :mod:`~flwr_clustering.secure.session`), its ``absent`` the clients that failed.
 It logs them, records every contributor and the exchange's totals in the
@@ -22,7 +22,8 @@ from flwr.serverapp import Grid
 
 from ..log import logger
 from ..replies import Collected
-from .mod import SecureSum, secure_sum
+from .mod import secure_sum
+from .sums import SecureSum
 from .session import SecureSession
 
 if TYPE_CHECKING:  # (the plain exchange sits on the strategies' floor, above this wing)
@@ -64,7 +65,7 @@ class SecureExchange:
         Returns
         -------
         Collected
-            No replies; ``totals`` (a :class:`~flwr_clustering.secure.mod.SecureSum`) and
+            No replies; ``totals`` (a :class:`~flwr_clustering.secure.sums.SecureSum`) and
             ``absent`` (``{node id: reason}``).
         """
         if plain_only:  # per_node, parse, message_type...: a plain exchange's options

@@ -73,9 +73,7 @@ from ..log import logger
 from ..protocol import client_id_of, short_reason
 from .session import SESSION_RECORD, answer_session_stage
 from .sums import (
-    FRACTION_BITS,
     SECAGG_THRESHOLD,
-    VALUE_LIMIT,
     SecureSum,
     checked_values,
     decode_fixed,
@@ -84,23 +82,6 @@ from .sums import (
     secagg_threshold_problem,
     sum_error_bound,
 )
-
-__all__ = [
-    "FRACTION_BITS",
-    "MODULUS",
-    "DEFAULT_SECAGG_KEYS",
-    "SECAGG_KEYS",
-    "SECAGG_THRESHOLD",
-    "VALUE_LIMIT",
-    "SecureSum",
-    "decode_fixed",
-    "digit_base",
-    "encode_fixed",
-    "neighbours",
-    "secure_aggregation_mod",
-    "secure_sum",
-    "sum_error_bound",
-]
 
 #: ``secagg-keys``: ``run`` (:mod:`flwr_clustering.secure.session`, keys agreed once per
 #: run) or ``exchange`` (:func:`secure_sum`, Flower's SecAgg+ as shipped).
