@@ -23,8 +23,8 @@ from flwr.serverapp import Grid
 from ..log import logger
 from ..replies import Collected
 from .mod import secure_sum
-from .sums import SecureSum
 from .session import SecureSession
+from .sums import SecureSum
 
 if TYPE_CHECKING:  # (the plain exchange sits on the strategies' floor, above this wing)
     from ..strategies.exchange import Exchange
