@@ -1,4 +1,5 @@
 import ast
+import logging
 import os
 from functools import cache
 from pathlib import Path
@@ -58,3 +59,17 @@ def garst_beta10():
     from flwr_clustering.data.synthetic import garst_beta_split
 
     return garst_beta_split(10.0)
+
+
+@pytest.fixture
+def log(caplog):
+    """``caplog`` with its handler on the library's logger too, capturing from INFO up.
+
+    The records of ``flwr_clustering`` reach the test even where they do not propagate to
+    the root logger; a record that also propagates is captured twice.
+    """
+    logger = logging.getLogger("flwr_clustering")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO)
+    yield caplog
+    logger.removeHandler(caplog.handler)

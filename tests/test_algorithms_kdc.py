@@ -298,15 +298,12 @@ def test_no_valid_parameters_falls_back_to_the_closest_and_warns():
 def test_the_strategy_warns_on_a_fallback_choice(caplog):
     import logging
 
-    from flwr_clustering.clients import client_app
     from flwr_clustering.clients.kdc import KDCClient
     from flwr_clustering.strategies import KDC
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import InProcessGrid, client_app_for
 
     X = np.random.default_rng(0).normal(size=(300, 20))
-    parts = [X[:150], X[150:]]
-    app = client_app(lambda ctx: KDCClient(parts[int(ctx.node_config["partition-id"])],
-                                           client_id=int(ctx.node_config["partition-id"])))
+    app = client_app_for(KDCClient, [X[:150], X[150:]])
     logger = logging.getLogger("flwr_clustering")
     logger.addHandler(caplog.handler)
     try:

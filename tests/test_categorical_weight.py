@@ -140,9 +140,7 @@ def test_the_standard_weight_gives_the_former_result():
 
 
 def test_categorical_columns_stay_refused_under_secure_aggregation(tmp_path):
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import run_app
 
     configs = []
     for i, frame in enumerate(_frames()):
@@ -153,7 +151,7 @@ def test_categorical_columns_stay_refused_under_secure_aggregation(tmp_path):
           "server-update": "lloyd", "secure-aggregation": True,
           "categorical-columns": "smoker,region", "out-dir": str(tmp_path / "run")}
     with pytest.raises(ValueError, match="categorical-columns needs each site's category"):
-        run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+        run_app(rc, 3, node_configs=configs)
 
 
 def test_dominant_categories_needs_pure_clusters_that_split_the_levels():

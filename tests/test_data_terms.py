@@ -16,7 +16,7 @@ from flwr_clustering import FederatedClustering, load_model
 from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.data.local_file import save_local_file
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, run_app
 
 
 def _frames(loader, n_sites=3, seed=0):
@@ -120,7 +120,7 @@ def test_scaling_none_warns_and_keeps_raw_units(tmp_path):
     configs = [{"data-path": str(tmp_path / f"s{i}.npy")} for i in range(3)]
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3, "scaling": "none",
           "out-dir": str(tmp_path / "run")}
-    run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    run_app(rc, 3, node_configs=configs)
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert any("'12'" in w and "scaling='standard'" in w for w in result["warnings"])
     assert result["features"]["features"] == [str(j) for j in range(13)]
@@ -166,7 +166,7 @@ def test_a_categorical_column_is_one_hot_encoded_with_the_federations_levels(tmp
         configs.append({"data-path": str(path)})
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "categorical-columns": "region", "out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    out, _ = run_app(rc, 3, node_configs=configs)
     np.testing.assert_allclose(out["centroids"], est.strategy_.centroids, rtol=1e-12,
                                atol=1e-12)
     model = load_model(tmp_path / "run" / "model.json")
@@ -198,7 +198,7 @@ def _run_builtin(tmp_path, name, monkeypatch=None, positional=False, **extra):
         monkeypatch.setattr(server_module, "feature_names", lambda dataset: None)
     rc = {"algorithm": "fkm", "k": 3, "dataset": "wine", "partitioner": "iid",
           "min-nodes": 3, "out-dir": str(tmp_path / name), **extra}
-    run_server(InProcessGrid(app, 3, run_config=rc), rc)
+    run_app(rc, 3)
     if positional:
         monkeypatch.undo()
     return tmp_path / name

@@ -17,8 +17,6 @@ from sklearn.datasets import load_wine
 
 from flwr_clustering import FederatedClustering, load_model
 from flwr_clustering.__main__ import main
-from flwr_clustering.app.client_app import app
-from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients.base import ClusteringClient
 from flwr_clustering.clients.statistics import columns_record
 from flwr_clustering.data.local_file import read_local_file
@@ -34,7 +32,7 @@ from flwr_clustering.data.schema import (
     epoch_seconds,
 )
 from flwr_clustering.data.site_check import check_file, load_schema
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import run_app
 
 #: Visit times with a fraction of a second, a date before 1970 and a missing one.
 VISITS = ["2024-01-01T10:00:00.5", "1969-12-31T23:59:59", "2024-03-05T00:00:00", None]
@@ -335,7 +333,7 @@ def test_the_app_reads_parquet_and_csv_dates_as_the_estimator(tmp_path):
                               datetime_columns=["visit"]).fit(dated)
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "datetime-columns": "visit", "out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    out, _ = run_app(rc, 3, node_configs=configs)
     np.testing.assert_allclose(out["centroids"], est.strategy_.centroids, rtol=1e-12,
                                atol=1e-12)
     # the model a site keeps reads the dates of a new frame as the clients did
@@ -387,7 +385,7 @@ def test_dates_go_through_secure_aggregation(tmp_path):
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "datetime-columns": "visit", "secure-aggregation": True, "server-update": "lloyd",
           "max-rounds": 2, "tol": -1.0, "out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    out, _ = run_app(rc, 3, node_configs=configs)
     transform = out["strategy"].feature_transform
     pooled = pd.concat(by_hand, ignore_index=True)[list(transform.features)]
     np.testing.assert_allclose(transform.center, pooled.mean(), rtol=1e-9)

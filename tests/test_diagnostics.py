@@ -222,15 +222,12 @@ def test_without_the_final_evaluation_nothing_is_guessed(caplog):
 
 def test_a_strategy_keeps_diagnostics_of_the_final_evaluation_only():
     """Per-round evaluations with statistics, a final one without: no stale counts."""
-    from flwr_clustering.clients import client_app
     from flwr_clustering.clients.fkm import FedKMeansClient
     from flwr_clustering.strategies.fkm import FedKMeans
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import InProcessGrid, client_app_for
 
     X, _ = make_blobs(300, centers=3, n_features=2, cluster_std=0.5, random_state=0)
-    parts = _iid(X, 3)
-    app = client_app(lambda ctx: FedKMeansClient(parts[int(ctx.node_config["partition-id"])],
-                                                 client_id=int(ctx.node_config["partition-id"])))
+    app = client_app_for(FedKMeansClient, _iid(X, 3))
     strategy = FedKMeans(3, min_nodes=3, max_rounds=3, tol=-1.0, evaluate=False,
                          evaluate_every_round=True)
     strategy.start(grid=InProcessGrid(app, 3))
@@ -251,14 +248,12 @@ def test_kdc_reports_its_parameters_and_cores(caplog):
 
 
 def test_result_json_carries_diagnostics_and_warnings(tmp_path):
-    from flwr_clustering.app.client_app import app as client_app
-    from flwr_clustering.app.server_app import run_server
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import run_app
 
     rc = {"algorithm": "fkm", "dataset": "blobs", "n-samples": 600, "centers": 3, "k": 3,
           "partitioner": "iid", "min-nodes": 3, "max-rounds": 1,
           "out-dir": str(tmp_path / "run")}
-    run_server(InProcessGrid(client_app, 3, run_config=rc), rc)
+    run_app(rc, 3)
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["diagnostics"]["round-cap-hit"] is True
     assert len(result["warnings"]) == 1 and "'max-rounds'" in result["warnings"][0]

@@ -23,7 +23,7 @@ from sklearn.preprocessing import StandardScaler
 from flwr_clustering import FederatedClustering, registry
 from flwr_clustering.clients import stored_labels
 from flwr_clustering.data.local_file import save_local_file
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,6 @@ def _run_config(est):
 
 def _app_run(tmp_path, run_config, parts, ys, monkeypatch):
     """The App: run_server + the App's ClientApp, each node reading its own .npz file."""
-    from flwr_clustering.app.client_app import app as client_app
-    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.strategies.base import ClusteringStrategy
 
     # run_server waits 1 s for the node count to settle (a simulation's nodes register
@@ -72,12 +70,11 @@ def _app_run(tmp_path, run_config, parts, ys, monkeypatch):
         files.append(tmp_path / f"client{i}.npz")
         save_local_file(files[-1], X, y)
     rc = {**run_config, "dataset": "local", "out-dir": str(tmp_path / "out")}
-    grid = InProcessGrid(client_app, len(parts), run_config=rc,
-                         # the estimator's rows are the caller's own: raw-row steps
-                         # (KDC's sample) are allowed, as the estimator allows them
-                         node_configs=[{"data-path": str(f), "allow-raw-rows": True}
-                                       for f in files])
-    out = run_server(grid, rc)
+    out, grid = run_app(rc, len(parts),
+                        # the estimator's rows are the caller's own: raw-row steps
+                        # (KDC's sample) are allowed, as the estimator allows them
+                        node_configs=[{"data-path": str(f), "allow-raw-rows": True}
+                                      for f in files])
     return out, [stored_labels(grid.contexts[100 + i]) for i in range(len(parts))]
 
 

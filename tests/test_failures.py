@@ -8,20 +8,12 @@ import pytest
 
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _data(m=3, n=40, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.normal(size=(n, 2)) + 3 * i for i in range(m)]
-
-
-def _app(data, client_cls=FedKMeansClient):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return client_cls(data[i], client_id=i)
-
-    return client_app(client_fn)
 
 
 class DroppingGrid(InProcessGrid):
@@ -39,22 +31,13 @@ class DroppingGrid(InProcessGrid):
         return replies
 
 
-@pytest.fixture
-def log(caplog):
-    logger = logging.getLogger("flwr_clustering")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
 @pytest.mark.parametrize("shuffle", [0, 1, 2, 3])
 def test_duplicate_partition_ids_drop_both_claims_whatever_the_reply_order(shuffle, log):
     """Two nodes claim client id 1 from their first reply: nothing tells the liar, both
     are dropped, named, and the run goes on with the others while min-nodes holds."""
     data = _data(3)
     configs = [{"partition-id": p} for p in (0, 1, 1, 2)]
-    grid = InProcessGrid(_app(data), 4,
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 4,
                          node_configs=configs, shuffle_seed=shuffle)
     strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
     strategy.start(grid=grid)
@@ -68,7 +51,7 @@ def test_duplicate_partition_ids_drop_both_claims_whatever_the_reply_order(shuff
     assert "round 1 train: dropping reply of node 102: it claims client id 1" in log.text
     # the result is the run of the two other clients
     alone = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
-    alone.start(grid=InProcessGrid(_app({0: data[0], 2: data[2]}), 2,
+    alone.start(grid=InProcessGrid(client_app_for(FedKMeansClient, {0: data[0], 2: data[2]}), 2,
                                    node_configs=[{"partition-id": 0}, {"partition-id": 2}]))
     np.testing.assert_array_equal(strategy.centroids, alone.centroids)
 
@@ -76,7 +59,7 @@ def test_duplicate_partition_ids_drop_both_claims_whatever_the_reply_order(shuff
 def test_duplicate_partition_ids_end_the_run_below_min_nodes():
     data = _data(3)
     configs = [{"partition-id": 0}, {"partition-id": 1}, {"partition-id": 1}]
-    grid = InProcessGrid(_app(data), 3, node_configs=configs)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 3, node_configs=configs)
     with pytest.raises(RuntimeError, match=r"round 1 train: only 1 valid replies, fewer than "
                                            r"min_nodes=2; dropped: node 101 claims client id 1"):
         FedKMeans(4, min_nodes=2, max_rounds=3).start(grid=grid)
@@ -102,7 +85,7 @@ class ImpostorGrid(InProcessGrid):
 
 def test_a_node_claiming_a_known_client_id_later_is_the_one_dropped(log):
     """The later claim is the liar: dropped and named; the client that held the id stays."""
-    grid = ImpostorGrid(_app(_data(3)), 3, liar=102, claims=0, after=1)
+    grid = ImpostorGrid(client_app_for(FedKMeansClient, _data(3)), 3, liar=102, claims=0, after=1)
     strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0)
     strategy.start(grid=grid)
     assert [h["clients"] for h in strategy.history] == [3, 2, 2]
@@ -131,7 +114,7 @@ class RestartGrid(InProcessGrid):
 
 def test_a_supernode_back_under_a_new_node_id_keeps_its_client_id(log):
     """A known client id from a new node while its old node is gone: a reconnect, kept."""
-    grid = RestartGrid(_app(_data(3)), 3, after=1)
+    grid = RestartGrid(client_app_for(FedKMeansClient, _data(3)), 3, after=1)
     strategy = FedKMeans(4, min_nodes=3, max_rounds=3, tol=-1.0)
     strategy.start(grid=grid)
     assert [h["clients"] for h in strategy.history] == [3, 3, 3]
@@ -140,7 +123,7 @@ def test_a_supernode_back_under_a_new_node_id_keeps_its_client_id(log):
 
 
 def test_a_dropped_reply_names_client_node_and_timeout(log):
-    grid = DroppingGrid(_app(_data(3)), 3, drop={102}, after=1)
+    grid = DroppingGrid(client_app_for(FedKMeansClient, _data(3)), 3, drop={102}, after=1)
     strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5)
     strategy.start(grid=grid)
     assert "round 2 train: client 2 (node 102) did not reply within round-timeout=5 s" in log.text
@@ -148,18 +131,18 @@ def test_a_dropped_reply_names_client_node_and_timeout(log):
 
 
 def test_the_timeout_named_is_the_one_start_waits(log):
-    grid = DroppingGrid(_app(_data(3)), 3, drop={102}, after=1)
+    grid = DroppingGrid(client_app_for(FedKMeansClient, _data(3)), 3, drop={102}, after=1)
     strategy = FedKMeans(4, min_nodes=2, max_rounds=2, tol=-1.0, round_timeout=5)
     strategy.start(grid=grid, timeout=7)
     assert "round 2 train: client 2 (node 102) did not reply within round-timeout=7 s" in log.text
     # a new run forgets the clients of the last one
     log.clear()
-    strategy.start(grid=DroppingGrid(_app(_data(3)), 3, drop={102}))
+    strategy.start(grid=DroppingGrid(client_app_for(FedKMeansClient, _data(3)), 3, drop={102}))
     assert "round 1 train: node 102 did not reply within round-timeout=5 s" in log.text
 
 
 def test_a_node_that_never_replied_is_named_by_node_id(log):
-    grid = DroppingGrid(_app(_data(3)), 3, drop={101})
+    grid = DroppingGrid(client_app_for(FedKMeansClient, _data(3)), 3, drop={101})
     FedKMeans(4, min_nodes=2, max_rounds=1, round_timeout=5).start(grid=grid)
     assert "round 1 train: node 101 did not reply within round-timeout=5 s" in log.text
 
@@ -196,7 +179,7 @@ class UnavailableGrid(InProcessGrid):
 
 
 def test_a_node_the_superlink_reports_unavailable_is_named_and_recorded(log):
-    grid = UnavailableGrid(_app(_data(3)), 3, lost=102, after=1)
+    grid = UnavailableGrid(client_app_for(FedKMeansClient, _data(3)), 3, lost=102, after=1)
     strategy = FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5)
     strategy.start(grid=grid)
     assert "round 2 train: client 2 (node 102) failed: Node Unavailable" in log.text
@@ -208,7 +191,7 @@ def test_a_node_the_superlink_reports_unavailable_is_named_and_recorded(log):
 
 
 def test_too_few_replies_after_a_timeout_name_the_timeout_and_the_missing_clients():
-    grid = DroppingGrid(_app(_data(3)), 3, drop={101, 102}, after=1)
+    grid = DroppingGrid(client_app_for(FedKMeansClient, _data(3)), 3, drop={101, 102}, after=1)
     with pytest.raises(RuntimeError) as info:
         FedKMeans(4, min_nodes=2, max_rounds=3, tol=-1.0, round_timeout=5).start(grid=grid)
     assert str(info.value) == (
@@ -224,7 +207,7 @@ class _FailingSecondRound(FedKMeansClient):
 
 
 def test_a_failing_client_is_named_with_its_reason(log):
-    grid = InProcessGrid(_app(_data(3), _FailingSecondRound), 3)
+    grid = InProcessGrid(client_app_for(_FailingSecondRound, _data(3)), 3)
     with pytest.raises(RuntimeError) as info:
         FedKMeans(4, min_nodes=3, max_rounds=3, tol=-1.0).start(grid=grid)
     # a user's own exception may quote a cell: the server hears its type and the phase,
@@ -246,7 +229,7 @@ def test_a_failing_client_is_named_with_its_reason(log):
 def _dgc_app(data):
     from flwr_clustering.clients.dgc import DGCClient
 
-    return _app(data, DGCClient)
+    return client_app_for(DGCClient, data)
 
 
 def test_dgc_refuses_a_graph_whose_high_numbered_node_did_not_answer_at_init():

@@ -16,11 +16,11 @@ from flwr_clustering.algorithms.fkm import FKMOptions, fkm_client_update, run_fk
 from flwr_clustering.algorithms.lloyd import check_data, lloyd_step, nearest_labels
 from flwr_clustering.algorithms.local_centroids import LocalCentroids, check_local_centroids
 from flwr_clustering.app.config import build_client, merged_config, run_dtype
-from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.clients import FedKMeansClient
 from flwr_clustering.data.synthetic import garst_beta_split
 from flwr_clustering.evaluation import local_evaluation_stats
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _clients():
@@ -102,18 +102,11 @@ def test_float32_run_keeps_the_float64_quality():
     assert abs(aris["float32"] - aris["float64"]) < 0.02, aris
 
 
-def _app(data, dtype=None):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return FedKMeansClient(*data[i], client_id=i, dtype=dtype)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("client_dtype", [None, "float32"])
 def test_float32_flower_run_equals_the_float32_pure_loop(client_dtype):
     data = _clients()
-    grid = InProcessGrid(_app(data, client_dtype), 5, shuffle_seed=3)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data, dtype=client_dtype), 5,
+                         shuffle_seed=3)
     strategy = FedKMeans(16, min_nodes=5, seed=7, max_rounds=6, tol=-1.0, dtype="float32")
     result = strategy.start(grid=grid)
     ref = run_fkm([x for x, _ in data], 16, seed=7, max_rounds=6, tol=-1.0, dtype="float32")

@@ -17,10 +17,10 @@ from flwr_clustering.algorithms.kfed import KFedOptions
 from flwr_clustering.app.client_app import app as the_client_app
 from flwr_clustering.app.config import merged_config
 from flwr_clustering.app.server_app import run_server
-from flwr_clustering.clients import FeCAClient, FedKMeansClient, KFedClient, client_app
+from flwr_clustering.clients import FeCAClient, FedKMeansClient, KFedClient
 from flwr_clustering.strategies import FeCA, FedKMeans, KFed
 from flwr_clustering.strategies.choose_k import search_strategy
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 N = 4
 
@@ -32,14 +32,6 @@ def _data(seed=2):
     return [(X[p], y[p]) for p in parts]
 
 
-def _app(data, cls):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return cls(*data[i], client_id=i)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize(("strategy_cls", "client_cls", "options"), [
     (FedKMeans, FedKMeansClient, FKMOptions),
     (KFed, KFedClient, KFedOptions),
@@ -47,7 +39,7 @@ def _app(data, cls):
 ])
 def test_every_candidate_is_its_single_k_run_bit_for_bit(strategy_cls, client_cls, options):
     data = _data()
-    app = _app(data, client_cls)
+    app = client_app_for(client_cls, data)
     ks = [2, 3, 4, 5]
     starts = 2 if strategy_cls is FedKMeans else 1
     search = search_strategy(strategy_cls, [options(k=k) for k in ks], starts=starts,
@@ -83,7 +75,7 @@ def test_fkm_search_equals_the_pure_search_loop():
     clients = [x for x, _ in data]
     search = search_strategy(FedKMeans, [FKMOptions(k=k, max_rounds=6) for k in range(2, 7)],
                              starts=3, min_nodes=N, seed=1, split_check=False)
-    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    search.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N))
 
     def fit(k, seed):
         return run_fkm(clients, k, seed=seed, max_rounds=6).centroids
@@ -99,7 +91,7 @@ def test_a_client_that_cannot_answer_one_candidate_is_left_out_of_that_one_only(
     data[0] = (data[0][0][:5], data[0][1][:5])  # k-FED refuses k-local >= its 5 rows
     search = search_strategy(KFed, [KFedOptions(k=k) for k in (2, 3, 5, 6)], min_nodes=3,
                              seed=0, split_check=False)
-    search.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    search.start(grid=InProcessGrid(client_app_for(KFedClient, data), N))
     by_k = {c.k: c for c in search.candidates}
     assert by_k[3].history[-1]["clients"] == N
     assert by_k[5].history[-1]["clients"] == N - 1
@@ -107,18 +99,18 @@ def test_a_client_that_cannot_answer_one_candidate_is_left_out_of_that_one_only(
     # the chosen model's absent client is the run's (every candidate here lacks it)
     without = search_strategy(KFed, [KFedOptions(k=k) for k in (5, 6)], min_nodes=3,
                               seed=0, split_check=False)
-    without.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    without.start(grid=InProcessGrid(client_app_for(KFedClient, data), N))
     absent = without.diagnostics["absent"]
     assert list(absent) == ["client 0 (node 100)"] and "k'=5" in absent["client 0 (node 100)"]
     assert any("client 0" in w for w in without.warnings)
     single = KFed(5, min_nodes=3, seed=0, split_check=False)
-    single.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    single.start(grid=InProcessGrid(client_app_for(KFedClient, data), N))
     np.testing.assert_array_equal(by_k[5].centroids, single.centroids)
 
 
 def test_secure_search_scores_from_totals_and_matches_the_plain_one():
     data = _data()
-    app = _app(data, FedKMeansClient)
+    app = client_app_for(FedKMeansClient, data)
     opts = [FKMOptions(k=k, server_update="lloyd", max_rounds=5, tol=-1.0) for k in (3, 4, 5)]
     secure = search_strategy(FedKMeans, opts, min_nodes=N, seed=2, split_check=False,
                              secure_aggregation=True)
@@ -143,7 +135,7 @@ def test_the_ledger_counts_the_scores_and_the_candidates():
     data = _data()
     search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)], min_nodes=N,
                              split_check=False)
-    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    search.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N))
     ledger = search.privacy_ledger()
     phases = {e["phase"] for e in ledger["messages"]}
     assert {"k-moments", "k-spreads"} <= phases
@@ -158,7 +150,7 @@ def test_the_ledger_counts_the_scores_and_the_candidates():
 def test_the_app_runs_k_auto_and_writes_the_scores(tmp_path):
     rc = {"algorithm": "fkm", "k": "auto", "k-max": 6, "dataset": "blobs", "centers": 3,
           "n-samples": 600, "cluster-std": 0.5, "out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(the_client_app, 3, run_config=rc), rc)
+    out, _ = run_app(rc, 3)
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["k-choice"]["k"] == 3 and out["strategy"].k == 3
     assert [s["k"] for s in result["k_scores"]] == [2, 3, 4, 5, 6]
@@ -201,7 +193,7 @@ def test_n_init_starts_a_fixed_k_search_and_keeps_the_lowest_sse():
     data = _data(seed=11)
     search = search_strategy(FedKMeans, [FKMOptions(k=6, max_rounds=4)], starts=4,
                              min_nodes=N, split_check=False)
-    search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+    search.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N))
     sse = [s["sse"] for s in search.candidate_scores]
     assert len(sse) == 4 and search.k == 6
     assert search.k_scores[0]["sse"] == min(sse)
@@ -239,7 +231,7 @@ def test_a_search_refuses_initial_centroids():
     search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)], min_nodes=N)
     C0 = ArrayRecord({"centroids": Array(np.zeros((3, 3)))})
     with pytest.raises(ValueError, match="pass no initial_arrays"):
-        search.start(grid=InProcessGrid(_app(_data(), FedKMeansClient), N),
+        search.start(grid=InProcessGrid(client_app_for(FedKMeansClient, _data()), N),
                      initial_arrays=C0)
 
 
@@ -263,7 +255,7 @@ def test_k_auto_on_three_sites_raw_csv_files_under_secure_aggregation(tmp_path):
     rc = {"algorithm": "fkm", "k": "auto", "n-init": 2, "dataset": "local", "min-nodes": 3,
           "index-column": "patient_id", "server-update": "lloyd",
           "secure-aggregation": True, "out-dir": str(tmp_path / "run")}
-    run_server(InProcessGrid(the_client_app, 3, run_config=rc, node_configs=configs), rc)
+    run_app(rc, 3, node_configs=configs)
     out = tmp_path / "run"
     result = json.loads((out / "result.json").read_text())
     assert result["k-choice"]["k"] == 3 and result["warnings"] == []
@@ -284,7 +276,7 @@ def test_search_k_is_k_auto_in_your_own_server_app():
     from flwr_clustering.strategies.choose_k import search_k
 
     data = _data()
-    app = _app(data, FedKMeansClient)
+    app = client_app_for(FedKMeansClient, data)
     ours = search_k(FedKMeans, range(2, 6), starts=2, max_rounds=5, min_nodes=N, seed=4,
                     split_check=False)
     ours.start(grid=InProcessGrid(app, N))
@@ -304,7 +296,7 @@ def test_refine_rounds_refine_every_candidate_as_the_pure_loop():
     clients = [x for x, _ in data]
     search = search_strategy(KFed, [KFedOptions(k=k) for k in range(2, 7)], min_nodes=N,
                              seed=3, split_check=False, refine_rounds=5)
-    search.start(grid=InProcessGrid(_app(data, KFedClient), N))
+    search.start(grid=InProcessGrid(client_app_for(KFedClient, data), N))
 
     def fit(k, seed):
         return run_kfed(clients, k, seed=seed)
@@ -371,7 +363,7 @@ def test_a_client_lying_in_the_scores_is_dropped_with_a_reason(lie, caplog):
         search = search_strategy(FedKMeans, [FKMOptions(k=k) for k in (2, 3)],
                                  min_nodes=N - 1, split_check=False)
         with caplog.at_level("WARNING"):
-            search.start(grid=InProcessGrid(_app(data, FedKMeansClient), N))
+            search.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N))
     finally:
         phases.score_arrays = saved
     assert "dropping reply of client 0" in caplog.text and "k-moments" in caplog.text

@@ -18,9 +18,9 @@ from flwr_clustering.algorithms.deepfeca import (  # noqa: E402
     run_deepfeca,
     weight_names,
 )
-from flwr_clustering.clients import DeepFeCAClient, client_app  # noqa: E402
+from flwr_clustering.clients import DeepFeCAClient  # noqa: E402
 from flwr_clustering.strategies import DeepFeCA  # noqa: E402
-from flwr_clustering.testing import InProcessGrid  # noqa: E402
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app  # noqa: E402
 
 OPTS = TrainOptions(epochs=1)
 
@@ -29,14 +29,6 @@ def _data(m=4, n=240, seed=0):
     X, y = load_digits(return_X_y=True)
     idx = np.random.default_rng(seed).permutation(len(X))[:n]
     return [(X[i], y[i]) for i in np.array_split(idx, m)]
-
-
-def _app(data, cls=DeepFeCAClient, bad=None):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return ((bad or {}).get(i, cls))(*data[i], client_id=i)
-
-    return client_app(client_fn)
 
 
 def _model(result):
@@ -54,7 +46,7 @@ def _sent(grid, phase):
 @pytest.mark.parametrize("shuffle", [None, 7])
 def test_one_deepfeca_round_through_flower_equals_the_pure_loop(shuffle):
     data = _data()
-    grid = InProcessGrid(_app(data), 4, shuffle_seed=shuffle)
+    grid = InProcessGrid(client_app_for(DeepFeCAClient, data), 4, shuffle_seed=shuffle)
     strategy = DeepFeCA(8, options=OPTS, min_nodes=4, seed=3, max_rounds=1)
     result = strategy.start(grid=grid)
     ref = run_deepfeca([x for x, _ in data], 8, rounds=1, options=OPTS, seed=3)
@@ -77,7 +69,7 @@ def test_baseline_labellers_through_flower_equal_the_pure_loop_over_two_rounds(l
     data = _data()
     strategy = DeepFeCA(6, labeller=labeller, k_local=k_local, options=OPTS, min_nodes=4,
                         max_rounds=2, evaluate=False)
-    result = strategy.start(grid=InProcessGrid(_app(data), 4))
+    result = strategy.start(grid=InProcessGrid(client_app_for(DeepFeCAClient, data), 4))
     ref = run_deepfeca([x for x, _ in data], 6, rounds=2, labeller=labeller, k_local=k_local,
                        options=OPTS)
     np.testing.assert_array_equal(result.arrays["centroids"].numpy(), ref.centroids)
@@ -88,7 +80,7 @@ def test_baseline_labellers_through_flower_equal_the_pure_loop_over_two_rounds(l
 def test_weights_travel_unchanged_in_dtype_and_shape():
     data = _data(m=2, n=80)
     spec = NetworkSpec.for_data("resnet18", 64)  # float32 weights plus BatchNorm's 0-d int64
-    grid = InProcessGrid(_app(data), 2)
+    grid = InProcessGrid(client_app_for(DeepFeCAClient, data), 2)
     DeepFeCA(4, network="resnet18", options=TrainOptions(epochs=1, batch_size=40),
              min_nodes=2, max_rounds=1, evaluate=False).start(grid=grid)
     w0 = initial_weights(spec, 0)
@@ -128,7 +120,7 @@ def test_bad_clients_are_dropped_with_a_logged_reason_and_the_rest_is_the_pure_l
     data = _data(m=5, n=300)
     wrong_width = (data[4][0][:, :60], data[4][1])  # 60 features: not the federation's 64
     data_with_bad = [*data[:4], wrong_width]
-    app = _app(data_with_bad, bad={1: _NaNWeights, 2: _WrongShape})
+    app = client_app_for(DeepFeCAClient, data_with_bad, by_node={1: _NaNWeights, 2: _WrongShape})
     strategy = DeepFeCA(6, options=OPTS, min_nodes=2, max_rounds=1, evaluate=False)
     with caplog.at_level(logging.WARNING, logger="flwr_clustering"):
         result = strategy.start(grid=InProcessGrid(app, 5))
@@ -162,7 +154,7 @@ def test_bad_clients_are_dropped_with_a_logged_reason_and_the_rest_is_the_pure_l
 
 def test_too_few_valid_train_replies_stop_the_run():
     data = _data(m=3, n=120)
-    app = _app(data, bad={0: _NaNWeights, 1: _NaNWeights})
+    app = client_app_for(DeepFeCAClient, data, by_node={0: _NaNWeights, 1: _NaNWeights})
     with pytest.raises(RuntimeError, match="only 1 valid replies, fewer than min_nodes=2"):
         DeepFeCA(4, options=OPTS, min_nodes=2, max_rounds=1).start(grid=InProcessGrid(app, 3))
 
@@ -179,13 +171,11 @@ def test_strategy_rejects_bad_options():
 
 
 def test_app_runs_deepfeca_from_the_run_config_and_writes_results(tmp_path):
-    from flwr_clustering.app.client_app import app as client_app_
-    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data.registry import load_partition
 
     cfg = {"algorithm": "deepfeca", "dataset": "digits", "partitioner": "iid", "k": 12,
            "max-rounds": 1, "min-nodes": 3, "local-epochs": 1, "out-dir": str(tmp_path)}
-    out = run_server(InProcessGrid(client_app_, 3, run_config=cfg), cfg)
+    out, _ = run_app(cfg, 3)
     files = {p.name for p in tmp_path.iterdir()}
     assert {"model.npz", "training.png", "clusters.png", "centroids.npz", "history.json",
             "result.json"} <= files

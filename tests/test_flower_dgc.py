@@ -13,7 +13,7 @@ from flwr_clustering.clients import client_app
 from flwr_clustering.clients.dgc import DGCClient
 from flwr_clustering.metrics import hungarian_accuracy, sse
 from flwr_clustering.strategies.dgc import DGC
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 
 def _users(m=10, seed=0):
@@ -22,14 +22,6 @@ def _users(m=10, seed=0):
     per_class = [rng.permutation(np.flatnonzero(y == c)) for c in range(3)]
     return [(X[idx], y[idx]) for idx in
             (np.concatenate([p[5 * i:5 * (i + 1)] for p in per_class]) for i in range(m))]
-
-
-def _app(parts):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return DGCClient(*parts[i], client_id=i)
-
-    return client_app(client_fn)
 
 
 @pytest.mark.parametrize("loss,graph,S,init", [("kmeans", "ring", 1, "kmeans"),
@@ -41,7 +33,7 @@ def test_relay_equals_the_pure_loop_bit_for_bit(loss, graph, S, init):
     T = 6
     strategy = DGC(3, loss=loss, rho=10.0, graph=graph, iterations=T, inner_steps=S,
                    init=init, min_nodes=10, seed=4)
-    grid = InProcessGrid(_app(parts), 10, shuffle_seed=2)
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 10, shuffle_seed=2)
     strategy.start(grid=grid)
     assert len(strategy.history) == 1 + T * S  # init round + T S steps
     A = build_graph(graph, 10, seed=4)
@@ -97,14 +89,12 @@ def test_bad_options_are_rejected():
 def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
     import json
 
-    from flwr_clustering.app.client_app import app as app_client
-    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data import load_partition
 
     rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
           "min-nodes": 5, "graph": "ring", "rho": 100.0, "iterations": 50,
           "node-init": "random", "out-dir": str(tmp_path / "dgc"), "scaling": "none"}
-    out = run_server(InProcessGrid(app_client, 5, run_config=rc), rc)
+    out, _ = run_app(rc, 5)
     strategy = out["strategy"]
     assert len(strategy.history) == 51 and strategy.history[-1]["consensus"] > 0
     data = [load_partition(i, 5, dataset="iris", partitioner="iid")[0] for i in range(5)]
@@ -140,14 +130,12 @@ def test_the_flower_app_runs_dgc_from_the_run_config(tmp_path):
 def test_nodes_file_is_in_the_data_units_with_the_apps_default_scaling(tmp_path):
     """With scaling='standard' every node computes on the scaled rows; nodes.npz gives its
     centres back in the data's units (the pure loop's, mapped back) and as computed."""
-    from flwr_clustering.app.client_app import app as app_client
-    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data import load_partition
 
     rc = {"algorithm": "dgc", "dataset": "iris", "partitioner": "iid", "k": 3,
           "min-nodes": 3, "graph": "ring", "rho": 100.0, "iterations": 3,
           "node-init": "random", "out-dir": str(tmp_path / "dgc")}
-    out = run_server(InProcessGrid(app_client, 3, run_config=rc), rc)
+    out, _ = run_app(rc, 3)
     transform = out["strategy"].feature_transform
     assert transform.scaling == "standard"
     center, scale = np.asarray(transform.center), np.asarray(transform.scale)
@@ -243,13 +231,13 @@ def test_client_evaluation_scores_every_nodes_centres_and_rejects_a_bad_stack():
 def test_optional_tolerance_stops_when_no_node_moves():
     parts = _users()
     full = DGC(3, rho=10.0, iterations=300, min_nodes=10)
-    full.start(grid=InProcessGrid(_app(parts), 10))
+    full.start(grid=InProcessGrid(client_app_for(DGCClient, parts), 10))
     moves = [np.abs(b - a).max() for a, b in zip(full.node_history, full.node_history[1:],
                                                   strict=False)]
     tol = 1e-3
     stop = next(t for t, mv in enumerate(moves, start=2) if mv <= tol)  # the round
     early = DGC(3, rho=10.0, iterations=300, min_nodes=10, tol=tol)
-    early.start(grid=InProcessGrid(_app(parts), 10))
+    early.start(grid=InProcessGrid(client_app_for(DGCClient, parts), 10))
     assert len(early.history) == stop < 301
     np.testing.assert_array_equal(early.node_centres, full.node_history[stop - 1])
 
@@ -269,7 +257,8 @@ def _interrupted(parts, after=3, **options):
             raise RuntimeError("SuperLink gone")
 
     with pytest.raises(RuntimeError, match="SuperLink gone"):
-        DGC(3, **options).start(grid=InProcessGrid(_app(parts), 10), on_round=on_round)
+        DGC(3, **options).start(grid=InProcessGrid(client_app_for(DGCClient, parts), 10),
+                                on_round=on_round)
     return saved["state"]
 
 
@@ -280,12 +269,12 @@ def _without_seconds(history):
 def test_resume_finds_the_clients_under_new_node_ids_and_equals_an_uninterrupted_run():
     parts = _users()
     full = DGC(3, **RESUMED)
-    full.start(grid=InProcessGrid(_app(parts), 10))
+    full.start(grid=InProcessGrid(client_app_for(DGCClient, parts), 10))
     state = _interrupted(parts, **RESUMED)
     assert state["node_of"] == {i: 100 + i for i in range(10)}
     # the SuperLink restarted: the same clients, other Flower node ids (not in client order)
     ids = [int(n) for n in np.random.default_rng(1).permutation(np.arange(5000, 5010))]
-    grid = InProcessGrid(_app(parts), 10, node_ids=ids, shuffle_seed=3)
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 10, node_ids=ids, shuffle_seed=3)
     resumed = DGC(3, **RESUMED)
     result = resumed.start(grid=grid, resume=state)
     assert resumed.node_of == dict(enumerate(ids))
@@ -312,7 +301,7 @@ def test_resume_refuses_a_missing_or_duplicated_client_naming_it():
     state = _interrupted(parts, **RESUMED)
     # client 3's SuperNode did not come back; the nine others did, under new ids
     back = [p for p in range(10) if p != 3]
-    grid = InProcessGrid(_app(parts), 9, node_ids=range(700, 709),
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 9, node_ids=range(700, 709),
                          node_configs=[{"partition-id": p} for p in back])
     with pytest.raises(RuntimeError, match=r"DGC cannot resume: the graph's clients are "
                                             r"0\.\.9; missing: client 3; the connected nodes "
@@ -321,7 +310,7 @@ def test_resume_refuses_a_missing_or_duplicated_client_naming_it():
     assert all(m.metadata.message_type == "query" for m in grid.sent)
     # a node that came back with another node's partition-id: both claims are dropped,
     # both nodes named (nothing tells which holds client 5), and DGC cannot resume
-    grid = InProcessGrid(_app(parts), 10, node_ids=range(700, 710),
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 10, node_ids=range(700, 710),
                          node_configs=[{"partition-id": 5 if p == 3 else p} for p in range(10)])
     with pytest.raises(RuntimeError, match=r"missing: client 3, client 5; .* node 703 claims "
                                            r"client id 5, which node 705 also claims"):
@@ -335,7 +324,7 @@ def test_a_node_answering_as_another_client_stops_the_run():
     strategy.load_state_dict(_interrupted(parts, **RESUMED))
     # the relay's map no longer matches the nodes (ids reused, and no reconnect)
     strategy.node_of[1], strategy.node_of[2] = strategy.node_of[2], strategy.node_of[1]
-    grid = InProcessGrid(_app(parts), 10)
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 10)
     replies = grid.send_and_receive(strategy.configure_train(4, None, None, grid))
     with pytest.raises(RuntimeError, match=r"node 101 answered as client 1 but was sent "
                                            r"client 2's centres"):
@@ -351,7 +340,7 @@ def test_the_default_rho_adapts_and_the_relay_still_equals_the_loop(tmp_path):
     data = [X for X, _ in parts]
     strategy = DGC(3, iterations=8, min_nodes=5, seed=1)
     assert strategy.rho == 0
-    grid = InProcessGrid(_app(parts), 5)
+    grid = InProcessGrid(client_app_for(DGCClient, parts), 5)
     strategy.start(grid=grid)
     ring = build_graph("ring", 5)
     expected = adaptive_rho(ring, "kmeans", max(len(X) for X in data))

@@ -10,10 +10,10 @@ import pytest
 
 from flwr_clustering.algorithms.dp_lloyd import dp_epsilon, dp_epsilon_of, run_dp_lloyd
 from flwr_clustering.algorithms.fkm import FKMOptions
-from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.clients import FedKMeansClient
 from flwr_clustering.data.synthetic import garst_beta_split
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 pytest.importorskip("dp_accounting")
 
@@ -27,17 +27,10 @@ def _clients():
     return [(X[c == i], y[c == i]) for i in range(5)]
 
 
-def _app(data):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return FedKMeansClient(*data[i], client_id=i)
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("placement", ["distributed", "central"])
 def test_dp_fkm_through_flower_equals_the_loop_and_reports_the_accountants_epsilon(placement):
     data = _clients()
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     strategy = FedKMeans(16, min_nodes=5, seed=3, dp_placement=placement, **DP)
     strategy.start(grid=grid)
     ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
@@ -71,7 +64,7 @@ def test_dp_init_random_and_given_centroids_spend_it_all_on_equal_rounds():
 
     data = _clients()
     strategy = FedKMeans(16, min_nodes=5, seed=3, dp_init="random", **DP)
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     strategy.start(grid=grid)
     ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
                        rounds=6, seed=3, init="random")
@@ -84,7 +77,7 @@ def test_dp_init_random_and_given_centroids_spend_it_all_on_equal_rounds():
     assert not {"dp-moments", "dp-candidates"} & phases
     C0 = np.random.default_rng(9).uniform(-3, 3, size=(16, 2))
     given = FedKMeans(16, min_nodes=5, seed=3, **DP)  # dp-init='moments', but a start given
-    given.start(grid=InProcessGrid(_app(data), 5),
+    given.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5),
                 initial_arrays=ArrayRecord({"centroids": Array(C0)}))
     ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
                        rounds=6, seed=3, initial=C0)
@@ -95,7 +88,7 @@ def test_dp_init_random_and_given_centroids_spend_it_all_on_equal_rounds():
 def test_early_stop_reports_the_epsilon_of_the_mechanisms_run():
     data = _clients()
     strategy = FedKMeans(16, min_nodes=5, **{**DP, "max_rounds": 20, "tol": 1e9})
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     assert len(strategy.history) == 1  # tol 1e9: converged after round 1
     ledger = strategy.privacy_ledger()
     spent = [*strategy.noise_plan[:2], strategy.noise_multiplier]
@@ -107,7 +100,7 @@ def test_the_differencing_attack_finds_no_row_in_what_the_dp_server_received():
     from simulations.privacy import differencing_attack, recovered_rows
 
     data = _clients()
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     FedKMeans(16, min_nodes=5, **{**DP, "data_bound": 50.0, "max_rounds": 20,
                                   "dp_rounds": 20}).start(grid=grid)
     for cid, (X, _) in enumerate(data):
@@ -138,13 +131,10 @@ def test_dp_options_are_checked():
 
 
 def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
-
     run_config = {"server-update": "lloyd", "dp-epsilon": 4.0, "data-bound": 20.0,
                   "dp-rounds": 5, "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path),
                   "scaling": "none"}
-    out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
+    out, _ = run_app(run_config, 5)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert 0 < ledger["epsilon"] <= 4.0 and ledger["differential-privacy"]["rounds-run"] == 5
     # the PLD accountant calibrated it; the RDP figure of the same noise beside it
@@ -159,12 +149,10 @@ def test_the_app_writes_the_dp_guarantee_to_privacy_json(tmp_path):
 
 def test_a_dp_run_takes_dp_rounds_and_spends_its_budget_on_them(tmp_path):
     """Defaults that work: the App's max-rounds (20) does not split a DP budget 20 ways."""
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
 
     run_config = {"server-update": "lloyd", "dp-epsilon": 1.0, "data-bound": 20.0,
                   "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path), "scaling": "none"}
-    run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
+    run_app(run_config, 5)
     history = json.loads((tmp_path / "history.json").read_text())
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert len(history) == 2 and ledger["differential-privacy"]["rounds-run"] == 2
@@ -182,7 +170,7 @@ def test_the_clients_noise_is_the_plan_of_the_rounds_the_server_runs():
     options = {**DP, "max_rounds": 20}
     options.pop("dp_rounds")
     strategy = FedKMeans(16, min_nodes=5, seed=3, **options)
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
                        rounds=2, seed=3)
     assert len(strategy.history) == 2
@@ -191,12 +179,8 @@ def test_the_clients_noise_is_the_plan_of_the_rounds_the_server_runs():
 
 
 def _app_run(tmp_path, node_configs, **config):
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
-
     run_config = {"beta": 10.0, "out-dir": str(tmp_path), "min-nodes": 4, **config}
-    grid = InProcessGrid(app, 5, run_config=run_config, node_configs=node_configs)
-    return run_server(grid, run_config), grid
+    return run_app(run_config, 5, node_configs=node_configs)
 
 
 def test_a_node_can_require_dp_up_to_an_epsilon(tmp_path):
@@ -287,15 +271,12 @@ def test_a_missing_client_makes_its_round_cost_more_and_the_ledger_says_so(caplo
                 raise RuntimeError("gone for a round")
             return super().fit(parameters, config)
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return (Dropping if i == 4 else FedKMeansClient)(*data[i], client_id=i)
-
     strategy = FedKMeans(16, min_nodes=4, **{**DP, "max_rounds": 3})
     logger = logging.getLogger("flwr_clustering")
     logger.addHandler(caplog.handler)
     try:
-        strategy.start(grid=InProcessGrid(client_app(client_fn), 5))
+        strategy.start(grid=InProcessGrid(
+            client_app_for(FedKMeansClient, data, by_node={4: Dropping}), 5))
     finally:
         logger.removeHandler(caplog.handler)
     z = strategy.noise_multiplier
@@ -317,12 +298,9 @@ def test_a_client_missing_from_the_start_makes_it_cost_more_and_the_ledger_says_
                 raise RuntimeError("not now")
             return super().fit(parameters, config)
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return (Silent if i == 0 else FedKMeansClient)(*data[i], client_id=i)
-
     strategy = FedKMeans(16, min_nodes=4, **{**DP, "max_rounds": 2})
-    strategy.start(grid=InProcessGrid(client_app(client_fn), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data, by_node={0: Silent}),
+                                      5))
     ledger = strategy.privacy_ledger()
     mechanisms = ledger["differential-privacy"]["mechanisms"]
     planned = strategy.noise_plan
@@ -336,10 +314,10 @@ def test_a_client_missing_from_the_start_makes_it_cost_more_and_the_ledger_says_
 def test_a_dp_start_drowned_in_noise_says_so():
     data = _clients()  # 800 rows: at epsilon 0.05 with bound 15 the count's noise is larger
     small = FedKMeans(16, min_nodes=5, seed=3, **{**DP, "dp_epsilon": 0.05})
-    small.start(grid=InProcessGrid(_app(data), 5))
+    small.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     assert any("the start and the rounds are mostly noise" in w for w in small.run_warnings)
     large = FedKMeans(16, min_nodes=5, seed=3, **{**DP, "dp_epsilon": 50.0, "data_bound": 3.0})
-    large.start(grid=InProcessGrid(_app(data), 5))
+    large.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     assert not any("mostly noise" in w for w in large.run_warnings)
 
 
@@ -352,7 +330,7 @@ def test_the_ledger_states_the_pld_epsilon_beside_the_rdp_one_and_rdp_calibratio
     runs = {}
     for method in ("pld", "rdp"):
         strategy = FedKMeans(16, min_nodes=5, seed=3, dp_accountant=method, **DP)
-        strategy.start(grid=InProcessGrid(_app(data), 5))
+        strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
         ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
                            rounds=6, seed=3, accountant=method)
         np.testing.assert_array_equal(strategy.centroids, ref.centroids)
@@ -378,7 +356,7 @@ def test_the_accountant_follows_flowers_privacy_accountant_protocol():
     from flwr_clustering.strategies.dp_accountant import FlowerPrivacyAccountant
 
     strategy = FedKMeans(16, min_nodes=5, seed=3, **DP)
-    strategy.start(grid=InProcessGrid(_app(_clients()), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, _clients()), 5))
     acc = strategy.accountant
     assert isinstance(acc, FlowerPrivacyAccountant)
     members = {name for name in vars(PrivacyAccountant) if not name.startswith("_")}

@@ -9,9 +9,9 @@ import pytest
 
 from flwr_clustering.algorithms.feca import run_feca
 from flwr_clustering.algorithms.mavg import run_mavg
-from flwr_clustering.clients import FeCAClient, MAvgClient, client_app
+from flwr_clustering.clients import FeCAClient, MAvgClient
 from flwr_clustering.strategies import FeCA, MAvg
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 CENTRES = np.array([[i * 12.0 + (j % 2) * 5, j * 11.0] for i in range(5) for j in range(3)])
 
@@ -24,20 +24,12 @@ def _data(m=6, seed=0, n_per=80):
     return [(X[i], y[i]) for i in np.array_split(perm, m)]
 
 
-def _app(data, cls):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return cls(*data[i], client_id=i)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("shuffle", [None, 4])
 @pytest.mark.parametrize("opts", [{}, {"radius": "theoretical", "std_mode": "dist_std"},
                                   {"eliminate": False, "k_local": 18}])
 def test_feca_through_flower_equals_pure_loop_in_one_round(shuffle, opts):
     data = _data()
-    grid = InProcessGrid(_app(data, FeCAClient), 6, shuffle_seed=shuffle)
+    grid = InProcessGrid(client_app_for(FeCAClient, data), 6, shuffle_seed=shuffle)
     strategy = FeCA(15, min_nodes=6, seed=9, **opts)
     result = strategy.start(grid=grid)
     ref = run_feca([x for x, _ in data], 15, seed=9, **opts)
@@ -50,7 +42,7 @@ def test_feca_through_flower_equals_pure_loop_in_one_round(shuffle, opts):
 
 def test_feca_payload_shapes():
     data = _data()
-    grid = InProcessGrid(_app(data, FeCAClient), 6)
+    grid = InProcessGrid(client_app_for(FeCAClient, data), 6)
     FeCA(15, min_nodes=6, evaluate=False).start(grid=grid)
     replies = [m for m in grid.received if m.metadata.message_type == "train"]
     assert len(replies) == 6
@@ -65,7 +57,7 @@ def test_feca_payload_shapes():
 def test_feca_evaluation_reports_purity_and_nmi():
     data = _data()
     strategy = FeCA(15, min_nodes=6)
-    strategy.start(grid=InProcessGrid(_app(data, FeCAClient), 6))
+    strategy.start(grid=InProcessGrid(client_app_for(FeCAClient, data), 6))
     assert {"purity", "purity-per-cluster", "nmi", "ari"} <= set(strategy.final_metrics)
     assert strategy.final_metrics["purity"] > 0.9
     assert strategy.history[0]["num-centroids"] == 15
@@ -86,16 +78,12 @@ class _NaNClient(FeCAClient):
 def test_bad_feca_clients_are_dropped_with_a_reason(caplog):
     data = _data()
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        cls = {1: _BadRadii, 3: _NaNClient}.get(i, FeCAClient)
-        return cls(*data[i], client_id=i)
-
     logger = logging.getLogger("flwr_clustering")
     logger.addHandler(caplog.handler)
     try:
         strategy = FeCA(15, min_nodes=4, seed=2)
-        strategy.start(grid=InProcessGrid(client_app(client_fn), 6))
+        app = client_app_for(FeCAClient, data, by_node={1: _BadRadii, 3: _NaNClient})
+        strategy.start(grid=InProcessGrid(app, 6))
     finally:
         logger.removeHandler(caplog.handler)
     assert "malformed payload: radii have shape" in caplog.text
@@ -116,7 +104,7 @@ def test_feca_says_when_it_returns_fewer_than_k(caplog):
     logger.addHandler(caplog.handler)
     try:
         strategy = FeCA(15, k_local=4, min_nodes=6)  # undershoot: few groups
-        strategy.start(grid=InProcessGrid(_app(data, FeCAClient), 6))
+        strategy.start(grid=InProcessGrid(client_app_for(FeCAClient, data), 6))
     finally:
         logger.removeHandler(caplog.handler)
     assert len(strategy.centroids) < 15
@@ -127,7 +115,7 @@ def test_feca_says_when_it_returns_fewer_than_k(caplog):
 @pytest.mark.parametrize("shuffle", [None, 2])
 def test_mavg_through_flower_equals_pure_loop(shuffle):
     data = _data()
-    grid = InProcessGrid(_app(data, MAvgClient), 6, shuffle_seed=shuffle)
+    grid = InProcessGrid(client_app_for(MAvgClient, data), 6, shuffle_seed=shuffle)
     strategy = MAvg(15, min_nodes=6, seed=5)
     result = strategy.start(grid=grid)
     ref = run_mavg([x for x, _ in data], 15, seed=5)
@@ -143,7 +131,7 @@ def test_mavg_client_with_a_tiny_cluster_withholds(caplog):
     logger.addHandler(caplog.handler)
     try:
         strategy = MAvg(15, min_nodes=5)
-        strategy.start(grid=InProcessGrid(_app(data, MAvgClient), 6))
+        strategy.start(grid=InProcessGrid(client_app_for(MAvgClient, data), 6))
     finally:
         logger.removeHandler(caplog.handler)
     assert "client 0: a local cluster has 1 point(s)" in caplog.text
@@ -158,7 +146,7 @@ def test_mavg_client_with_fewer_than_k_rows_is_left_out_by_loop_and_strategy():
     data = _data()
     data[2] = (data[2][0][:10], data[2][1][:10])  # 10 rows for k = 15
     strategy = MAvg(15, min_nodes=5)
-    strategy.start(grid=InProcessGrid(_app(data, MAvgClient), 6))
+    strategy.start(grid=InProcessGrid(client_app_for(MAvgClient, data), 6))
     assert strategy.history[0]["clients"] == 5
     assert any("client 2" in c for c in strategy.diagnostics["absent"])
     with pytest.warns(RuntimeWarning, match=r"client\(s\) 2 have fewer than k=15 rows"):
@@ -172,7 +160,7 @@ def test_mavg_below_min_nodes_because_of_the_privacy_threshold_says_so():
         data[i] = (np.vstack([data[i][0], [[1e4, 1e4]]]), np.append(data[i][1], 0))
     with pytest.raises(RuntimeError, match=r"only 1 valid replies, fewer than min_nodes=2; "
                        r"5 client\(s\) withheld their reply under the privacy threshold"):
-        MAvg(15, min_nodes=2).start(grid=InProcessGrid(_app(data, MAvgClient), 6))
+        MAvg(15, min_nodes=2).start(grid=InProcessGrid(client_app_for(MAvgClient, data), 6))
     with pytest.raises(ValueError, match=r"M-Avg: only 1 client\(s\) sent centroids, fewer "
                        r"than min-nodes=2, because 5 withheld their reply under the privacy "
                        r"threshold .*clients 0, 1, 2, 3, 4; lower privacy-threshold or k"), \
@@ -199,13 +187,10 @@ def test_strategies_reject_bad_parameters():
 
 @pytest.mark.parametrize("algorithm", ["feca", "mavg", "ffcm"])
 def test_app_runs_them_from_the_run_config(tmp_path, algorithm):
-    from flwr_clustering.app.client_app import app as client
-    from flwr_clustering.app.server_app import run_server
-
     run_config = {"algorithm": algorithm, "dataset": "blobs", "partitioner": "iid",
                   "centers": 15, "k": 15, "n-samples": 1500, "cluster-std": 0.5,
                   "min-nodes": 5, "out-dir": str(tmp_path)}
-    out = run_server(InProcessGrid(client, 5, run_config=run_config), run_config)
+    out, _ = run_app(run_config, 5)
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["algorithm"] == algorithm
     assert result["rounds"] == (1 if algorithm != "ffcm" else len(out["strategy"].history))
@@ -221,7 +206,7 @@ def test_ffcm_through_flower_equals_pure_loop(version):
     from flwr_clustering.strategies import FFCM
 
     data = _data(m=4)
-    grid = InProcessGrid(_app(data, FFCMClient), 4, shuffle_seed=version)
+    grid = InProcessGrid(client_app_for(FFCMClient, data), 4, shuffle_seed=version)
     strategy = FFCM(15, version=version, min_nodes=4, seed=3, max_rounds=3)
     strategy.start(grid=grid)
     ref = run_ffcm([x for x, _ in data], 15, version=version, rounds=3, seed=3)
@@ -248,7 +233,7 @@ def test_ffcm_with_initial_centres_skips_the_moments_exchange():
 
     data = _data(m=3)
     V0 = CENTRES + 3.0
-    grid = InProcessGrid(_app(data, FFCMClient), 3)
+    grid = InProcessGrid(client_app_for(FFCMClient, data), 3)
     strategy = FFCM(15, min_nodes=3, max_rounds=2, evaluate=False, fuzzifier=2.0)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(V0)}))
     ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0, m=2.0)
@@ -269,7 +254,7 @@ def test_ffcm_auto_fuzzifier_asks_for_the_moments_even_with_initial_centres():
 
     data = _data(m=3)
     V0 = CENTRES + 3.0
-    grid = InProcessGrid(_app(data, FFCMClient), 3)
+    grid = InProcessGrid(client_app_for(FFCMClient, data), 3)
     strategy = FFCM(15, min_nodes=3, max_rounds=2, evaluate=False)  # fuzzifier 0: auto
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(V0)}))
     ref = run_ffcm([x for x, _ in data], 15, rounds=2, init=V0)
@@ -282,9 +267,9 @@ def test_ffcm_auto_fuzzifier_asks_for_the_moments_even_with_initial_centres():
     assert all(m.content["config"]["phase"] == "moments" for m in grid.sent[:3])
     assert all(msg.content["config"]["fuzzifier"] == m for msg in grid.sent[3:9])
     # a second run of the same strategy chooses again (and gets the same m)
-    strategy.start(grid=InProcessGrid(_app(data, FFCMClient), 3),
+    strategy.start(grid=InProcessGrid(client_app_for(FFCMClient, data), 3),
                    initial_arrays=ArrayRecord({"centroids": Array(V0)}))
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
     with pytest.raises(ValueError, match="expected k=15"):
-        FFCM(15, min_nodes=3).start(grid=InProcessGrid(_app(data, FFCMClient), 3),
+        FFCM(15, min_nodes=3).start(grid=InProcessGrid(client_app_for(FFCMClient, data), 3),
                                     initial_arrays=ArrayRecord({"centroids": Array(V0[:4])}))

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import missing_cell_sites
 from sklearn.datasets import load_wine
 
 from flwr_clustering import FederatedClustering, load_model
@@ -16,17 +17,7 @@ from flwr_clustering.algorithms.fkm_partial import (
 )
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
-
-
-def _sites(share=0.15, n_sites=3, seed=0):
-    data = load_wine(as_frame=True)
-    frame = data.frame.drop(columns="target")
-    rng = np.random.default_rng(seed)
-    frame = frame.mask(rng.random(frame.shape) < share)
-    idx = np.array_split(rng.permutation(len(frame)), n_sites)
-    return ([frame.iloc[i].reset_index(drop=True) for i in idx],
-            [data.target.to_numpy()[i] for i in idx])
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _rows(est, frames):
@@ -36,7 +27,7 @@ def _rows(est, frames):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_the_estimator_equals_the_pure_loop_bit_for_bit(dtype):
-    frames, ys = _sites()
+    frames, ys = missing_cell_sites(load_wine, share=0.15)
     est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
                               random_state=4, max_rounds=12, tol=-1.0, min_nodes=3,
                               dtype=dtype).fit(frames, ys)
@@ -72,7 +63,7 @@ def test_the_estimator_equals_the_pure_loop_bit_for_bit(dtype):
 
 
 def test_the_strategy_on_the_grid_equals_the_pure_loop_with_options(tmp_path):
-    frames, ys = _sites(share=0.25, seed=2)
+    frames, ys = missing_cell_sites(load_wine, share=0.25, seed=2)
     data = [(f.to_numpy(dtype=np.float64), y) for f, y in zip(frames, ys, strict=True)]
     names = list(frames[0].columns)
 
@@ -108,7 +99,7 @@ def test_the_strategy_on_the_grid_equals_the_pure_loop_with_options(tmp_path):
     ({"server_update": "lloyd", "n_init": 3}, "n-init=1"),
 ])
 def test_refusals_name_the_option(option, match):
-    frames, _ = _sites(share=0.05)
+    frames, _ = missing_cell_sites(load_wine, share=0.05)
     with pytest.raises(ValueError, match=match):
         FederatedClustering("fkm", 3, missing="partial", min_nodes=3, **option).fit(frames)
 
@@ -125,34 +116,30 @@ class _LyingClient(FedKMeansClient):
 
 
 def test_a_reply_breaking_the_per_feature_contract_is_refused():
-    frames, _ = _sites(share=0.1)
+    frames, _ = missing_cell_sites(load_wine, share=0.1)
     data = [f.to_numpy(dtype=np.float64) for f in frames]
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return _LyingClient(data[i], client_id=i, missing_cells=True)
+    app = client_app_for(_LyingClient, data, missing_cells=True)
 
     strategy = FedKMeans(3, min_nodes=3, server_update="lloyd", scaling="standard",
                          missing="partial", max_rounds=2)
     with pytest.raises(RuntimeError, match=r"client 1.*feature count is below the privacy "
                                            r"threshold 2"):
-        strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
+        strategy.start(grid=InProcessGrid(app, 3))
 
 
 @pytest.mark.parametrize("keys", ["run", "exchange"])
 def test_secure_aggregation_equals_the_pure_loop_from_totals_only(keys):
-    frames, _ = _sites(share=0.15)
+    frames, _ = missing_cell_sites(load_wine, share=0.15)
     names = list(frames[0].columns)
     data = [f.to_numpy(dtype=np.float64) for f in frames]
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return FedKMeansClient(data[i], client_id=i, missing_cells=True)
+    app = client_app_for(FedKMeansClient, data, missing_cells=True)
 
     strategy = FedKMeans(3, min_nodes=3, seed=2, max_rounds=8, tol=-1.0,
                          server_update="lloyd", scaling="standard", missing="partial",
                          secure_aggregation=True, secagg_keys=keys)
-    strategy.start(grid=InProcessGrid(client_app(client_fn), 3))
+    strategy.start(grid=InProcessGrid(app, 3))
     phases = [t["phase"] for t in strategy.secure_totals]
     start = phases.index("secure-partial-moments")  # after the features step's exchanges
     assert set(phases[:start]) <= {"feature-moments", "unit-check"}
@@ -178,7 +165,7 @@ def test_secure_aggregation_equals_the_pure_loop_from_totals_only(keys):
 
 
 def test_other_algorithms_still_refuse_partial_and_auto_stays_mean():
-    frames, _ = _sites(share=0.05)
+    frames, _ = missing_cell_sites(load_wine, share=0.05)
     with pytest.raises(ValueError, match=r"missing='partial' .* kfed does not do.*fkm"):
         FederatedClustering("kfed", 3, missing="partial", min_nodes=3).fit(frames)
     est = FederatedClustering("fkm", 3, min_nodes=3, server_update="lloyd").fit(frames)
@@ -187,7 +174,7 @@ def test_other_algorithms_still_refuse_partial_and_auto_stays_mean():
 
 
 def test_the_saved_model_labels_new_rows_by_their_observed_features(tmp_path):
-    frames, _ = _sites()
+    frames, _ = missing_cell_sites(load_wine, share=0.15)
     est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
                               random_state=1, min_nodes=3).fit(frames)
     path = est.save_model(tmp_path / "model.json")
@@ -200,7 +187,7 @@ def test_the_saved_model_labels_new_rows_by_their_observed_features(tmp_path):
 def test_a_site_checks_a_file_with_missing_cells_against_the_partial_model(tmp_path, capsys):
     from flwr_clustering.__main__ import main
 
-    frames, _ = _sites()
+    frames, _ = missing_cell_sites(load_wine, share=0.15)
     est = FederatedClustering("fkm", 3, missing="partial", server_update="lloyd",
                               random_state=1, min_nodes=3).fit(frames)
     model = est.save_model(tmp_path / "model.json")
@@ -216,17 +203,15 @@ def test_a_site_checks_a_file_with_missing_cells_against_the_partial_model(tmp_p
 def test_a_resumed_partial_run_equals_an_uninterrupted_one():
     from flwr_clustering.app.checkpoint import pack, unpack
 
-    frames, _ = _sites(share=0.2, seed=5)
+    frames, _ = missing_cell_sites(load_wine, share=0.2, seed=5)
     data = [f.to_numpy(dtype=np.float64) for f in frames]
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return FedKMeansClient(data[i], client_id=i, missing_cells=True)
+    app = client_app_for(FedKMeansClient, data, missing_cells=True)
 
     options = dict(min_nodes=3, seed=6, max_rounds=6, tol=-1.0, server_update="lloyd",
                    scaling="standard", missing="partial")
     full = FedKMeans(3, **options)
-    full.start(grid=InProcessGrid(client_app(client_fn), 3))
+    full.start(grid=InProcessGrid(app, 3))
     saved = {}
 
     def on_round(strategy, rnd):
@@ -237,10 +222,10 @@ def test_a_resumed_partial_run_equals_an_uninterrupted_one():
             raise RuntimeError("SuperLink gone")
 
     with pytest.raises(RuntimeError, match="SuperLink gone"):
-        FedKMeans(3, **options).start(grid=InProcessGrid(client_app(client_fn), 3),
+        FedKMeans(3, **options).start(grid=InProcessGrid(app, 3),
                                       on_round=on_round)
     resumed = FedKMeans(3, **options)
-    resumed.start(grid=InProcessGrid(client_app(client_fn), 3), resume=saved["state"])
+    resumed.start(grid=InProcessGrid(app, 3), resume=saved["state"])
     assert resumed.labelling == "masked-nearest-centroid"
     np.testing.assert_array_equal(resumed.centroids, full.centroids)
     for ours, theirs in zip(resumed.centroid_history, full.centroid_history, strict=True):

@@ -11,7 +11,7 @@ from flwr_clustering.algorithms.kdc import kdc_central, run_kdc
 from flwr_clustering.clients import client_app
 from flwr_clustering.clients.kdc import KDCClient
 from flwr_clustering.strategies.kdc import KDC
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _sites(r=4, seed=0):
@@ -26,14 +26,6 @@ def _sites(r=4, seed=0):
     return [(X[p], y[p]) for p in parts]
 
 
-def _app(parts):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return KDCClient(*parts[i], client_id=i)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("step2,variant,auto", [("kbcc", "anne", False),
                                                 ("kernel-kmeans", "inne", False),
                                                 ("kbcc", "anne", True)])
@@ -43,7 +35,7 @@ def test_sites_labels_equal_the_pure_loop_and_the_centralized_run(step2, variant
     strategy = KDC(4, sample_size=300, psi=16, t=50, tau=0.4 if variant == "inne" else 0.7,
                    auto=auto, step2=step2, variant=variant, return_labels=True,
                    min_nodes=4, seed=3)
-    grid = InProcessGrid(_app(parts), 4, shuffle_seed=1)
+    grid = InProcessGrid(client_app_for(KDCClient, parts), 4, shuffle_seed=1)
     strategy.start(grid=grid)
     psi = strategy.selection["psi"] if auto else 16
     tau = strategy.selection["tau"] if auto else strategy.tau
@@ -122,7 +114,7 @@ def test_a_tiny_site_takes_part_with_an_empty_or_one_row_sample():
     data = [X for X, _ in parts]
     strategy = KDC(4, auto=False, sample_size=100, t=50, tau=0.7, return_labels=True,
                    min_nodes=4, seed=2)
-    strategy.start(grid=InProcessGrid(_app(parts), 4))
+    strategy.start(grid=InProcessGrid(client_app_for(KDCClient, parts), 4))
     ref = run_kdc(data, 4, s=100, t=50, tau=0.7, seed=2, auto=False)
     assert strategy.alloc[3] == ref.sample_sizes[3] == 0  # 100 / 601 of one row rounds to 0
     for i in range(4):

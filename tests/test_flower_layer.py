@@ -18,7 +18,7 @@ from flwr_clustering.clients import FedKMeansClient, KFedClient, client_app
 from flwr_clustering.data.synthetic import garst_beta_split, garst_clusterwise
 from flwr_clustering.metrics import centralized_metrics
 from flwr_clustering.strategies import FedKMeans, KFed
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,18 +28,10 @@ def _clients(beta=0.1):
     return [(X[c == i], y[c == i]) for i in range(5)]
 
 
-def _app(data, client_cls=FedKMeansClient):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return client_cls(*data[i], client_id=i)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("shuffle", [None, 1, 2])
 def test_fkm_through_flower_equals_pure_loop_whatever_the_reply_order(shuffle):
     data = _clients(0.1)
-    grid = InProcessGrid(_app(data), 5, shuffle_seed=shuffle)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5, shuffle_seed=shuffle)
     strategy = FedKMeans(16, min_nodes=5, seed=7, max_rounds=8, tol=-1.0)
     result = strategy.start(grid=grid)
     ref = run_fkm([x for x, _ in data], 16, seed=7, max_rounds=8, tol=-1.0)
@@ -55,7 +47,7 @@ def test_fkm_options_through_flower_equal_pure_loop():
     opts = dict(seeding="unweighted", init="paper", local_iters=2, recount=True)
     strategy = FedKMeans(16, min_nodes=5, seed=3, max_rounds=4, tol=-1.0, server_seeding="unweighted",
                          init="paper", local_iterations=2, recount=True)
-    strategy.start(grid=InProcessGrid(_app(data), 5, shuffle_seed=5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5, shuffle_seed=5))
     ref = run_fkm([x for x, _ in data], 16, seed=3, max_rounds=4, tol=-1.0, **opts)
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
 
@@ -68,7 +60,8 @@ def test_federated_lloyd_through_flower_equals_sklearn():
     C0 = X[[0, 100, 200, 300, 400, 500, 600, 700]]
     strategy = FedKMeans(8, min_nodes=5, privacy_threshold=0, server_update="lloyd", max_rounds=6,
                          tol=-1.0)
-    result = strategy.start(grid=InProcessGrid(_app(data), 5, shuffle_seed=0),
+    result = strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5,
+                                               shuffle_seed=0),
                             initial_arrays=ArrayRecord({"centroids": Array(C0)}))
     km = KMeans(8, init=C0, n_init=1, max_iter=6, tol=0.0).fit(X)
     np.testing.assert_allclose(result.arrays["centroids"].numpy(), km.cluster_centers_, atol=1e-9)
@@ -76,7 +69,7 @@ def test_federated_lloyd_through_flower_equals_sklearn():
 
 def test_kfed_through_flower_is_one_round_and_equals_pure_loop():
     data = _clients(10.0)
-    grid = InProcessGrid(_app(data, KFedClient), 5, shuffle_seed=3)
+    grid = InProcessGrid(client_app_for(KFedClient, data), 5, shuffle_seed=3)
     strategy = KFed(16, min_nodes=5, seed=4)
     result = strategy.start(grid=grid)
     ref = run_kfed([x for x, _ in data], 16, seed=4)
@@ -88,7 +81,7 @@ def test_kfed_through_flower_is_one_round_and_equals_pure_loop():
 def test_federated_metrics_equal_centralized_on_pooled_data():
     data = _clients(1.0)
     strategy = FedKMeans(16, min_nodes=5, max_rounds=5)
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     X = np.vstack([x for x, _ in data])
     y = np.concatenate([lab for _, lab in data])
     central = centralized_metrics(X, strategy.centroids, y)
@@ -101,7 +94,7 @@ def test_per_round_metrics_are_the_paper_scoring_of_each_round():
     """Round r's metrics (from round r+1's train replies) score C_g of round r."""
     data = _clients(0.1)
     strategy = FedKMeans(16, min_nodes=5, max_rounds=4, tol=-1.0)
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     X = np.vstack([x for x, _ in data])
     y = np.concatenate([lab for _, lab in data])
     for record, C in zip(strategy.history, strategy.centroid_history, strict=True):
@@ -124,7 +117,7 @@ def _uploaded_arrays(grid):
 def test_private_mode_sends_no_data_row():
     data = _clients(0.1)
     rows = _all_rows(data)
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     FedKMeans(16, min_nodes=5, max_rounds=6, tol=-1.0).start(grid=grid)
     float_arrays = [a for a in _uploaded_arrays(grid) if a.dtype.kind == "f" and a.ndim == 2]
     assert float_arrays, "the test must inspect some centroid payloads"
@@ -132,7 +125,7 @@ def test_private_mode_sends_no_data_row():
         if a.shape[1] == 2:
             assert not any(tuple(r) in rows for r in a)
     # ... while the paper's initialisation does upload raw rows (documented behaviour)
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     FedKMeans(16, min_nodes=5, max_rounds=1, init="paper").start(grid=grid)
     leaked = [a for a in _uploaded_arrays(grid) if a.ndim == 2 and a.shape[1] == 2 and a.dtype.kind == "f"]
     assert any(tuple(r) in rows for a in leaked for r in a)
@@ -203,7 +196,7 @@ def test_kfed_client_with_too_few_points_is_refused_and_dropped(caplog):
     logger.addHandler(caplog.handler)
     try:
         strategy = KFed(16, min_nodes=4)
-        strategy.start(grid=InProcessGrid(_app(data, KFedClient), 5))
+        strategy.start(grid=InProcessGrid(client_app_for(KFedClient, data), 5))
     finally:
         logger.removeHandler(caplog.handler)
     assert "client 1 has 10 rows, not more than k'=16" in caplog.text
@@ -214,7 +207,7 @@ def test_payload_shapes_and_variable_k_i():
     """Spec §8.8: C_g (K_g, d) down; (k_i, d), (k_i,), (k_i,) up with k_i in [0, K_g]."""
     X, y, c = garst_clusterwise()
     data = [(X[c == i], y[c == i]) for i in range(5)]
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     FedKMeans(16, min_nodes=5, max_rounds=3, tol=-1.0).start(grid=grid)
     for msg in grid.sent:
         arrays = msg.content["arrays"].to_numpy_ndarrays()
@@ -231,7 +224,7 @@ def test_payload_shapes_and_variable_k_i():
 def test_results_are_written(tmp_path):
     data = _clients(1.0)
     strategy = FedKMeans(16, min_nodes=5, max_rounds=3)
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     save_results(strategy, tmp_path)  # the strategy writes nothing; the App writes results
     saved = np.load(tmp_path / "centroids.npz")
     assert saved["centroids"].shape == (16, 2) and "round_1" in saved
@@ -300,11 +293,8 @@ def test_app_with_local_data_files(tmp_path):
 
 
 def test_app_simulation_config_reports_centralized_baseline(tmp_path):
-    from flwr_clustering.app.client_app import app as client
-    from flwr_clustering.app.server_app import run_server
-
     run_config = {"algorithm": "kfed", "beta": 10.0, "out-dir": str(tmp_path)}
-    out = run_server(InProcessGrid(client, 5, run_config=run_config), run_config)
+    out, _ = run_app(run_config, 5)
     result = json.loads((tmp_path / "result.json").read_text())
     assert set(result["centralized"]) >= {"ari", "nmi", "purity", "sse"}
     assert result["federated-on-pooled"]["ari"] == out["federated"]["ari"]

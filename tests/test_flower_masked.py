@@ -7,7 +7,6 @@ import pytest
 from flwr_clustering.algorithms.masked import centroid_agreement
 from flwr_clustering.algorithms.masked_federated import run_masked_federated
 from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
-from flwr_clustering.clients import client_app
 from flwr_clustering.clients.masked import MaskedFederatedClient, MaskedOneShotClient
 from flwr_clustering.data.masks import (
     chain_masks,
@@ -16,7 +15,7 @@ from flwr_clustering.data.masks import (
     shared_block_masks,
 )
 from flwr_clustering.strategies.masked import MaskedFederated, MaskedOneShot
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 
 def _parts(assumption=2, seed=0):
@@ -28,18 +27,10 @@ def _parts(assumption=2, seed=0):
     return dim_federation(X, y, masks, scheme="shared", split="sorted", seed=seed)
 
 
-def _app(parts, cls):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return cls(*parts[i], client_id=i)
-
-    return client_app(client_fn)
-
-
 @pytest.mark.parametrize("method,assumption", [("B", 2), ("B", 1)])
 def test_masked_federated_through_flower_equals_pure_loop(method, assumption):
     parts = _parts(assumption)
-    grid = InProcessGrid(_app(parts, MaskedFederatedClient), 10, shuffle_seed=3)
+    grid = InProcessGrid(client_app_for(MaskedFederatedClient, parts), 10, shuffle_seed=3)
     strategy = MaskedFederated(16, method=method, min_nodes=10, k_local=16, seed=5)
     strategy.start(grid=grid)
     ref = run_masked_federated([x for x, _ in parts], 16, method=method, k_local=16, seed=5)
@@ -57,7 +48,7 @@ def test_masked_federated_through_flower_equals_pure_loop(method, assumption):
 def test_masked_oneshot_through_flower_equals_pure_loop_in_one_round():
     parts = _parts(2)
     k_local = 16
-    grid = InProcessGrid(_app(parts, MaskedOneShotClient), 10, shuffle_seed=1)
+    grid = InProcessGrid(client_app_for(MaskedOneShotClient, parts), 10, shuffle_seed=1)
     # small proxies keep the O(proxies^2) forces cheap; the sizes are not what is tested
     strategy = MaskedOneShot(16, min_nodes=10, k_local=k_local, seed=2, min_size=10,
                              max_size=20)
@@ -82,15 +73,13 @@ def test_the_flower_app_on_dim_is_exact_with_silhouette_k_i(tmp_path, algorithm,
     import json
 
     from flwr_clustering.algorithms.masked import mask_aware_means
-    from flwr_clustering.app.client_app import app as app_client
-    from flwr_clustering.app.server_app import run_server
     from flwr_clustering.data import load_partition
 
     rc = {"algorithm": algorithm, "dataset": "dim-128", "partitioner": "natural",
           "feature-mask": feature_mask,
           "method": method, "k": 16, "min-nodes": 10, "tol": -1.0,
           "out-dir": str(tmp_path / "run"), "scaling": "none"}
-    out = run_server(InProcessGrid(app_client, 10, run_config=rc, shuffle_seed=4), rc)
+    out, _ = run_app(rc, 10, shuffle_seed=4)
     parts = [load_partition(i, 10, dataset="dim-128", feature_mask=feature_mask)
              for i in range(10)]
     clients = [x for x, _ in parts]
@@ -126,7 +115,7 @@ def test_a_client_with_holes_in_its_features_is_dropped(caplog):
     logger.addHandler(caplog.handler)
     try:
         strategy = MaskedFederated(16, min_nodes=9, federated_rounds=1)
-        strategy.start(grid=InProcessGrid(_app(parts, MaskedFederatedClient), 10))
+        strategy.start(grid=InProcessGrid(client_app_for(MaskedFederatedClient, parts), 10))
     finally:
         logger.removeHandler(caplog.handler)
     assert "client 0: row 3 has NaN in observed feature" in caplog.text
@@ -145,15 +134,12 @@ def test_a_misaligned_update_is_dropped(caplog):
                 arrays = [a[:-1] for a in arrays]  # one aligned row missing
             return arrays, n, metrics
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return (Short if i == 4 else MaskedFederatedClient)(*parts[i], client_id=i)
-
     logger = logging.getLogger("flwr_clustering")
     logger.addHandler(caplog.handler)
     try:
         strategy = MaskedFederated(16, min_nodes=9, federated_rounds=1, evaluate=False)
-        strategy.start(grid=InProcessGrid(client_app(client_fn), 10))
+        app = client_app_for(MaskedFederatedClient, parts, by_node={4: Short})
+        strategy.start(grid=InProcessGrid(app, 10))
     finally:
         logger.removeHandler(caplog.handler)
     assert "aligned upload of shape (15, 128), expected (16, 128)" in caplog.text

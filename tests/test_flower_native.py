@@ -17,7 +17,6 @@ from flwr_clustering.algorithms.fkm import run_fkm
 from flwr_clustering.algorithms.lloyd import assign_to_nearest
 from flwr_clustering.clients import (
     FedKMeansClient,
-    client_app,
     handle_evaluate,
     handle_query,
     handle_train,
@@ -25,18 +24,13 @@ from flwr_clustering.clients import (
 )
 from flwr_clustering.data import load_partition
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 N = 4
 
 
 def _data(n=N):
     return [load_partition(i, n, dataset="garst-grid", partitioner="iid") for i in range(n)]
-
-
-def _app(data):
-    return client_app(lambda ctx: FedKMeansClient(*data[int(ctx.node_config["partition-id"])],
-                                                  client_id=int(ctx.node_config["partition-id"])))
 
 
 class _Recorder:
@@ -80,7 +74,7 @@ def test_start_keeps_flowers_contract_next_to_fedavg():
                        evaluate_fn=theirs, **kwargs)
 
     ours = _Recorder()
-    grid = InProcessGrid(_app(_data()), N)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, _data()), N)
     strategy = FedKMeans(16, min_nodes=N, early_stop=False, evaluate_every_round=True)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord([C0]), evaluate_fn=ours,
                             **kwargs)
@@ -100,7 +94,7 @@ def test_start_keeps_flowers_contract_next_to_fedavg():
 def test_initial_arrays_under_any_key_are_the_initial_model():
     data = _data()
     C0 = data[0][0][:16].copy()
-    grid = InProcessGrid(_app(data), N)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), N)
     strategy = FedKMeans(16, min_nodes=N, tol=-1.0)
     strategy.start(grid=grid, initial_arrays=ArrayRecord([C0]), num_rounds=2)
     first = grid.sent[0]
@@ -108,29 +102,30 @@ def test_initial_arrays_under_any_key_are_the_initial_model():
     np.testing.assert_array_equal(first.content["arrays"].to_numpy_ndarrays()[0], C0)
     # the same run with the key "centroids"
     again = FedKMeans(16, min_nodes=N, tol=-1.0)
-    again.start(grid=InProcessGrid(_app(data), N),
+    again.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N),
                 initial_arrays=ArrayRecord({"centroids": Array(C0)}), num_rounds=2)
     np.testing.assert_array_equal(strategy.centroids, again.centroids)
     # several arrays, none named "centroids": which one is meant?
     with pytest.raises(ValueError, match="none named 'centroids'"):
-        FedKMeans(16, min_nodes=N).start(grid=InProcessGrid(_app(data), N),
+        FedKMeans(16, min_nodes=N).start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N),
                                          initial_arrays=ArrayRecord([C0, C0]))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_num_rounds_below_one_or_not_an_integer_is_a_clear_error(bad):
     with pytest.raises(ValueError, match="num_rounds must be"):
-        FedKMeans(16, min_nodes=N).start(grid=InProcessGrid(_app(_data()), N), num_rounds=bad)
+        FedKMeans(16, min_nodes=N).start(
+            grid=InProcessGrid(client_app_for(FedKMeansClient, _data()), N), num_rounds=bad)
 
 
 def test_num_rounds_runs_exactly_that_many_rounds_unless_early_stop(caplog):
     data = _data()
     exact = FedKMeans(16, min_nodes=N, early_stop=False)
-    exact.start(grid=InProcessGrid(_app(data), N), num_rounds=12)
+    exact.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N), num_rounds=12)
     assert [h["round"] for h in exact.history] == list(range(1, 13))
     with caplog.at_level(logging.INFO, logger="flwr_clustering"):
         early = FedKMeans(16, min_nodes=N)  # early_stop=True, tol=1e-6: the default
-        early.start(grid=InProcessGrid(_app(data), N), num_rounds=12)
+        early.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N), num_rounds=12)
     stopped = len(early.history)
     assert stopped < 12, "the IID grid converges well before 12 rounds"
     assert f"[ROUND {stopped}/12] converged: stopping early" in caplog.text
@@ -148,7 +143,8 @@ def test_every_client_receives_the_final_model_and_keeps_its_labels(tmp_path):
     """Also with evaluate=False: no statistics come back, the labels stay on the node."""
     data = _data()
     paths = [tmp_path / f"node{i}" / "labels.npy" for i in range(N)]
-    grid = InProcessGrid(_app(data), N, node_configs=[{"labels-path": str(p)} for p in paths])
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), N,
+                         node_configs=[{"labels-path": str(p)} for p in paths])
     strategy = FedKMeans(16, min_nodes=N, evaluate=False, max_rounds=3)
     strategy.start(grid=grid)
     final = [m for m in grid.sent if m.metadata.message_type == "evaluate"]
@@ -166,7 +162,8 @@ def test_every_client_receives_the_final_model_and_keeps_its_labels(tmp_path):
 def test_labels_path_as_text_has_one_label_per_line(tmp_path):
     data = _data()
     path = tmp_path / "labels.csv"
-    grid = InProcessGrid(_app(data), N, node_configs=[{"labels-path": str(path)}, {}, {}, {}])
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), N,
+                         node_configs=[{"labels-path": str(path)}, {}, {}, {}])
     FedKMeans(16, min_nodes=N, max_rounds=2).start(grid=grid)
     np.testing.assert_array_equal(np.loadtxt(path, dtype=np.int64),
                                   stored_labels(grid.contexts[100]))
@@ -196,7 +193,7 @@ def test_own_handlers_with_the_exported_ones_equal_the_ready_made_app():
     own = FedKMeans(16, min_nodes=N, max_rounds=4)
     own.start(grid=InProcessGrid(app, N))
     ready = FedKMeans(16, min_nodes=N, max_rounds=4)
-    ready.start(grid=InProcessGrid(_app(data), N))
+    ready.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), N))
     np.testing.assert_array_equal(own.centroids, ready.centroids)
     assert own.final_metrics == ready.final_metrics
 
@@ -237,17 +234,15 @@ def test_waiting_for_nodes_is_logged_and_times_out_with_what_to_change(caplog):
     strategy = FedKMeans(16, min_nodes=3, node_wait_timeout=1.2)
     with caplog.at_level(logging.INFO, logger="flwr_clustering"), \
             pytest.raises(RuntimeError, match="lower min_nodes \\(run config 'min-nodes'\\)"):
-        strategy.start(grid=InProcessGrid(_app(_data(2)), 2))
+        strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, _data(2)), 2))
     assert "waiting for nodes: 2 of min_nodes=3 connected" in caplog.text
 
 
 def test_the_app_defaults_run_on_flowers_default_two_nodes(tmp_path):
     """An empty run config on 2 nodes: the default FKM simulation completes and writes."""
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
 
     rc = {"out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(app, 2, run_config=rc), rc)
+    out, _ = run_app(rc, 2)
     assert out["centroids"].shape == (16, 2)
     assert (tmp_path / "run" / "result.json").exists()
     assert out["federated"]["num-examples"] == 800

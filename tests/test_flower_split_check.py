@@ -18,22 +18,15 @@ from flwr_clustering.algorithms.cluster_split import (
 )
 from flwr_clustering.algorithms.kfed import run_kfed
 from flwr_clustering.clients import FedKMeansClient as FKMClient
-from flwr_clustering.clients import KFedClient, client_app
+from flwr_clustering.clients import KFedClient
 from flwr_clustering.strategies import DGC, KDC, FedKMeans, KFed, MaskedFederated
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _data(m=5, seed=0):
     X, y = make_blobs(1500, n_features=2, centers=10, center_box=(-20, 20), random_state=seed)
     perm = np.random.default_rng(seed).permutation(len(X))
     return [(X[i], y[i]) for i in np.array_split(perm, m)]
-
-
-def _app(data, cls):
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return cls(*data[i], client_id=i)
-    return client_app(client_fn)
 
 
 def _warnings(caplog):
@@ -45,7 +38,7 @@ def test_a_poor_one_shot_model_is_flagged_and_the_warning_names_refine_rounds(ca
     data = _data()
     strategy = KFed(10, min_nodes=5, seed=0)
     with caplog.at_level(logging.WARNING, logger="flwr_clustering"):
-        strategy.start(grid=InProcessGrid(_app(data, KFedClient), 5))
+        strategy.start(grid=InProcessGrid(client_app_for(KFedClient, data), 5))
     ref = run_kfed([x for x, _ in data], 10, seed=0)
     np.testing.assert_array_equal(strategy.centroids, ref)  # the model unchanged
     expected = pure_check([x for x, _ in data], 2)(ref)
@@ -63,7 +56,7 @@ def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
     data = _data()
     parts = [x for x, _ in data]
     strategy = KFed(10, min_nodes=5, seed=0, refine_rounds=10)
-    grid = InProcessGrid(_app(data, KFedClient), 5, shuffle_seed=3)
+    grid = InProcessGrid(client_app_for(KFedClient, data), 5, shuffle_seed=3)
     seen = []
     result = strategy.start(grid=grid, evaluate_fn=lambda r, a: seen.append(
         a["centroids"].numpy() if r else None))
@@ -90,9 +83,9 @@ def test_refine_rounds_equal_the_pure_loop_bit_for_bit_and_repair_the_model():
 def test_a_good_model_gives_no_warning_and_fkm_refined_moves_at_most_a_little():
     data = _data()
     plain = FedKMeans(10, min_nodes=5, seed=0)
-    plain.start(grid=InProcessGrid(_app(data, FKMClient), 5))
+    plain.start(grid=InProcessGrid(client_app_for(FKMClient, data), 5))
     strategy = FedKMeans(10, min_nodes=5, seed=0, refine_rounds=5)
-    strategy.start(grid=InProcessGrid(_app(data, FKMClient), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FKMClient, data), 5))
     diag = strategy.diagnostics
     assert plain.diagnostics["split-clusters"] == diag["split-clusters"] == []
     assert diag["refine"]["repairs"] == 0
@@ -107,7 +100,7 @@ def test_a_good_model_gives_no_warning_and_fkm_refined_moves_at_most_a_little():
 def test_the_privacy_threshold_withholds_whole_replies_and_the_ledger_lists_every_reply():
     data = _data(m=10)  # about 15 rows per cluster and client
     strategy = FedKMeans(10, min_nodes=10, seed=0, privacy_threshold=10)
-    grid = InProcessGrid(_app(data, FKMClient), 10)
+    grid = InProcessGrid(client_app_for(FKMClient, data), 10)
     strategy.start(grid=grid)
     entries = [e for e in strategy.privacy_ledger()["messages"]
                if e["phase"] in ("split-scatter", "split-histograms")]
@@ -140,7 +133,7 @@ def test_secure_aggregation_sums_the_check_and_the_refinement():
     for secure in (False, True):
         s = FedKMeans(10, min_nodes=5, seed=1, server_update="lloyd", max_rounds=3,
                       secure_aggregation=secure, refine_rounds=3)
-        s.start(grid=InProcessGrid(_app(data, FKMClient), 5), initial_arrays=start)
+        s.start(grid=InProcessGrid(client_app_for(FKMClient, data), 5), initial_arrays=start)
         runs[secure] = s
     plain, secure = runs[False], runs[True]
     np.testing.assert_allclose(secure.centroids, plain.centroids, rtol=0, atol=1e-8)
@@ -165,7 +158,7 @@ def test_a_dp_run_skips_the_check_and_says_why():
     data = _data()
     s = FedKMeans(10, min_nodes=5, seed=1, server_update="lloyd", max_rounds=2,
                   dp_epsilon=4.0, data_bound=30.0)
-    grid = InProcessGrid(_app(data, FKMClient), 5)
+    grid = InProcessGrid(client_app_for(FKMClient, data), 5)
     s.start(grid=grid)
     assert s.diagnostics["split-check"].startswith("not run: a differentially private run")
     assert not any(m.content["config"].get("phase") in ("split-scatter", "refine")
@@ -181,7 +174,7 @@ def test_a_failing_check_keeps_the_finished_model(monkeypatch):
     monkeypatch.setattr(phases, "split_check_arrays", broken)
     data = _data()
     s = KFed(10, min_nodes=5, seed=0, refine_rounds=4)
-    s.start(grid=InProcessGrid(_app(data, KFedClient), 5))
+    s.start(grid=InProcessGrid(client_app_for(KFedClient, data), 5))
     np.testing.assert_array_equal(s.centroids, run_kfed([x for x, _ in data], 10, seed=0))
     assert s.diagnostics["split-check"].startswith("failed: RuntimeError")
     assert s.final_metrics["sse"] > 0

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import missing_cell_sites
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_breast_cancer, load_iris, load_wine
 from sklearn.impute import SimpleImputer
@@ -20,23 +21,12 @@ from flwr_clustering import FederatedClustering, load_model
 from flwr_clustering.app.client_app import app
 from flwr_clustering.app.server_app import run_server
 from flwr_clustering.data.schema import column_moments, scaling_from_moments
-from flwr_clustering.testing import InProcessGrid
-
-
-def _sites(loader, n_sites=3, share=0.1, seed=0):
-    """A data set split over sites with ``share`` of its cells missing completely at random."""
-    data = loader(as_frame=True)
-    frame = data.frame.drop(columns="target")
-    rng = np.random.default_rng(seed)
-    frame = frame.mask(rng.random(frame.shape) < share)
-    idx = np.array_split(rng.permutation(len(frame)), n_sites)
-    return ([frame.iloc[i].reset_index(drop=True) for i in idx],
-            [data.target.to_numpy()[i] for i in idx])
+from flwr_clustering.testing import InProcessGrid, run_app
 
 
 @pytest.mark.parametrize("loader", [load_wine, load_breast_cancer, load_iris])
 def test_the_federations_fill_and_scale_equal_simple_imputer_then_standard_scaler(loader):
-    frames, _ = _sites(loader, n_sites=4, share=0.2)
+    frames, _ = missing_cell_sites(loader, n_sites=4, share=0.2)
     parts = [column_moments(f.to_numpy()) for f in frames]
     count, total, sumsq = (np.sum([p[k] for p in parts], axis=0)
                            for k in ("count", "sum", "sumsq"))
@@ -58,7 +48,7 @@ def test_the_federations_fill_and_scale_equal_simple_imputer_then_standard_scale
 
 
 def test_missing_mean_clusters_what_the_centralized_pipeline_clusters():
-    frames, ys = _sites(load_wine, n_sites=3, share=0.1)
+    frames, ys = missing_cell_sites(load_wine, n_sites=3, share=0.1)
     est = FederatedClustering("fkm", n_clusters=3, random_state=0, server_update="lloyd",
                               max_rounds=50, tol=0.0).fit(frames, ys)
     pooled = pd.concat(frames, ignore_index=True)
@@ -100,7 +90,7 @@ def _table(frame):
 
 
 def test_missing_drop_equals_the_run_on_the_complete_rows_and_labels_the_rest_minus_one():
-    frames, ys = _sites(load_wine, n_sites=3, share=0.03)
+    frames, ys = missing_cell_sites(load_wine, n_sites=3, share=0.03)
     kept = [f.notna().all(axis=1).to_numpy() for f in frames]
     assert all((~k).any() for k in kept)
     est = FederatedClustering("fkm", n_clusters=3, random_state=0, missing="drop").fit(
@@ -128,7 +118,7 @@ def test_missing_drop_equals_the_run_on_the_complete_rows_and_labels_the_rest_mi
 
 
 def test_missing_cells_are_refused_where_they_cannot_be_handled_honestly():
-    frames, _ = _sites(load_iris, n_sites=3, share=0.0)
+    frames, _ = missing_cell_sites(load_iris, n_sites=3, share=0.0)
     with pytest.raises(ValueError, match=r"missing must be one of \['auto', 'mean', 'drop', "
                                          r"'partial', 'refuse'\], got 'median'"):
         FederatedClustering("fkm", 3, missing="median").fit(frames)
@@ -163,7 +153,7 @@ def test_missing_cells_are_refused_where_they_cannot_be_handled_honestly():
 
 
 def test_dp_refuses_the_federations_means_and_takes_drop():
-    frames, _ = _sites(load_iris, n_sites=3, share=0.02)
+    frames, _ = missing_cell_sites(load_iris, n_sites=3, share=0.02)
     dp = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "data_bound": 15.0,
           "scaling": "none"}
     with pytest.raises(ValueError, match=r"dp-epsilon > 0 with missing='mean'.*missing='drop'"):
@@ -177,7 +167,7 @@ def test_dp_refuses_the_federations_means_and_takes_drop():
 
 
 def test_a_missing_category_is_its_own_level_through_agreement_one_hot_and_profile():
-    frames, ys = _sites(load_wine, n_sites=3, share=0.05)
+    frames, ys = missing_cell_sites(load_wine, n_sites=3, share=0.05)
     rng = np.random.default_rng(1)
     for f, y in zip(frames, ys, strict=True):
         f["region"] = np.array(["north", "south", "east"], dtype=object)[y]
@@ -223,7 +213,7 @@ def test_a_site_in_other_units_is_named_with_the_feature_and_the_factor():
 
 def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator_does(
         tmp_path):
-    frames, ys = _sites(load_wine, n_sites=3, share=0.08)
+    frames, ys = missing_cell_sites(load_wine, n_sites=3, share=0.08)
     for f, y in zip(frames, ys, strict=True):
         f["smoker"] = np.where(y == 0, "yes", "no").astype(object)
         f.loc[f.index[::7], "smoker"] = None  # empty cells in the text column too
@@ -237,7 +227,7 @@ def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator
         configs.append({"data-path": str(path)})
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3,
           "categorical-columns": "smoker", "out-dir": str(tmp_path / "run")}
-    out = run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    out, _ = run_app(rc, 3, node_configs=configs)
     est = FederatedClustering("fkm", n_clusters=3, random_state=0,
                               categorical_columns=["smoker"]).fit(frames)
     np.testing.assert_allclose(out["centroids"], est.strategy_.centroids, rtol=1e-12,
@@ -268,7 +258,7 @@ def test_the_app_fills_missing_cells_from_csv_and_parquet_files_as_the_estimator
 
 
 def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fill(tmp_path):
-    frames, _ = _sites(load_iris, n_sites=3, share=0.1)
+    frames, _ = missing_cell_sites(load_iris, n_sites=3, share=0.1)
     configs = []
     for i, frame in enumerate(frames):
         path = tmp_path / f"s{i}.csv"
@@ -279,7 +269,7 @@ def test_secure_aggregation_sums_the_missing_cells_counts_and_gives_the_plain_fi
     runs = {}
     for secure in (False, True):
         rc = {**base, "secure-aggregation": secure, "out-dir": str(tmp_path / f"run{secure}")}
-        run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+        run_app(rc, 3, node_configs=configs)
         runs[secure] = json.loads((tmp_path / f"run{secure}" / "result.json").read_text())
     plain, secure = runs[False]["features"], runs[True]["features"]
     # the secure sums are of values rounded to fixed-point digits (below each feature's
@@ -316,13 +306,13 @@ def test_under_secure_aggregation_each_site_checks_its_units_and_the_server_coun
     assert not [m for m in ledger["messages"] if m["phase"] == "unit-check"]
     rc = {**base, "unit-check": "refuse", "out-dir": str(tmp_path / "refused")}
     with pytest.raises(ValueError, match=r"unit-check='refuse': 1 site's 'proline'"):
-        run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+        run_app(rc, 3, node_configs=configs)
     # sites in the same units: no flag, no warning
     frames, _ = _unit_sites(1.0)
     for i, frame in enumerate(frames):  # new files (a process caches what it read)
         frame.to_csv(tmp_path / f"same{i}.csv", index=False)
         configs[i] = {"data-path": str(tmp_path / f"same{i}.csv")}
     rc = {**base, "out-dir": str(tmp_path / "same")}
-    run_server(InProcessGrid(app, 3, run_config=rc, node_configs=configs), rc)
+    run_app(rc, 3, node_configs=configs)
     result = json.loads((tmp_path / "same" / "result.json").read_text())
     assert not [w for w in result["warnings"] if "unit mismatch" in w]

@@ -48,6 +48,7 @@ FLOWER_NOTICES = ("Since flwr 1.32, default simulated SuperNodes changed from 10
                   "Skipping `flwr` dependency from app requirements")
 
 _LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
+_PATH = re.compile(r"`((?:docs|tests)/[\w./-]+\.(?:md|py))(?:#[\w-]+)?`")
 _BLOCK = re.compile(r"<!-- package-app: (\S+) -->\s*```[a-z]*\n(.*?)```", re.S)
 
 
@@ -75,15 +76,14 @@ def test_the_description_is_readme_with_no_relative_link():
     assert links, "README has links"
     relative = [target for _, target in links if not target.startswith(("http://", "https://"))]
     assert not relative, relative
-    # every link README makes into the repository is named as a path, and the sdist has it
-    readme_targets = {t.split("#")[0] for _, t in _LINK.findall((REPO / "README.md").read_text())
-                      if not t.startswith(("http://", "https://"))}
-    assert readme_targets
+    # README names the pages of the repository by their path, and the sdist has each
+    readme_paths = set(_PATH.findall((REPO / "README.md").read_text()))
+    assert "docs/index.md" in readme_paths
     with tarfile.open(_one("flwr_clustering-*.tar.gz")) as tf:
         in_sdist = {"/".join(n.split("/")[1:]) for n in tf.getnames()}
-    for target in readme_targets:
-        assert f"(`{target}" in text, target
-        assert target in in_sdist, target
+    for path in readme_paths:
+        assert f"`{path}" in text, path
+        assert path in in_sdist, path
 
 
 def test_the_version_is_declared_once():

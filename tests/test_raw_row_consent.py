@@ -20,7 +20,7 @@ from flwr_clustering.app.server_app import run_server
 from flwr_clustering.clients import FedKMeansClient, KDCClient
 from flwr_clustering.data.local_file import save_local_file
 from flwr_clustering.data.synthetic import garst_beta_split
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, run_app
 
 
 def _files(tmp_path, allow=None):
@@ -88,12 +88,11 @@ def test_nodes_without_a_file_hold_public_partitions_and_may_send_rows(tmp_path)
     """Simulated nodes (built-in partitions) allow raw rows unless their config says no."""
     run_config = {"algorithm": "fkm", "init": "paper", "max-rounds": 1, "beta": 10.0,
                   "out-dir": str(tmp_path / "a")}
-    run_server(InProcessGrid(client_app, 5, run_config=run_config), run_config)
+    run_app(run_config, 5)
     refusing = [{"allow-raw-rows": False}] + [{}] * 4
     run_config = {**run_config, "out-dir": str(tmp_path / "b")}
     with pytest.raises(PermissionError, match="client 0 does not allow raw rows"):
-        run_server(InProcessGrid(client_app, 5, run_config=run_config,
-                                 node_configs=refusing), run_config)
+        run_app(run_config, 5, node_configs=refusing)
 
 
 def test_the_client_itself_refuses_whatever_the_server_does():

@@ -20,6 +20,7 @@ DOCS = ROOT / "docs"
 FECA_GUIDE = DOCS / "algorithms" / "feca.md"
 MASKED_GUIDE = DOCS / "algorithms" / "masked.md"
 DEEPFECA_GUIDE = DOCS / "algorithms" / "deepfeca.md"
+TESTING_GUIDE = DOCS / "testing.md"
 _TAG = r"<!-- readme-test: ([\w-]+) -->\n```python\n(.*?)```"
 
 
@@ -104,11 +105,20 @@ def test_docs_deepfeca_snippet_runs_and_equals_the_pure_loop(capsys):
     assert all(np.array_equal(a, b) for a, b in zip(ns["weights"], ref.weights, strict=True))
 
 
+def test_docs_testing_snippet_runs_the_shared_helpers(capsys, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda: str(tmp_path / "out"))
+    _run(TESTING_GUIDE, "testing", {})  # asserts FKM's run equals its pure loop itself
+    assert "k-FED through the App: (3, 2) clients 2" in capsys.readouterr().out
+    assert (tmp_path / "out" / "result.json").is_file()
+
+
 def test_every_tagged_snippet_is_tested():
     # A new or moved snippet needs its test here: the tags found must be the ones tested above.
     # (the estimator's snippets: tests/test_estimator.py; the legacy one: tests/test_legacy.py)
     tested = {(README, "server"), (README, "client"), (FECA_GUIDE, "feca"),
-              (MASKED_GUIDE, "masked"), (DEEPFECA_GUIDE, "deepfeca"),
+              (MASKED_GUIDE, "masked"), (DEEPFECA_GUIDE, "deepfeca"), (TESTING_GUIDE, "testing"),
               (README, "estimator"), (DOCS / "estimator.md", "estimator"),
               (DOCS / "legacy.md", "legacy")}
     found = {(path, tag) for path in [README, *sorted(DOCS.rglob("*.md"))]

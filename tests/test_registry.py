@@ -24,7 +24,7 @@ from flwr_clustering.data import load_partition
 from flwr_clustering.options import Options, option
 from flwr_clustering.strategies import DGC, KDC, FeCA, FedKMeans, KFed
 from flwr_clustering.strategies.base import ClusteringStrategy
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 
 
 # ------------------------------------------------------------ a toy algorithm, end to end
@@ -96,7 +96,7 @@ def test_a_new_algorithm_runs_through_the_app_by_module_path(tmp_path):
     # the option key reaches the strategy
     cfg["toy-shift"] = 1.5
     cfg["out-dir"] = str(tmp_path / "shifted")  # a run of its own: out-dir is not shared
-    out = run_server(InProcessGrid(client_app, 4, run_config=cfg), cfg)
+    out, _ = run_app(cfg, 4)
     np.testing.assert_allclose(out["centroids"], pooled.mean(axis=0, keepdims=True) + 1.5)
 
 
@@ -165,7 +165,9 @@ def test_fixed_protocols_reject_a_num_rounds_that_does_not_fit():
 
 def test_model_records_hold_what_the_algorithm_needs():
     parts = [load_partition(i, 5, dataset="garst-grid", beta=1.0)[0] for i in range(5)]
-    app = _app(parts)
+    from flwr_clustering.clients import DGCClient
+
+    app = client_app_for(DGCClient, parts)
     dgc = DGC(16, iterations=2, min_nodes=5)
     record = dgc.start(grid=InProcessGrid(app, 5)).arrays
     assert isinstance(record, ArrayRecord)
@@ -173,11 +175,3 @@ def test_model_records_hold_what_the_algorithm_needs():
     np.testing.assert_array_equal(record["node-centres"].numpy(), dgc.node_centres)
     np.testing.assert_array_equal(record["centroids"].numpy(), dgc.node_centres.mean(axis=0))
     assert record["adjacency"].numpy().shape == (5, 5)
-
-
-def _app(parts):
-    from flwr_clustering.clients import DGCClient
-    from flwr_clustering.clients import client_app as adapter
-    from flwr_clustering.protocol import client_id_of
-
-    return adapter(lambda ctx: DGCClient(parts[client_id_of(ctx)], client_id=client_id_of(ctx)))

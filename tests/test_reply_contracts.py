@@ -28,7 +28,7 @@ from flwr_clustering.strategies.contracts import (
     check_contract,
     json_depth,
 )
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 HOSTILE = 1
 NODE = 100 + HOSTILE
@@ -77,15 +77,6 @@ def _table_app(data, cls=FedKMeansClient, colour=False):
         client.feature_table = FeatureTable(X, names=("a", "b", "c"), text=text)
         return client
     return client_app(client_fn)
-
-
-@pytest.fixture
-def log(caplog):
-    logger = logging.getLogger("flwr_clustering")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO)
-    yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _dropped(log, phase):
@@ -253,13 +244,7 @@ def _kfed_data():
 
 
 def _search(tamper=None, phase=""):
-    data = _kfed_data()
-
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return KFedClient(*data[i], client_id=i)
-
-    app = client_app(client_fn)
+    app = client_app_for(KFedClient, _kfed_data())
     grid = (InProcessGrid(app, 4) if tamper is None else
             TamperGrid(app, 4, phase=phase, tamper=tamper))
     from flwr_clustering.algorithms.kfed import KFedOptions
@@ -305,13 +290,7 @@ def _split_data():
 
 
 def _split(tamper=None, phase=""):
-    data = _split_data()
-
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return KFedClient(*data[i], client_id=i)
-
-    app = client_app(client_fn)
+    app = client_app_for(KFedClient, _split_data())
     grid = (InProcessGrid(app, 4) if tamper is None else
             TamperGrid(app, 4, phase=phase, tamper=tamper))
     strategy = KFed(6, min_nodes=3, seed=0, refine_rounds=2)
@@ -435,17 +414,13 @@ def test_every_algorithms_train_reply_is_bounded_by_the_train_contract(algorithm
     data = [(X[c == i], y[c == i]) for i in range(5)]
     spec = registry.get(algorithm)
 
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return spec.client(*data[i], client_id=i)
-
     def flood(reply):  # 24 MB of statistics no phase asked for
         if "stats" not in reply.content:
             reply.content["stats"] = ArrayRecord()
         reply.content["stats"]["flood"] = Array(np.ones(3 * 10**6))
         return reply
 
-    grid = TamperGrid(client_app(client_fn), 5, phase="train", tamper=flood)
+    grid = TamperGrid(client_app_for(spec.client, data), 5, phase="train", tamper=flood)
     strategy = spec.build_strategy({**spec.options.run_config_defaults(), "k": 8, **config},
                                    min_nodes=3, seed=0)
     if algorithm == "dgc":  # every node of its graph, every round: the run stops, naming it

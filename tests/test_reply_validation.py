@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 
 from flwr_clustering import registry
-from flwr_clustering.clients import client_app
 from flwr_clustering.data.synthetic import garst_beta_split
 from flwr_clustering.evaluation import check_evaluation_stats, local_evaluation_stats
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 #: Client 1 claims counts 10^9 times its rows; client 3 sends an oversized array.
 LIAR, FLOODER = 1, 3
@@ -74,32 +73,19 @@ def _tampered(cls, algorithm, how):
     return Tampered
 
 
-def _app(algorithm, data, bad: dict[int, str | type]):
-    """The clients of ``algorithm``; ``bad`` maps a client id to a tampering (a rule it
+def _run(algorithm, data, bad: dict[int, str | type], caplog=None, scaling=None, **config):
+    """Run ``algorithm`` on ``data``; ``bad`` maps a client id to a tampering (a rule it
     breaks, see :func:`_tampered`) or to a client class of its own."""
-    cls = registry.get(algorithm).client
-
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        X, y = data[i]
-        how = bad.get(i)
-        if how is None:
-            return cls(X, y, client_id=i)
-        own = how if isinstance(how, type) else _tampered(cls, algorithm, how)
-        return own(X, y, client_id=i)
-
-    return client_app(client_fn)
-
-
-def _run(algorithm, data, bad, caplog=None, scaling=None, **config):
     spec = registry.get(algorithm)
+    by_node = {i: how if isinstance(how, type) else _tampered(spec.client, algorithm, how)
+               for i, how in bad.items()}
     cfg = {**spec.options.run_config_defaults(), "k": 16, **config}
     strategy = spec.build_strategy(cfg, min_nodes=3, seed=0, scaling=scaling)
     logger = logging.getLogger("flwr_clustering")
     if caplog is not None:
         logger.addHandler(caplog.handler)
     try:
-        strategy.start(grid=InProcessGrid(_app(algorithm, data, bad), 5))
+        strategy.start(grid=InProcessGrid(client_app_for(spec.client, data, by_node=by_node), 5))
     finally:
         if caplog is not None:
             logger.removeHandler(caplog.handler)

@@ -20,8 +20,7 @@ from flwr_clustering.algorithms.fkm import (
     trimmed_lloyd,
 )
 from flwr_clustering.algorithms.local_centroids import LocalCentroids
-from flwr_clustering.clients import client_app
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for
 
 
 def _uploads(rng, clients=7, k=3, d=2):
@@ -123,13 +122,8 @@ def _run(data, bad, trim, caplog=None):
     cfg = {**spec.options.run_config_defaults(), "k": 3, "server-update": "lloyd",
            "robust-trim": trim, "max-rounds": 6, "tol": -1.0}
     strategy = spec.build_strategy(cfg, min_nodes=len(data), seed=0, scaling="none")
-
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        own = bad.get(i, spec.client)
-        return own(*data[i], client_id=i)
-
-    strategy.start(grid=InProcessGrid(client_app(client_fn), len(data)))
+    strategy.start(grid=InProcessGrid(client_app_for(spec.client, data, by_node=bad),
+                                      len(data)))
     return strategy
 
 

@@ -271,9 +271,7 @@ def test_the_app_sets_the_site_aside_names_it_in_result_json_and_fills_from_the_
     the fill of a missing proline cell is the kept sites' mean, not the liar's."""
     import json
 
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import run_app
 
     frame = load_wine(as_frame=True).frame.drop(columns="target")
     idx = np.array_split(np.random.default_rng(0).permutation(len(frame)), 5)
@@ -288,7 +286,7 @@ def test_the_app_sets_the_site_aside_names_it_in_result_json_and_fills_from_the_
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3, "max-rounds": 3,
           "split-check": False, "robust-scaling": True, "missing": "mean",
           "out-dir": str(tmp_path / "run")}
-    run_server(InProcessGrid(app, 5, run_config=rc, node_configs=configs), rc)
+    run_app(rc, 5, node_configs=configs)
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     features = result["features"]
     assert features["robust-scaling"] == {"set-aside": {"client 2": ["proline"]}}

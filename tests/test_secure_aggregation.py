@@ -11,7 +11,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.secure_aggregation.secaggplus_constants import Key
 
 from flwr_clustering.algorithms.local_centroids import LocalCentroids
-from flwr_clustering.clients import FedKMeansClient, client_app
+from flwr_clustering.clients import FedKMeansClient
 from flwr_clustering.data.synthetic import garst_beta_split
 from flwr_clustering.legacy import as_legacy
 from flwr_clustering.secure import (
@@ -25,7 +25,7 @@ from flwr_clustering.secure import (
     sum_error_bound,
 )
 from flwr_clustering.strategies import FedKMeans
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import InProcessGrid, client_app_for, run_app
 from simulations.privacy import differencing_attack, recovered_rows
 
 #: What a SecAgg+ reply may hold: Flower's stage configuration and the (emptied) legacy
@@ -148,33 +148,24 @@ def _clients():
     return [(X[c == i], y[c == i]) for i in range(5)]
 
 
-def _app(data, fail_round=None):
-    """FKM clients; with ``fail_round`` client 2 dies inside that round's secure exchange.
+def _dying_in(fail_round):
+    """A FedKMeansClient factory whose client dies inside round ``fail_round``'s secure
+    exchange.
 
     Under secure aggregation the client step runs in SecAgg+'s third stage, after the key
     setup and the share exchange: the failure is mid-protocol.
     """
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        client = FedKMeansClient(*data[i], client_id=i)
-        if fail_round is not None and i == 2:
-            fit = client.fit
+    def build(*args, **kwargs):
+        client = FedKMeansClient(*args, **kwargs)
+        fit = client.fit
 
-            def dying(parameters, config):
-                if int(config.get("round", 0)) == fail_round:
-                    raise RuntimeError("client 2: node lost")
-                return fit(parameters, config)
-            client.fit = dying
+        def dying(parameters, config):
+            if int(config.get("round", 0)) == fail_round:
+                raise RuntimeError("client 2: node lost")
+            return fit(parameters, config)
+        client.fit = dying
         return client
-    return client_app(client_fn)
-
-
-def _client_app(cls, data):
-    """A ClientApp whose node i runs ``cls(*data[i], client_id=i)``."""
-    def client_fn(ctx):
-        i = int(ctx.node_config["partition-id"])
-        return cls(*data[i], client_id=i)
-    return client_app(client_fn)
+    return build
 
 
 class Counting(FedKMeans):
@@ -186,7 +177,7 @@ class Counting(FedKMeans):
 
 def _start(data, k=16, **kw):
     C0 = np.concatenate([x for x, _ in data])[::50][:k]
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     strategy = FedKMeans(k, min_nodes=4, seed=1, max_rounds=8, **LLOYD, **kw)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(C0)}))
     return strategy, grid
@@ -230,7 +221,7 @@ def test_the_secure_evaluation_gives_the_plain_metrics_from_totals_only():
     C0 = np.concatenate([x for x, _ in data])[::50][:16]
     runs = {}
     for secure in (False, True):
-        grid = InProcessGrid(_app(data), 5)
+        grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
         strategy = FedKMeans(16, min_nodes=5, seed=1, max_rounds=4, secure_aggregation=secure,
                              **LLOYD)
         strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(C0)}),
@@ -263,7 +254,7 @@ def test_secure_fkm_survives_a_client_lost_mid_protocol():
 
     data = _clients()
     C0 = np.concatenate([x for x, _ in data])[::50][:16]
-    grid = InProcessGrid(_app(data, fail_round=3), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data, by_node={2: _dying_in(3)}), 5)
     strategy = Counting(16, min_nodes=4, seed=1, max_rounds=5, secure_aggregation=True,
                         **LLOYD)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(C0)}))
@@ -293,7 +284,7 @@ def test_secure_fkm_starts_from_securely_summed_moments():
             starts.append(self.centroids.copy())
 
     strategy = Start(16, min_nodes=5, seed=0, server_update="lloyd", secure_aggregation=True)
-    strategy.start(grid=InProcessGrid(_app(data), 5))
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5))
     phases = [t["phase"] for t in strategy.secure_totals]
     assert phases[0] == "secure-moments"
     assert phases[-3:] == ["split-scatter", "split-histograms", "secure-evaluate"]
@@ -313,7 +304,7 @@ def test_dp_under_secure_aggregation_is_the_distributed_dp_loop_and_the_server_s
     data = [(X[c == i], y[c == i]) for i in range(5)]
     dp = {"server_update": "lloyd", "dp_epsilon": 2.0, "dp_delta": 1e-5, "data_bound": 15.0,
           "max_rounds": 6, "dp_rounds": 6, "tol": -1.0}
-    grid = InProcessGrid(_app(data), 5)
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5)
     strategy = FedKMeans(16, min_nodes=5, seed=3, secure_aggregation=True, **dp)
     strategy.start(grid=grid)
     ref = run_dp_lloyd([x for x, _ in data], 16, epsilon=2.0, delta=1e-5, bound=15.0,
@@ -343,7 +334,7 @@ def test_the_differencing_attack_has_no_client_upload_to_difference():
     C0 = X[::50][:16]
     strategy = Watching(16, min_nodes=5, seed=1, max_rounds=20, secure_aggregation=True,
                         early_stop=False, **LLOYD)
-    strategy.start(grid=InProcessGrid(_app(data), 5),
+    strategy.start(grid=InProcessGrid(client_app_for(FedKMeansClient, data), 5),
                    initial_arrays=ArrayRecord({"centroids": Array(C0)}))
     on_totals = recovered_rows(differencing_attack(seen), X, atol=1e-6)
     print(f"rows recovered from the secure totals: {on_totals} of {len(X)}")
@@ -382,7 +373,7 @@ def test_secure_ffcm_equals_plain_ffcm_version_1():
 
     runs = {}
     for secure in (False, True):
-        grid = InProcessGrid(_client_app(FFCMClient, data), 5)
+        grid = InProcessGrid(client_app_for(FFCMClient, data), 5)
         strategy = FFCM(16, min_nodes=5, seed=2, max_rounds=6, secure_aggregation=secure)
         strategy.start(grid=grid, evaluate_config=ConfigRecord({"n-classes": 16}))
         runs[secure] = (strategy, grid)
@@ -404,12 +395,9 @@ def test_the_legacy_api_refuses_a_secure_strategy():
 
 
 def test_the_app_runs_secure_aggregation_and_writes_it_to_privacy_json(tmp_path):
-    from flwr_clustering.app.client_app import app
-    from flwr_clustering.app.server_app import run_server
-
     run_config = {"server-update": "lloyd", "secure-aggregation": True, "max-rounds": 4,
                   "tol": -1.0, "beta": 10.0, "out-dir": str(tmp_path)}
-    out = run_server(InProcessGrid(app, 5, run_config=run_config), run_config)
+    out, _ = run_app(run_config, 5)
     ledger = json.loads((tmp_path / "privacy.json").read_text())
     assert ledger["secure-aggregation"] is True
     # the federation's feature scaling (scaling='standard'), the start's moments, 4
@@ -440,7 +428,7 @@ def test_secure_masked_federated_rounds_equal_the_plain_ones():
 
     runs = {}
     for secure in (False, True):
-        grid = InProcessGrid(_client_app(MaskedFederatedClient, data), 5)
+        grid = InProcessGrid(client_app_for(MaskedFederatedClient, data), 5)
         strategy = MaskedFederated(3, min_nodes=5, seed=2, secure_aggregation=secure)
         strategy.start(grid=grid, evaluate_config=ConfigRecord({"n-classes": 3}))
         runs[secure] = (strategy, grid)

@@ -15,15 +15,6 @@ from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.testing import InProcessGrid
 
 
-@pytest.fixture
-def log(caplog):
-    logger = logging.getLogger("flwr_clustering")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO)
-    yield caplog
-    logger.removeHandler(caplog.handler)
-
-
 def _good_csv(path, seed):
     rng = np.random.default_rng(seed)
     lines = ["age,weight,label"] + [f"{a:.3f},{w:.3f},{i % 2}" for i, (a, w) in

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
     from flwr_clustering.app.server_app import run_server
     from simulations.framework import EXPERIMENTS
     from flwr_clustering.strategies import DeepFeCA
-    from flwr_clustering.testing import InProcessGrid
+    from flwr_clustering.testing import InProcessGrid, run_app
 
     base = {"dataset": "blobs", "n-samples": 240, "centers": 3, "k": 3, "min-nodes": 3,
             "max-rounds": 2, "partitioner": "iid"}
@@ -48,7 +48,7 @@ SCRIPT = textwrap.dedent('''
             continue
         cfg = {**base, **extra.get(name, {}), "algorithm": name,
                "out-dir": sys.argv[1] + "/" + name}
-        out = run_server(InProcessGrid(client_app, 3, run_config=cfg), cfg)
+        out, _ = run_app(cfg, 3)
         nmi[name] = float(out["federated"]["nmi"])
     errors = []
     for make in (lambda: DeepFeCA(3),

@@ -781,7 +781,7 @@ def split_arrays(
     if masks is not None and len(masks) != num_partitions:
         raise ValueError(f"{len(masks)} masks for {num_partitions} partitions")
     # NumPy indexing with the rows the Flower Datasets partitioners select (data.splits;
-    # tests/test_splits.py): no round trip of the rows through Arrow
+    # tests/test_data_splits.py): no round trip of the rows through Arrow
     if partitioner == "dirichlet":
         indices = _dirichlet_indices(y, num_partitions, dirichlet_alpha, seed)
     else:

@@ -6,7 +6,7 @@ array per client; the Flower Datasets partitioners of
 :mod:`~flwr_clustering.data.partitioners` select exactly these rows (they call these
 functions), and :func:`~flwr_clustering.data.registry.split_arrays` indexes the arrays with
 them directly, so building the partitions of 100,000 rows costs NumPy indexing, not a round
-trip through Arrow. ``tests/test_splits.py`` checks that both routes give the same arrays,
+trip through Arrow. ``tests/test_data_splits.py`` checks that both routes give the same arrays,
 bit for bit.
 """
 

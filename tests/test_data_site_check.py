@@ -23,8 +23,6 @@ from sklearn.datasets import load_wine
 import flwr_clustering
 from flwr_clustering import FederatedClustering
 from flwr_clustering.__main__ import main
-from flwr_clustering.app.client_app import app
-from flwr_clustering.app.server_app import run_server
 from flwr_clustering.data.schema import SchemaError
 from flwr_clustering.data.site_check import (
     SCHEMA_FORMAT,
@@ -33,7 +31,7 @@ from flwr_clustering.data.site_check import (
     check_file,
     load_schema,
 )
-from flwr_clustering.testing import InProcessGrid
+from flwr_clustering.testing import run_app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +60,7 @@ def _run(paths: list[Path], out: Path, **config) -> None:
     rc = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": len(paths),
           "out-dir": str(out), **config}
     nodes = [{"data-path": str(p)} for p in paths]
-    run_server(InProcessGrid(app, len(paths), run_config=rc, node_configs=nodes), rc)
+    run_app(rc, len(paths), node_configs=nodes)
 
 
 def _server_words(frames: list[pd.DataFrame], folder: Path, **config) -> str:
