@@ -40,6 +40,7 @@ __all__ = [
     "client_id_of",
     "short_reason",
     "split_metrics",
+    "with_features",
 ]
 
 #: Error code of a reply built from a client exception
@@ -112,6 +113,16 @@ K_SPREADS_PHASE = "k-spreads"
 FEATURES_KEY = "feature-transform"
 #: Reply record of the ``data-source`` phase: the client's column names and kinds.
 COLUMNS_RECORD = "columns"
+
+
+def with_features(text: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the federation's agreed features ``text`` (:data:`FEATURES_KEY`).
+
+    Every message after the features are agreed carries them, so that a client holds its
+    rows in the same features and units whatever message it answers; ``text`` ``None``
+    (rows as the clients hold them) leaves ``config`` as it is.
+    """
+    return config if text is None else {**config, FEATURES_KEY: text}
 
 
 #: How much of a client's error reason the server logs and stores (characters): a hostile

@@ -21,6 +21,7 @@ import numpy as np
 from flwr.serverapp import Grid
 
 from ..log import logger
+from ..protocol import with_features
 from ..replies import Collected
 from .mod import secure_sum
 from .session import SecureSession
@@ -73,8 +74,8 @@ class SecureExchange:
                             f"{sorted(plain_only)}")
         plain, book = self.plain, self.plain.nodes
         nodes = plain.sample_nodes(grid)
-        cfg = plain.records((), {**dict(config or {}), "phase": phase, "seed": plain.seed})
-        cfg = dict(cfg["config"])
+        cfg = with_features(plain.view().features_json,
+                            {**dict(config or {}), "phase": phase, "seed": plain.seed})
         timeout = plain.timeout if timeout is None else float(timeout)
         if self.keys == "run":
             if self._session is None:

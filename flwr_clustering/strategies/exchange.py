@@ -43,7 +43,7 @@ from ..protocol import (
     COLUMNS_RECORD,
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
-    FEATURES_KEY,
+    with_features,
 )
 from ..replies import Collected, NodeBook, Reply
 from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
@@ -98,11 +98,6 @@ class RunView:
     n_features: int | None = None
     k: int | None = None
     model: tuple[int, ...] | None = None
-
-
-def with_features_json(text: str | None, config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with the agreed features ``text`` (``feature-transform``), if any."""
-    return config if text is None else {**config, FEATURES_KEY: text}
 
 
 class Exchange:
@@ -219,7 +214,7 @@ class Exchange:
         (``feature-transform``), so that every client holds its rows in the same features
         and units whatever message it answers.
         """
-        config = with_features_json(self.view().features_json, config)
+        config = with_features(self.view().features_json, config)
         return {"arrays": ArrayRecord(list(arrays_list)), "config": ConfigRecord(config)}
 
     @staticmethod

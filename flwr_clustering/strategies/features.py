@@ -60,14 +60,13 @@ from ..protocol import (
     CATEGORIES_PHASE,
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
-    FEATURES_KEY,
     MOMENT_KEYS,
     UNIT_CHECK_PHASE,
 )
 from ..run_options import UNIT_CHECKS, RunOptions, scaling_problem
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
-           "prepare_features", "with_features"]
+           "prepare_features"]
 
 #: What a missing cell becomes in the clients' transform, per ``missing`` policy.
 _TRANSFORM_MISSING = {"mean": "mean", "drop": "drop", "partial": "keep", "refuse": "refuse"}
@@ -165,13 +164,6 @@ class FeatureOptions:
                    names(feature_columns) or None, index, names(categorical_columns),
                    str(missing), str(unit_check), str(categorical_weight),
                    names(datetime_columns), bool(robust_scaling))
-
-
-def with_features(strategy: Any, config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with the strategy's agreed features, if any (``feature-transform``)."""
-    record = getattr(strategy, "record", None)
-    text = None if record is None else record.feature_json
-    return config if text is None else {**config, FEATURES_KEY: text}
 
 
 def data_source_config(strategy: Any) -> dict[str, Any]:
