@@ -403,6 +403,11 @@ class Capabilities:
         under secure aggregation: ``{}`` with any options, ``None`` never.
     secure_note : str
         What stays outside secure aggregation (masked-federated's round 1).
+    secure_phases : dict
+        The phases the algorithm sends under another name through secure aggregation,
+        ``{plain name: secure name}``; ``None`` for a phase that cannot go through it
+        (FKM's ``init``, whose k-means++ seeds only a plain exchange can carry). The
+        secure exchange sends every other phase under its own name.
     dp : bool
         Whether it has differential privacy (a ``dp_epsilon`` option).
     refine : bool or None
@@ -419,6 +424,7 @@ class Capabilities:
     needs_every_client: bool = False
     secure: dict[str, Any] | None = None
     secure_note: str = ""
+    secure_phases: dict[str, str | None] = field(default_factory=dict)
     dp: bool = False
     refine: bool | None = None
     legacy: bool | None = None

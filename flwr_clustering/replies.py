@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Collected", "NodeBook", "Reply"]
+__all__ = ["Collected", "NodeBook", "Reply", "Totals"]
 
 
 @dataclass
@@ -54,9 +54,11 @@ class Collected(list):
     n_features : int or None
         The feature dimension the replies agreed on (by majority) when the run had none
         yet; ``None`` otherwise.
-    totals : SecureSum or None
-        A secure exchange's sums (:mod:`flwr_clustering.secure.exchange`); its list of
-        replies is empty.
+    totals : Totals, SecureSum or None
+        The federation's sums of the phase: a secure exchange's
+        (:class:`~flwr_clustering.secure.sums.SecureSum`, and no reply of its own), or
+        the plain exchange's sum of its replies' parts in client-id order
+        (:class:`Totals`, when it was asked for them); ``None`` otherwise.
     """
 
     def __init__(self, replies=(), *, absent: dict[int, str] | None = None, received: int = 0,
@@ -66,6 +68,35 @@ class Collected(list):
         self.received = int(received)
         self.n_features = n_features
         self.totals = totals
+
+
+@dataclass
+class Totals:
+    """The plain exchange's sums of a phase: each reply's parts, summed in client-id order.
+
+    The same fields as a secure exchange's
+    :class:`~flwr_clustering.secure.sums.SecureSum`, so that a caller reads either alike.
+
+    Attributes
+    ----------
+    sums : list of numpy.ndarray
+        Element-wise sums of the parts of the replies in :attr:`nodes`.
+    nodes : list of int
+        The node ids whose parts are in the sums (client-id order).
+    failed : dict
+        ``{node id: reason}`` of the replies left out of the sums (parts unreadable or
+        not finite).
+    error_bound : float
+        0: the sums are the exact float64 sums of what the clients sent.
+    received : dict
+        Unused (the ledger has each reply's entry).
+    """
+
+    sums: list[Any]
+    nodes: list[int]
+    failed: dict[int, str] = field(default_factory=dict)
+    error_bound: float = 0.0
+    received: dict[int, int] = field(default_factory=dict)
 
 
 class NodeBook:

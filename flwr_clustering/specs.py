@@ -39,6 +39,8 @@ FKM = AlgorithmSpec(
     summary="FKM, iterative federated k-means (Garst & Reinders 2023)",
     guide="algorithms/fkm.md",
     can=Capabilities(resume=True, choose_k=True, starts=True, secure={"server_update": "lloyd"},
+                     secure_phases={"init": None, "update": "secure-update",
+                                    "partial-update": "secure-partial-update"},
                      dp=True, refine=True, legacy=True),
     protocol=(
         Phase("init", "train", "round 1 (when no initial centroids are given)",
@@ -267,7 +269,8 @@ FFCM = AlgorithmSpec(
     client="flwr_clustering.clients.ffcm:FFCMClient", options=FFCMOptions, loop=run_ffcm,
     summary="FFCM, federated fuzzy c-means (Stallmann & Wilbik 2022; baseline of Xu et al.)",
     guide="algorithms/feca.md",
-    can=Capabilities(resume=True, secure={"version": 1}, refine=True, legacy=True),
+    can=Capabilities(resume=True, secure={"version": 1}, secure_phases={"ffcm": "secure-ffcm"},
+                     refine=True, legacy=True),
     protocol=(
         Phase("moments", "query", "round 0 (unless initial centroids are given and the "
               "fuzzifier is fixed)",

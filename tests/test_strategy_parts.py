@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 
+import flwr_clustering
 from flwr_clustering.algorithms.local_centroids import LocalCentroids
 from flwr_clustering.clients import FedKMeansClient, client_app
 from flwr_clustering.protocol import DATA_SOURCE_PHASE
-from flwr_clustering.replies import Collected, NodeBook
+from flwr_clustering.replies import Collected, NodeBook, Reply
 from flwr_clustering.strategies import FedKMeans
 from flwr_clustering.strategies.base import ClusteringStrategy
 from flwr_clustering.strategies.diagnosis import RunSummary, run_diagnostics
@@ -177,12 +179,15 @@ def test_the_base_is_a_flower_strategy_composed_of_objects():
     assert ClusteringStrategy.__bases__ == (Strategy,)
     strategy = FedKMeans(k=2)
     assert isinstance(strategy.record, RunRecord) and isinstance(strategy.ledger, Ledger)
-    assert isinstance(strategy.exchanger, Exchange) and strategy.summer is None
+    assert isinstance(strategy.exchanger, Exchange) and strategy.summer is strategy.exchanger
+    assert not strategy.summer.sums_only
     assert isinstance(strategy.rules, ReplyRules) and isinstance(strategy.nodes, NodeBook)
     # the model is the record's: no second copy on the strategy
     strategy.centroids = np.ones((2, 2))
     assert strategy.record.centroids is strategy.centroids
-    assert FedKMeans(k=2, secure_aggregation=True, server_update="lloyd").summer is not None
+    secure = FedKMeans(k=2, secure_aggregation=True, server_update="lloyd").summer
+    assert secure.sums_only and secure.phase("update") == "secure-update"
+    assert secure.phase("init") is None and secure.phase("data-source") == "data-source"
 
 
 def test_the_exchange_and_the_rules_set_no_attribute_of_a_strategy():
@@ -193,3 +198,42 @@ def test_the_exchange_and_the_rules_set_no_attribute_of_a_strategy():
                   if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
                   and isinstance(node.value, ast.Name)}
         assert owners <= {"self"}, (cls.__name__, owners)
+
+
+#: Where the secure-aggregation option is read: the base's constructor (which chooses the
+#: run's summing exchange, ``summer``) and the search, which passes it to its candidates.
+FLAG_READERS = {"strategies/base.py": 6, "strategies/choose_k.py": 1, "run_options.py": 1}
+
+
+def test_no_strategy_part_or_algorithm_tests_the_secure_flag():
+    """Secure aggregation is one wing: the exchange chosen once per run, not a flag."""
+    root = Path(flwr_clustering.__file__).parent
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("clients/", "secure/")):  # the node side; the wing itself
+            continue
+        reads = [node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Attribute) and node.attr == "secure_aggregation"]
+        if reads:
+            found[rel] = len(reads)
+    assert found == FLAG_READERS
+
+
+def test_the_plain_exchange_sums_what_the_secure_one_would():
+    """``send(..., parts=...)``: the replies' parts in client-id order, a bad one left out."""
+    book = NodeBook()
+    book.client_of.update({10: 0, 11: 1, 12: 2})
+    ex = _exchange(min_nodes=1, nodes=book)
+    rng = np.random.default_rng(1)
+    parts = [[rng.normal(size=3), rng.normal(size=(2, 3))] for _ in range(3)]
+    replies = [Reply(c, 10 + c, p, {}) for c, p in enumerate(parts)]
+    replies.append(Reply(3, 13, [np.array([np.nan, 0, 0]), np.zeros((2, 3))], {}))
+    totals = ex.sum_parts(1, "refine", replies[:4], lambda r: r.payload)
+    assert totals.nodes == [10, 11, 12] and list(totals.failed) == [13]
+    assert "non-finite" in totals.failed[13]
+    for j in range(2):  # summed as the clients' replies in client-id order, bit for bit
+        assert np.array_equal(totals.sums[j], parts[0][j] + parts[1][j] + parts[2][j])
+    assert ex.phase("update") == "update" and not ex.sums_only
+    assert ex.feature_moments(None, ("a",), {}, {}, 1.0) is None  # the step reads each site
+    assert ex.unit_check(None, ("a",), ("a",), 1.0) == ([], None)

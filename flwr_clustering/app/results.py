@@ -153,7 +153,7 @@ def cluster_profile_of(strategy, privacy_threshold: int = 2):
     if len(names) != d:
         return None
     sites = None
-    if len(stats) > 1 and not strategy.secure_aggregation:
+    if len(stats) > 1 and not strategy.summer.sums_only:  # (secure: no site's own)
         sites = {f"client {int(s.get('client-id', i))}": np.asarray(s["cluster-counts"])
                  for i, s in enumerate(stats)}
     scaled = transform is not None and transform.scaled

@@ -290,7 +290,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
             return MetricRecord(metrics)
 
     evaluate_config = None
-    if pooled is not None and pooled[1] is not None and strategy.secure_aggregation:
+    if pooled is not None and pooled[1] is not None and strategy.summer.sums_only:
         # a secure evaluation sums equal-width contingency tables: the simulation's classes
         evaluate_config = ConfigRecord({"n-classes": int(np.max(pooled[1])) + 1})
     result = strategy.start(grid=grid, evaluate_fn=evaluate_fn, on_round=writer,

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid
 from ..log import logger
 from ..protocol import with_features
 from ..replies import Collected
+from . import features as secure_features
 from .mod import secure_sum
 from .session import SecureSession
 from .sums import SecureSum
@@ -46,22 +47,59 @@ class SecureExchange:
     keys : {"run", "exchange"}
         ``run``: keys agreed once per run (:class:`~flwr_clustering.secure.session.
         SecureSession`); ``exchange``: Flower's SecAgg+ as shipped, every exchange.
+    phases : dict, optional
+        The algorithm's phases under secure aggregation, as its spec declares them
+        (``Capabilities.secure_phases``): ``{plain name: secure name}``, ``None`` for a
+        phase that cannot go through this exchange. Other phases keep their name.
     """
 
-    def __init__(self, plain: Exchange, *, threshold: float, keys: str) -> None:
+    #: The server sees only the federation's totals of a phase (the plain exchange: each
+    #: client's reply).
+    sums_only = True
+
+    def __init__(self, plain: Exchange, *, threshold: float, keys: str,
+                 phases: dict[str, str | None] | None = None) -> None:
         self.plain = plain
         self.threshold = float(threshold)
         self.keys = str(keys)
+        self.phases = dict(phases or {})
         self._session: SecureSession | None = None
+
+    def phase(self, name: str) -> str | None:
+        """The name under which the phase ``name`` is sent securely (``None``: never)."""
+        return self.phases.get(name, name)
+
+    # -- the features step of round 0, from totals (:mod:`.features`) -------------------
+    #: Why declared categorical columns cannot run through this exchange.
+    categories_problem = secure_features.CATEGORIES_PROBLEM
+
+    def feature_config(self, scaling: str, datetime_columns: tuple[str, ...]
+                       ) -> dict[str, Any]:
+        """The ``data-source`` query's extra config (:func:`.features.data_source_config`)."""
+        return secure_features.data_source_config(scaling, datetime_columns)
+
+    def feature_moments(self, grid: Grid, features: tuple[str, ...], records: dict[int, Any],
+                        config: dict[str, Any], timeout: float | None
+                        ) -> secure_features.FeatureTotals:
+        """The federation's feature moments, one secure sum (:func:`.features.feature_moments`)."""
+        return secure_features.feature_moments(self, grid, features, records, config, timeout)
+
+    def unit_check(self, grid: Grid, features: tuple[str, ...], numeric: tuple[str, ...],
+                   timeout: float | None) -> tuple[list[str], str | None]:
+        """Each site flags its own units, summed securely (:func:`.features.unit_check`)."""
+        return secure_features.unit_check(self, grid, features, numeric, timeout)
 
     def send(self, grid: Grid, server_round: int, phase: str,
              arrays: list[np.ndarray] | tuple = (), config: dict[str, Any] | None = None, *,
-             timeout: float | None = None, **plain_only: Any) -> Collected:
+             timeout: float | None = None, parse=None, parts=None,
+             min_replies: int | None = None, **plain_only: Any) -> Collected:
         """Send ``phase`` to the sampled nodes; return the federation's sums.
 
         The sampled nodes answer ``phase`` as usual; their reply arrays are masked and
         summed. Failed clients are logged (WARNING) and returned in ``absent``; fewer than
-        ``min_nodes`` contributors end the run (``RuntimeError``).
+        ``min_nodes`` contributors end the run (``RuntimeError``). ``parse``, ``parts``
+        and ``min_replies`` are the plain exchange's reading of each reply: here no reply
+        is read (the caller checks the totals), and ``min_nodes`` contributors are needed.
 
         Returns
         -------

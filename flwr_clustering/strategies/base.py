@@ -12,8 +12,9 @@ objects it holds, each with one job and explicit inputs:
 ``exchanger``: :class:`~.exchange.Exchange`             messages, node sampling and
                                                         identity, reply collection:
                                                         ``send(...) -> Collected``
-``summer``: :class:`~flwr_clustering.secure.exchange.   the same call, summed under secure
-SecureExchange` (or ``None``)                           aggregation; built once per run
+``summer``: :class:`~flwr_clustering.secure.exchange.   the exchange that sums a phase:
+SecureExchange`, or the ``exchanger``                   chosen once per run (secure or
+                                                        plain), the same call
 ``rules``: :class:`~.validation.ReplyRules`             the rules every reply keeps (and
                                                         each client's declared rows, sums)
 ``ledger``: :class:`~.ledger.Ledger`                    what every client sent; its own
@@ -187,7 +188,8 @@ class ClusteringStrategy(Strategy):
     counts and sums, logged as WARNINGs and named with the option that addresses them.
 
     The base holds objects of one job each (see the module): ``record`` (the run's state),
-    ``exchanger`` and, under secure aggregation, ``summer`` (the exchanges), ``rules``,
+    ``exchanger`` and ``summer`` (the plain exchange, and the one that sums: the secure
+    exchange under secure aggregation, else the plain one), ``rules``,
     ``ledger`` and ``nodes``; :meth:`reset` makes them afresh for every run.
 
     The algorithm contract
@@ -423,7 +425,8 @@ class ClusteringStrategy(Strategy):
         ``seed``), :class:`~flwr_clustering.strategies.ledger.Ledger`,
         :class:`~flwr_clustering.replies.NodeBook` and
         :class:`~flwr_clustering.strategies.validation.ReplyRules`, and the exchanges
-        built on them (:attr:`exchanger`; :attr:`summer` under secure aggregation).
+        built on them (:attr:`exchanger`; :attr:`summer`, the secure exchange under secure
+        aggregation, else the plain one).
         """
         self.record = RunRecord.new(self.seed, getattr(self, "pre_run_warnings", []))
         self.record.num_rounds = self.max_rounds
@@ -444,8 +447,15 @@ class ClusteringStrategy(Strategy):
             counts_of=self.payload_counts, features_of=self.payload_features,
             k_hint=self.k_hint)
         self.summer = (SecureExchange(self.exchanger, threshold=self.secagg_threshold,
-                                      keys=self.secagg_keys)
-                       if self.secure_aggregation else None)
+                                      keys=self.secagg_keys, phases=self.secure_phases())
+                       if self.secure_aggregation else self.exchanger)
+
+    def secure_phases(self) -> dict[str, str | None]:
+        """The phases this algorithm sends under another name securely (its spec's)."""
+        try:
+            return dict(registry.get(self.name).can.secure_phases)
+        except ValueError:  # a strategy no spec declares: every phase keeps its name
+            return {}
 
     def _view(self) -> RunView:
         """What the exchange reads of the run (a ``RunView``)."""
@@ -554,11 +564,30 @@ class ClusteringStrategy(Strategy):
 
         :meth:`SecureExchange.send <flwr_clustering.secure.exchange.SecureExchange.send>`.
         """
-        if self.summer is None:
+        if not self.summer.sums_only:
             raise RuntimeError(f"{self.name}: secure_exchange without secure aggregation")
         collected = self._adopt(self.summer.send(grid, server_round, phase, arrays, config,
                                                  timeout=timeout))
         return collected.totals
+
+    def sum_phase(self, grid: Grid, server_round: int, phase: str,
+                  arrays: list[np.ndarray] | tuple = (), config: dict[str, Any] | None = None,
+                  *, parts, **options: Any) -> Collected:
+        """One phase whose statistics the server needs only summed over the clients.
+
+        Sent through :attr:`summer`, chosen once per run: under secure aggregation the
+        server learns only the federation's totals; else the plain exchange sums each
+        valid reply's ``parts(reply)`` in client-id order. Either way the sums are in the
+        returned ``Collected.totals`` (``sums``, ``nodes``); the plain exchange's replies
+        are in the list too (a secure one has none). ``options`` are the plain exchange's
+        (``parse``, ``min_replies``, ``timeout``; a secure exchange reads only ``timeout``).
+        """
+        name = self.summer.phase(phase)
+        if name is None:
+            raise RuntimeError(f"{self.name}: phase {phase!r} cannot go through this run's "
+                               "exchange (its spec's secure_phases)")
+        return self._adopt(self.summer.send(grid, server_round, name, arrays, config,
+                                            parts=parts, **options))
 
     # -- what an upload claims, and the rules a reply keeps ------------------------------
     def payload_counts(self, payload: Any) -> np.ndarray | None:
@@ -599,7 +628,7 @@ class ClusteringStrategy(Strategy):
         :meth:`Ledger.report <flwr_clustering.strategies.ledger.Ledger.report>` of the
         run's ledger.
         """
-        return self.ledger.report(secure_aggregation=self.secure_aggregation,
+        return self.ledger.report(secure_aggregation=self.summer.sums_only,
                                   privacy_threshold=getattr(self, "privacy_threshold", None),
                                   raw_rows_setting=self.raw_rows_option())
 
@@ -773,7 +802,7 @@ class ClusteringStrategy(Strategy):
         delivery to every node) asks for them only with ``evaluate``. Sets what
         :meth:`aggregate_evaluate` expects back.
         """
-        self._expect_stats = (self.evaluate or not final) and self.summer is None
+        self._expect_stats = (self.evaluate or not final) and not self.summer.sums_only
         # the final evaluation also asks for the per-cluster spreads (the cluster profile)
         return ConfigRecord({**dict(config or {}), "final": final,
                              "evaluate": self._expect_stats,
@@ -787,7 +816,7 @@ class ClusteringStrategy(Strategy):
         Under secure aggregation the statistics come from :meth:`secure_evaluation`, and
         only the final model goes out in an ``EVALUATE`` message (without statistics).
         """
-        if self.summer is not None:
+        if self.summer.sums_only:
             metrics = None
             if self.secure_evaluate and self.centroids is not None:
                 cfg = {**dict(evaluate_config or {}), "profile": bool(final)}
@@ -955,7 +984,7 @@ class ClusteringStrategy(Strategy):
             self.training_round = rnd
             t_round = time.monotonic()
             self.prepare_round(rnd, grid, timeout)
-            if self.summer is not None and self.secure_round(rnd):
+            if self.summer.sums_only and self.secure_round(rnd):
                 arrays, train_metrics = self.secure_train(rnd, grid, train_config, timeout)
             else:
                 replies = grid.send_and_receive(
@@ -1037,7 +1066,10 @@ class ClusteringStrategy(Strategy):
                      timeout: float) -> tuple[ArrayRecord, MetricRecord]:
         """A training round under secure aggregation: one secure exchange, the new model."""
         cfg = {**dict(config or {}), **self.train_config(server_round), "evaluate": False}
-        phase = str(cfg.pop("phase"))
+        phase = self.summer.phase(str(cfg.pop("phase")))
+        if phase is None:
+            raise RuntimeError(f"{self.name}: round {server_round}'s phase cannot go "
+                               "through secure aggregation (its spec's secure_phases)")
         collected = self._adopt(self.summer.send(grid, server_round, phase,
                                                  self.train_arrays(server_round), cfg,
                                                  timeout=timeout))

@@ -307,6 +307,7 @@ class CandidateSearch(ClusteringStrategy):
             arrays = list(c.train_arrays(server_round))
             cfg = {**c.train_config(server_round), "seed": c.seed, "evaluate": False,
                    **(extra or {})}
+            cfg["phase"] = c.summer.phase(cfg["phase"])  # its name in the run's exchange
             entries.append({"config": cfg, "arrays": len(arrays)})
             out += arrays
         return entries, out
@@ -587,24 +588,20 @@ class CandidateSearch(ClusteringStrategy):
         per = 5 if phase == K_MOMENTS_PHASE else 1
         cfg = {"candidate-count": count, "privacy-threshold": int(
             getattr(self.options, "privacy_threshold", 2))}
-        if self.secure_aggregation:
-            sums = self.secure_exchange(grid, server_round, phase, arrays, cfg,
-                                        timeout=timeout).sums
-            if len(sums) != per * count:
-                raise RuntimeError(f"{phase}: {len(sums)} secure totals for {count} "
-                                   "candidates")
-        else:
-            shapes = [len(C) for C in arrays[:count]]
-            d = int(np.shape(arrays[0])[1]) if count else 0
+        shapes = [len(C) for C in arrays[:count]]
+        d = int(np.shape(arrays[0])[1]) if count else 0
 
-            def parse(a):
-                return self._parse_scores(phase, a, shapes, d, cfg["privacy-threshold"])
+        def parse(a):
+            return self._parse_scores(phase, a, shapes, d, cfg["privacy-threshold"])
 
-            state = self.record.sample_rng.bit_generator.state
-            replies = self.exchange(grid, server_round, phase, arrays, cfg, parse=parse,
-                                    timeout=timeout)
-            self.record.sample_rng.bit_generator.state = state
-            sums = [sum(r.payload.arrays[t] for r in replies) for t in range(per * count)]
+        # (scoring draws no node sample: the candidates' rounds stay those of single runs)
+        state = self.record.sample_rng.bit_generator.state
+        sums = self.sum_phase(grid, server_round, phase, arrays, cfg, parse=parse,
+                              parts=lambda r: r.payload.arrays[:per * count],
+                              timeout=timeout).totals.sums
+        self.record.sample_rng.bit_generator.state = state
+        if len(sums) != per * count:
+            raise RuntimeError(f"{phase}: {len(sums)} totals for {count} candidates")
         return [sums[p * per:(p + 1) * per] for p in range(count)]
 
     def state_dict(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     with_features,
 )
-from ..replies import Collected, NodeBook, Reply
+from ..replies import Collected, NodeBook, Reply, Totals
 from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
 from .ledger import Ledger, ledger_entry, min_count
 
@@ -154,6 +154,43 @@ class Exchange:
         self.k_hint = str(k_hint)
         self._sent: tuple[list[int], list[Message], float] | None = None
 
+    #: Whether the server sees only the federation's totals of a phase (the secure
+    #: exchange) or each client's reply (this one). A strategy reads what it collected
+    #: (``Collected.totals``, the replies); the privacy report reads this.
+    sums_only = False
+
+    def phase(self, name: str) -> str | None:
+        """The name under which this exchange sends an algorithm's phase ``name``: itself.
+
+        The secure exchange renames the phases its algorithm's spec declares
+        (``Capabilities.secure_phases``) and has no name (``None``) for a phase that cannot
+        go through it.
+        """
+        return name
+
+    # -- the features step of round 0: the plain exchange lets it read each site ---------
+    #: Why declared categorical columns cannot run through this exchange (they can).
+    categories_problem: str | None = None
+
+    def feature_config(self, scaling: str, datetime_columns: tuple[str, ...]
+                       ) -> dict[str, Any]:
+        """The ``data-source`` query's extra config: none (the sites' min and max scale)."""
+        return {}
+
+    def feature_moments(self, grid: Grid, features: tuple[str, ...], records: dict[int, Any],
+                        config: dict[str, Any], timeout: float | None) -> None:
+        """The federation's feature moments without each site's: ``None``.
+
+        The features step reads each site's own sums (their units, their rows); the
+        secure exchange, which has only the totals, returns them here.
+        """
+        return None
+
+    def unit_check(self, grid: Grid, features: tuple[str, ...], numeric: tuple[str, ...],
+                   timeout: float | None) -> tuple[list[str], str | None]:
+        """No exchange: the features step compared each site's own sums already."""
+        return [], None
+
     def wait_for_nodes(self, grid: Grid, *, settle: float = 0.0) -> list[int]:
         """Block until ``min_nodes`` nodes are connected; return their sorted ids.
 
@@ -258,6 +295,7 @@ class Exchange:
         parse=None,
         min_replies: int | None = None,
         timeout: float | None = None,
+        parts=None,
     ) -> Collected:
         """Send one phase of the protocol; return the valid replies and the absent nodes.
 
@@ -284,6 +322,12 @@ class Exchange:
             The fewest valid replies to accept (default ``min_nodes``).
         timeout : float, optional
             Seconds to wait (default: the run's).
+        parts : callable, optional
+            ``parts(reply) -> list of arrays``: what of a valid reply the federation sums.
+            With it the returned ``totals`` (:class:`~flwr_clustering.replies.Totals`) are
+            those parts summed in client-id order, as the secure exchange's call returns
+            its sums; a reply whose parts cannot be read (``KeyError``, ``ValueError``,
+            ``TypeError``) or are not finite is left out of them (logged).
 
         Returns
         -------
@@ -301,7 +345,35 @@ class Exchange:
         timeout = self.timeout if timeout is None else float(timeout)
         self.sent(messages, timeout)
         replies = list(grid.send_and_receive(messages, timeout=timeout))
-        return self.collect(server_round, replies, parse, kind=phase, min_replies=min_replies)
+        collected = self.collect(server_round, replies, parse, kind=phase,
+                                 min_replies=min_replies)
+        if parts is None:
+            return collected
+        return Collected(collected, absent=collected.absent, received=collected.received,
+                         n_features=collected.n_features,
+                         totals=self.sum_parts(server_round, phase, collected, parts))
+
+    def sum_parts(self, server_round: int, phase: str, replies: list[Reply], parts) -> Totals:
+        """The replies' ``parts(reply)`` summed element-wise in client-id order.
+
+        A reply whose parts cannot be read, or hold NaN or inf, is left out of the sums
+        (a WARNING names the client and the rule, never a value).
+        """
+        got, nodes, failed = [], [], {}
+        for r in replies:
+            try:
+                p = list(parts(r))
+                if not all(np.isfinite(np.asarray(a, dtype=np.float64)).all() for a in p):
+                    raise ValueError("non-finite sums")
+            except (KeyError, ValueError, TypeError) as ex:
+                failed[r.node_id] = f"malformed reply: {ex}"
+                logger.warning("round %d %s: %s left out: malformed reply: %s",
+                               server_round, phase, self.nodes.who(r.node_id), ex)
+                continue
+            got.append(p)
+            nodes.append(r.node_id)
+        sums = [sum(p[j] for p in got) for j in range(len(got[0]))] if got else []
+        return Totals(sums, nodes, failed)
 
     def identify_clients(self, grid: Grid, server_round: int,
                          timeout: float | None = None) -> Collected:

@@ -52,7 +52,6 @@ from ..data.schema import (
     scaling_from_moments,
     self_scaled_warning,
     spread_warning,
-    unit_factor,
     unit_mismatches,
 )
 from ..log import logger
@@ -61,9 +60,8 @@ from ..protocol import (
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
     MOMENT_KEYS,
-    UNIT_CHECK_PHASE,
 )
-from ..run_options import UNIT_CHECKS, RunOptions, scaling_problem
+from ..run_options import UNIT_CHECKS, RunOptions
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
            "prepare_features"]
@@ -167,20 +165,17 @@ class FeatureOptions:
 
 
 def data_source_config(strategy: Any) -> dict[str, Any]:
-    """The ``data-source`` query's config: a secure scaling also asks for magnitudes.
+    """The ``data-source`` query's config: what the run's summing exchange needs of it.
 
-    With declared ``datetime-columns`` it names them too (a JSON list), so that a client
-    gives the magnitude of a text column of dates in seconds since the epoch.
+    Under secure aggregation a scaling also asks each site for its features' magnitudes
+    (:func:`flwr_clustering.secure.features.data_source_config`); a plain run asks for
+    nothing more.
     """
     options = getattr(strategy, "feature_options", None)
-    secure = (options is not None and options.active and options.scaling != "none"
-              and bool(getattr(strategy, "secure_aggregation", False)))
-    if not secure:
+    summer = getattr(strategy, "summer", None)
+    if options is None or not options.active or summer is None:
         return {}
-    if options.datetime_columns:
-        return {"magnitudes": True, "datetime-columns": json.dumps(
-            list(options.datetime_columns))}
-    return {"magnitudes": True}
+    return summer.feature_config(options.scaling, tuple(options.datetime_columns))
 
 
 def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
@@ -332,7 +327,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                      categories, missing, fill, datetimes=dates)
     _unit_check(strategy, options, schema.features)
     _set(strategy, transform)
-    _secure_unit_check(strategy, grid, options, schema.features, timeout)
+    _totals_unit_check(strategy, grid, options, schema.features, timeout)
     # each client's sums of its rows as it holds them from now on (filled cells included):
     # they bound the means it may send (check_means_within_rows)
     strategy.rules.client_moments = {
@@ -542,49 +537,22 @@ def _unit_check(strategy: Any, options: FeatureOptions, numeric: tuple[str, ...]
         strategy.run_warnings.append(text)
 
 
-def _secure_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
+def _totals_unit_check(strategy: Any, grid: Any, options: FeatureOptions,
                        numeric: tuple[str, ...], timeout: float) -> None:
-    """The unit check under secure aggregation: each site flags itself, the server sums.
+    """The unit check of the summing exchange: under secure aggregation each site flags itself.
 
-    One more secure exchange (phase ``unit-check``): every client compares its rows with
-    the federation's mean and spread, which its feature transform carries, and sends per
-    feature a flag and the power of ten (:func:`~flwr_clustering.data.schema.
-    site_unit_powers`); the server learns how many sites flagged each feature, never which.
+    The plain exchange has nothing to add (:func:`_unit_check` read each site's sums); the
+    secure one runs one more exchange (:func:`flwr_clustering.secure.features.unit_check`)
+    and the server learns how many sites flagged each feature, never which.
     """
     transform = strategy.feature_transform
-    if (options.unit_check == "off" or not strategy.secure_aggregation
-            or transform is None or transform.scaling != "standard"):
+    if options.unit_check == "off" or transform is None or transform.scaling != "standard":
         return
-    totals = strategy.secure_exchange(grid, 0, UNIT_CHECK_PHASE, (), {}, timeout=timeout)
-    d = len(numeric)
-    if len(totals.sums) < 2 or any(np.shape(a) != (len(transform.features),)
-                                   for a in totals.sums[:2]):
-        raise ValueError("secure unit check: the flags' totals did not come back")
-    flags = np.round(np.asarray(totals.sums[0], dtype=np.float64))[:d]
-    powers = np.asarray(totals.sums[1], dtype=np.float64)[:d]
-    sites = len(totals.nodes)
-    # a site flags a feature once, with a power of ten a float64 can hold: totals outside
-    # that come from a malformed reply (they are not used)
-    if not (np.isfinite(flags).all() and np.isfinite(powers).all()
-            and ((flags >= 0) & (flags <= sites)).all()
-            and (np.abs(powers) <= 308 * np.maximum(flags, 0)).all()):
-        text = ("secure unit check: the flags' totals are outside what the sites can send "
-                "(a malformed reply): the check is left out")
-        logger.warning("%s", text)
-        strategy.run_warnings.append(text)
+    found, malformed = strategy.summer.unit_check(grid, transform.features, numeric, timeout)
+    if malformed is not None:
+        logger.warning("%s", malformed)
+        strategy.run_warnings.append(malformed)
         return
-    found = []
-    for j in np.flatnonzero(flags > 0):
-        n = int(flags[j])
-        power = int(np.round(powers[j] / n))
-        found.append(
-            f"{n} site{'s' if n > 1 else ''}{chr(39)}{'' if n > 1 else 's'} {numeric[j]!r} "
-            f"{'are' if n > 1 else 'is'} about "
-            f"{unit_factor(power)} of the federation's (each site compared its rows with the "
-            "federation's mean and spread; under secure aggregation the server does not "
-            "know which site: its own log names it): a unit mismatch? Export that column in "
-            "the other sites' units (unit-check='refuse' makes this an error, "
-            "unit-check='off' silences it)")
     if found and options.unit_check == "refuse":
         raise ValueError("unit-check='refuse': " + " ".join(found))
     for text in found:
@@ -654,12 +622,8 @@ def _names_only_under_dp(strategy: Any, schema: Schema, options: FeatureOptions,
 def _categories(strategy: Any, grid: Any, schema: Schema, timeout: float
                 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The levels of the declared categorical columns, agreed from the sites' counts."""
-    if strategy.secure_aggregation:
-        raise ValueError(
-            "secure-aggregation=true: categorical-columns needs each site's category "
-            "counts, which secure aggregation cannot sum over values the server does not "
-            "know: run without categorical-columns (leave those columns out with "
-            "feature-columns), or without secure aggregation")
+    if strategy.summer.categories_problem is not None:
+        raise ValueError(strategy.summer.categories_problem)
     threshold = int(getattr(strategy, "privacy_threshold", 2))
     config = {"categorical-columns": json.dumps(list(schema.categorical)),
               "privacy-threshold": threshold}
@@ -713,29 +677,11 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
                               "privacy-threshold": int(getattr(strategy, "privacy_threshold",
                                                                2))}
     d = len(features)
-    if strategy.secure_aggregation:
-        if (problem := scaling_problem(scaling, False, True)) is not None:
-            raise ValueError(problem)
-        # the power of two above each feature's largest |value| at any site, so that
-        # every total stays in the fixed-point range of the secure sum
-        magnitudes = [dict(zip(rec["names"], rec.get("magnitude", []), strict=False))
-                      for rec in records.values() if rec is not None]
-        exponents = [max(int(m.get(f, 0)) for m in magnitudes) for f in features]
-        config["moment-exponents"] = json.dumps(exponents)
-        config["moments-secure"] = True
-        totals = strategy.secure_exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
-                                          timeout=timeout)
-        if len(totals.sums) < 3:
-            raise ValueError("secure feature moments: fewer than 3 totals came back")
-        power = np.exp2(np.asarray(exponents, dtype=np.float64))
-        if len(totals.sums) < 4 or np.shape(totals.sums[3]) != (2,):
-            raise ValueError("secure feature moments: the rows' totals did not come back")
-        count = np.round(np.asarray(totals.sums[0], dtype=np.float64))
-        total = np.asarray(totals.sums[1], dtype=np.float64) * power
-        sumsq = np.asarray(totals.sums[2], dtype=np.float64) * power * power
-        read, incomplete = np.round(np.asarray(totals.sums[3], dtype=np.float64))
-        rows = _Rows(np.full(d, read), np.asarray(incomplete))
-        return count, total, sumsq, None, None, len(totals.nodes), rows
+    # under secure aggregation the totals only (each site's sums stay hidden)
+    secure = strategy.summer.feature_moments(grid, features, records, config, timeout)
+    if secure is not None:
+        rows = _Rows(np.full(d, secure.read), np.asarray(secure.incomplete))
+        return secure.count, secure.total, secure.sumsq, None, None, secure.sites, rows
     # a site with fewer rows than the privacy threshold withholds its sums; its rows are
     # scaled with the others' totals (it takes part in every later round)
     before = dict(getattr(strategy, "run_absent", {}))

@@ -126,16 +126,14 @@ class FFCM(ClusteringStrategy):
                 )
         if self.fuzzifier != 0 and self.centroids is not None:
             return
-        if self.secure_aggregation:  # only the federation's triple reaches the server
-            totals = self.secure_exchange(grid, 0, "moments", config=self.options.to_config(),
-                                          timeout=timeout)
-            n, total, sumsq = totals.sums
-            moments = [(int(np.rint(n[0])), total, sumsq)]
-            valid = totals.nodes
-        else:
-            valid = self.exchange(grid, 0, "moments", config=self.options.to_config(),
-                                  parse=self._parse_moments, timeout=timeout)
-            moments = [r.payload for r in valid]
+        # under secure aggregation only the federation's triple reaches the server
+        totals = self.sum_phase(grid, 0, "moments", config=self.options.to_config(),
+                                parse=self._parse_moments, timeout=timeout,
+                                parts=lambda r: [np.array([r.payload[0]]), *r.payload[1:]]
+                                ).totals
+        n, total, sumsq = totals.sums
+        moments = [(int(np.rint(n[0])), total, sumsq)]
+        valid = totals.nodes
         if self.fuzzifier == 0:
             n = sum(mom[0] for mom in moments)
             d = int(moments[0][1].shape[0])
@@ -168,8 +166,7 @@ class FFCM(ClusteringStrategy):
 
     def train_config(self, server_round: int) -> dict[str, Any]:
         """Return the local fuzzy c-means options."""
-        phase = "secure-ffcm" if self.secure_aggregation else "ffcm"
-        return {"phase": phase, **self.options.to_config()}
+        return {"phase": "ffcm", **self.options.to_config()}
 
     def aggregate_sums(self, server_round: int, totals) -> np.ndarray:
         """Version 1 from the secure totals: ``sum s V / sum s`` (previous where 0)."""

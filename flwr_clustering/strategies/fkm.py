@@ -135,9 +135,10 @@ class FedKMeans(ClusteringStrategy):
 
     def raw_rows_option(self) -> str | None:
         """``init='paper'`` uploads the k-means++ seeds, raw rows (not with DP)."""
+        summer = getattr(self, "summer", None)  # (the echo benchmark borrows this method)
+        sends_init = summer is None or summer.phase("init") is not None
         return ("init='paper'" if self.options.init == "paper"
-                and not getattr(self, "dp", False)
-                and not getattr(self, "secure_aggregation", False) else None)
+                and not getattr(self, "dp", False) and sends_init else None)
 
     def secure_aggregation_problem(self) -> str | None:
         """Federated Lloyd (``server-update='lloyd'``) needs only the totals."""
@@ -195,10 +196,11 @@ class FedKMeans(ClusteringStrategy):
         federation's per-feature mean +- 2 std, from moments summed securely
         (:func:`~flwr_clustering.algorithms.fkm.moment_init`), unless centroids are given.
         """
-        if self.partial and not self.dp and not self.secure_aggregation:
-            self._partial_start(grid, timeout)
-            return
-        if not (self.dp or self.secure_aggregation):
+        if not self.dp and self.summer.phase("init") is not None:
+            # the clients start the model in round 1 (``init``; partial FKM: from the
+            # moments of its observed values); only a plain exchange carries ``init``
+            if self.partial:
+                self._partial_start(grid, timeout)
             return
         from ..algorithms.dp_lloyd import dp_initial_centroids
         from ..algorithms.fkm import moment_init
@@ -304,16 +306,12 @@ class FedKMeans(ClusteringStrategy):
         """One init mechanism: the clients' noisy statistics, summed in client-id order."""
         config = {"dp-clients": int(self.dp_clients), "dp-round": 0,
                   **self.options.to_config()}
-        if self.secure_aggregation:  # the server learns only the totals
-            totals = self.secure_exchange(grid, 0, phase, arrays, config=config,
-                                          timeout=timeout)
-            parts, clients = [np.asarray(a, dtype=np.float64) for a in totals.sums], \
-                len(totals.nodes)
-        else:
-            valid = self.exchange(grid, 0, phase, arrays, config=config, parse=parse,
-                                  min_replies=self.min_nodes, timeout=timeout)
-            parts = [sum(r.payload[j] for r in valid) for j in range(len(valid[0].payload))]
-            clients = len(valid)
+        # secure aggregation: the server learns only the totals
+        totals = self.sum_phase(grid, 0, phase, arrays, config, parse=parse,
+                                parts=lambda r: r.payload, min_replies=self.min_nodes,
+                                timeout=timeout).totals
+        parts = [np.asarray(a, dtype=np.float64) for a in totals.sums]
+        clients = len(totals.nodes)
         z = self.noise_plan[len(self.dp_init_log)]
         info = self._dp_noise_info(f"round 0 {phase}", z, clients)
         self.dp_init_log.append({"phase": phase, **info})
@@ -434,7 +432,7 @@ class FedKMeans(ClusteringStrategy):
             "epsilon": ledger_epsilon,
             "delta": o.dp_delta,
             # under secure aggregation the server sees only the total noise
-            "server-epsilon": (ledger_epsilon if self.secure_aggregation else
+            "server-epsilon": (ledger_epsilon if self.summer.sums_only else
                                server_epsilon_of(planned, o.dp_delta, clients,
                                                  o.dp_placement, o.dp_accountant)
                                if planned else 0.0),
@@ -458,9 +456,6 @@ class FedKMeans(ClusteringStrategy):
             return {"phase": "dp-update", "dp-round": server_round,
                     "dp-clients": int(self.dp_clients), **self.options.to_config(),
                     "dp-init": getattr(self, "dp_init_used", self.options.dp_init)}
-        if self.secure_aggregation:
-            phase = "secure-partial-update" if self.partial else "secure-update"
-            return {"phase": phase, **self.options.to_config()}
         if self.partial:
             return {"phase": "partial-update", **self.options.to_config()}
         return {"phase": "init" if self.centroids is None else "update",

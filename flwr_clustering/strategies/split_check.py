@@ -82,44 +82,33 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
 
     The clients that sent zeros under the privacy threshold are not counted.
 
-    Under secure aggregation one secure exchange (the server sees only the totals);
-    else a ``QUERY`` exchange whose replies' statistics (``keys``) are checked against
-    ``shapes`` and summed in client-id order. A client without a valid reply is left
-    out of these totals, not of the model (``run_absent`` is kept).
+    One exchange through the run's summing exchange (``sum_phase``): under secure
+    aggregation the server sees only the totals; else the replies' statistics (``keys``)
+    are checked against ``shapes`` and summed in client-id order. A client without a
+    valid reply is left out of these totals, not of the model (``run_absent`` is kept).
     """
     before = dict(strategy.run_absent)
     config = {"privacy-threshold": int(getattr(strategy, "privacy_threshold", 2))}
-    if strategy.secure_aggregation:
-        totals = strategy.secure_exchange(grid, server_round, phase, arrays, config,
-                                          timeout=timeout)
-        strategy.run_absent = before
-        sums = [np.asarray(a, dtype=np.float64).reshape(s)
-                for a, s in zip(totals.sums, shapes, strict=True)]
-        return sums, len(totals.nodes)
-    replies = strategy.exchange(grid, server_round, phase, arrays, config, min_replies=1,
-                                timeout=timeout)
+
+    def parts(r):
+        return [np.asarray(r.stats[key], dtype=np.float64).reshape(shape)
+                for key, shape in zip(keys, shapes, strict=True)]
+
+    collected = strategy.sum_phase(grid, server_round, phase, arrays, config, parts=parts,
+                                   min_replies=1, timeout=timeout)
     strategy.run_absent = before
-    parts, withheld = [], 0
-    for r in replies:
-        try:
-            got = [np.asarray(r.stats[key], dtype=np.float64).reshape(shape)
-                   for key, shape in zip(keys, shapes, strict=True)]
-        except (KeyError, ValueError) as ex:
-            logger.warning("round %d %s: %s left out: malformed reply: %s", server_round,
-                           phase, strategy.who(r.node_id), ex)
-            continue
-        if not all(np.isfinite(a).all() for a in got):
-            logger.warning("round %d %s: %s left out: non-finite sums", server_round, phase,
-                           strategy.who(r.node_id))
-            continue
-        parts.append(got)
-        withheld += bool(r.metrics.get("withheld", 0))
-    if not parts:
+    totals = collected.totals
+    if not totals.nodes:
         raise RuntimeError(f"round {server_round} {phase}: no client sent valid sums")
+    # (a secure exchange has no reply of its own: no client is known to have withheld)
+    withheld = sum(bool(r.metrics.get("withheld", 0)) for r in collected
+                   if r.node_id in totals.nodes)
     if withheld:
         logger.info("round %d %s: %d of %d clients sent zeros (a cluster of fewer rows than "
-                    "the privacy threshold)", server_round, phase, withheld, len(parts))
-    return [sum(p[i] for p in parts) for i in range(len(keys))], len(parts) - withheld
+                    "the privacy threshold)", server_round, phase, withheld, len(totals.nodes))
+    sums = [np.asarray(a, dtype=np.float64).reshape(s)
+            for a, s in zip(totals.sums, shapes, strict=True)]
+    return sums, len(totals.nodes) - withheld
 
 
 def _check(strategy: Any, grid: Any, server_round: int, timeout: float, C: np.ndarray,
