@@ -73,3 +73,16 @@ def log(caplog):
     caplog.set_level(logging.INFO)
     yield caplog
     logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture(scope="session")
+def app_dir(tmp_path_factory):
+    """The Flower App's files, copied once per session (``flwr run`` from it is 4-7 s faster).
+
+    :func:`simulations.benchmarks.deployment.app_copy`: Flower's FAB build resolves every
+    file under the app folder, the repository's virtualenvs included.
+    """
+    from simulations.benchmarks.deployment import app_copy
+
+    return app_copy(tmp_path_factory.mktemp("flower-app"))
+

@@ -41,8 +41,6 @@ import pytest
 from simulations.benchmarks.deployment import TEST_POLL_SECONDS, LocalDeployment, read_json
 from simulations.benchmarks.processes import describe
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
 NUM_CLIENTS = 3
@@ -120,12 +118,12 @@ def _pooled_ari(data: dict, labels: list[np.ndarray]) -> float:
 
 # --------------------------------------------------------------------------- the federation
 @pytest.fixture(scope="module")
-def federation(tmp_path_factory):
+def federation(tmp_path_factory, app_dir):
     tmp = tmp_path_factory.mktemp("deployment-data")
     data = _wine_sites(tmp / "data")
     dep = LocalDeployment(tmp / "federation", NUM_CLIENTS,
                           [_node_config(data, i) for i in range(NUM_CLIENTS)],
-                          poll_seconds=TEST_POLL_SECONDS)
+                          poll_seconds=TEST_POLL_SECONDS, app=app_dir)
     dep.data = data
     try:
         t0 = time.monotonic()
@@ -143,7 +141,7 @@ def _run(dep: LocalDeployment, name: str, overrides: str) -> tuple[Path, dict, f
     """``flwr run`` the App on the federation; return out-dir, ``flwr ls`` record, seconds."""
     out = dep.tmp.parent / f"results-{name}"
     t0 = time.monotonic()
-    run_id, _ = dep.submit(REPO_ROOT, f"{BASE} {overrides} out-dir='{out}'", stream=True,
+    run_id, _ = dep.submit(dep.app, f"{BASE} {overrides} out-dir='{out}'", stream=True,
                            timeout=RUN_TIMEOUT)
     record = dep.finished(run_id, timeout=120)
     seconds = time.monotonic() - t0

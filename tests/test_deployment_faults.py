@@ -27,8 +27,6 @@ import pytest
 from simulations.benchmarks.deployment import TEST_POLL_SECONDS, LocalDeployment, read_json
 from simulations.benchmarks.processes import describe, wait_until
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
 NUM_CLIENTS = 3
@@ -59,12 +57,12 @@ def _wait_rounds(dep: LocalDeployment, out_dir: Path, n: int, timeout: float = 3
 
 
 @pytest.fixture
-def deployments(tmp_path):
+def deployments(tmp_path, app_dir):
     made: list[LocalDeployment] = []
 
     def make(name: str, configs: list[dict]) -> LocalDeployment:
         dep = LocalDeployment(tmp_path / name, len(configs), configs,
-                              poll_seconds=TEST_POLL_SECONDS)
+                              poll_seconds=TEST_POLL_SECONDS, app=app_dir)
         made.append(dep)
         return dep.start()
 
@@ -97,7 +95,7 @@ def test_local_file_checks_a_lost_a_restarted_and_a_frozen_supernode(tmp_path, d
     # 1. The undeclared index column is refused on its SuperNode; the run fails, naming
     #    the client, the file, the column and the node-config key; result.json says so.
     refused = tmp_path / "refused"
-    run_id, _ = dep.submit(REPO_ROOT, f"dataset='local' min-nodes=3 max-rounds=2 "
+    run_id, _ = dep.submit(dep.app, f"dataset='local' min-nodes=3 max-rounds=2 "
                                       f"out-dir='{refused}'")
     record = dep.finished(run_id)
     assert record["status"] == "finished:failed", (record, dep.logs())
@@ -122,7 +120,7 @@ def test_local_file_checks_a_lost_a_restarted_and_a_frozen_supernode(tmp_path, d
     # 2. A run that loses a SuperNode, gets it back and then waits out a frozen one.
     out = tmp_path / "run"
     run_id, _ = dep.submit(
-        REPO_ROOT, f"dataset='local' min-nodes=2 max-rounds=10 early-stop=false "
+        dep.app, f"dataset='local' min-nodes=2 max-rounds=10 early-stop=false "
                    f"split-check=false "
                    f"round-timeout={ROUND_TIMEOUT} out-dir='{out}'")
     _wait_rounds(dep, out, 2)
@@ -217,7 +215,7 @@ def test_superlink_killed_then_resumed_equals_an_uninterrupted_run(
     dep.wait_online(NUM_CLIENTS)
 
     out = tmp_path / "interrupted"
-    dep.submit(REPO_ROOT, f"{base} out-dir='{out}'")
+    dep.submit(dep.app, f"{base} out-dir='{out}'")
     _wait_rounds(dep, out, kill_after)
     dep.kill(dep.superlink)  # the ServerApp dies with it
     t_kill = time.monotonic()
@@ -227,7 +225,7 @@ def test_superlink_killed_then_resumed_equals_an_uninterrupted_run(
     dep.wait_online(NUM_CLIENTS)
     print(f"{algorithm}: SuperLink killed after round {kill_after}, back with "
           f"{NUM_CLIENTS} SuperNodes online after {time.monotonic() - t_kill:.1f} s")
-    run_id, _ = dep.submit(REPO_ROOT, f"{base} out-dir='{out}' resume-from='{out}'")
+    run_id, _ = dep.submit(dep.app, f"{base} out-dir='{out}' resume-from='{out}'")
     assert dep.finished(run_id, timeout=600)["status"] == "finished:completed", dep.logs()
 
     # Bit for bit: every round's model, the history (but its wall times), the metrics.

@@ -90,13 +90,14 @@ def _check_run(fed, rec: dict) -> None:
     assert rec["ok"], rec
 
 
-def test_fkm_on_10_supernodes_equals_the_reference_loop(federation):
+def test_fkm_on_10_supernodes_equals_the_reference_loop(federation, app_dir):
     from flwr_clustering.algorithms.fkm import run_fkm
     from flwr_clustering.data.local_file import load_local_file
 
     fed = federation
     out_dir = fed.deployment.tmp / "results-fkm"
-    rec = run_job(fed, "fkm", ROUNDS, out_dir, timeout=RUN_TIMEOUT, round_timeout=ROUND_TIMEOUT)
+    rec = run_job(fed, "fkm", ROUNDS, out_dir, timeout=RUN_TIMEOUT, round_timeout=ROUND_TIMEOUT,
+                  app=app_dir)
     _print_run(rec)
     _check_run(fed, rec)
 

@@ -30,9 +30,6 @@ from simulations.benchmarks.processes import (
     wait_for_run_finished,
 )
 
-#: The repository root: the Flower App that ``flwr run`` builds into a FAB.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.deployment]
 
 NUM_CLIENTS = 3
@@ -76,7 +73,7 @@ def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[d
         "run", ".", CONNECTION, "--stream", "--run-config",
         f"algorithm='{algorithm}' dataset='local' min-nodes={NUM_CLIENTS} {overrides} "
         f"scaling='none' split-check=false out-dir='{out_dir}'",
-        timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
+        timeout=RUN_TIMEOUT, cwd=dep.app,
     )
     assert run.returncode == 0, f"{run.report()}\n{dep.logs()}"
     status = wait_for_run_finished(parse_run_id(run.output), dep.cli_env, dep.tmp,
@@ -89,11 +86,11 @@ def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[d
 
 
 @pytest.fixture
-def deployment(tmp_path):
+def deployment(tmp_path, app_dir):
     files, _ = _write_client_files(tmp_path)
     dep = LocalDeployment(tmp_path, NUM_CLIENTS,
                           [_node_config(i, path) for i, path in enumerate(files)],
-                          poll_seconds=TEST_POLL_SECONDS)
+                          poll_seconds=TEST_POLL_SECONDS, app=app_dir)
     dep.data_files = files
     try:
         yield dep.start()
@@ -125,7 +122,7 @@ def test_deployment_three_supernodes_local_files(deployment):
         "run", ".", CONNECTION, "--stream", "--run-config",
         f"algorithm='feca' dataset='local' min-nodes={NUM_CLIENTS} scaling='none' "
         f"split-check=false out-dir='{out_dir}'",
-        timeout=RUN_TIMEOUT, cwd=REPO_ROOT,
+        timeout=RUN_TIMEOUT, cwd=dep.app,
     )
     seconds = time.monotonic() - t0
     print(f"flwr run (feca, deployment): {seconds:.1f} s")

@@ -90,6 +90,7 @@ class LocalSuperLink:
     http_port: int
     control_port: int
     env: dict[str, str]
+    app: Path = REPO_ROOT
     runs: list[SimulationRun] = field(default_factory=list)
     seen: dict[tuple[int, int], ProcInfo] = field(default_factory=dict)
 
@@ -110,9 +111,13 @@ class LocalSuperLink:
         return procs
 
     def submit(
-        self, algorithm: str, out_dir: Path, extra: str = ""
+        self, algorithm: str, out_dir: Path, extra: str = "", app: Path | None = None
     ) -> tuple[CliResult, int, dict]:
-        """``flwr run . --stream`` one job from the repo root; return its final ``flwr ls``."""
+        """``flwr run . --stream`` one job from ``app``; return its final ``flwr ls``.
+
+        ``app``: the App's folder, by default :attr:`app` (a copy of the App's files:
+        ``flwr run`` from the repository root spends seconds walking its virtualenv).
+        """
         # the rows as the paper's loops hold them (scaling='none'): every run here is
         # compared with its pure loop on the raw partitions (the scaled App is tested
         # in-process and in tests/test_deployment_data.py)
@@ -126,7 +131,7 @@ class LocalSuperLink:
         cli = run_cli(
             [executable("flwr"), "run", ".", "--stream",
              "--federation-config", FEDERATION_CONFIG, "--run-config", overrides],
-            self.env, REPO_ROOT, RUN_TIMEOUT, context=self.server_log,
+            self.env, app or self.app, RUN_TIMEOUT, context=self.server_log,
         )
         self.remember_processes()
         print(f"flwr run ({algorithm}, simulation): {cli.seconds:.1f} s")
@@ -138,10 +143,10 @@ class LocalSuperLink:
         )
         return cli, run_id, status
 
-    def run(self, algorithm: str, extra: str = "") -> SimulationRun:
+    def run(self, algorithm: str, extra: str = "", app: Path | None = None) -> SimulationRun:
         """Run one job that must complete and write its results."""
         out_dir = self.tmp / f"out-{algorithm}-{len(self.runs)}"
-        cli, run_id, status = self.submit(algorithm, out_dir, extra)
+        cli, run_id, status = self.submit(algorithm, out_dir, extra, app)
         # G2: `flwr run --stream` exits 0 even if the ServerApp failed; ask the SuperLink.
         assert status["status"] == "finished:completed", (
             f"run {run_id}: {status['status']} ({status.get('status-details')})\n"
@@ -161,7 +166,7 @@ class LocalSuperLink:
 
 
 @pytest.fixture(scope="module")
-def local_superlink(tmp_path_factory):
+def local_superlink(tmp_path_factory, app_dir):
     tmp = tmp_path_factory.mktemp("flwr-simulation")
     http_port, control_port = free_ports(2)
     env = flower_env(
@@ -171,7 +176,7 @@ def local_superlink(tmp_path_factory):
     )
     assert not port_is_open(http_port), f"port {http_port} already taken"
     before = _repo_snapshot()
-    link = LocalSuperLink(tmp / "flwr-home", tmp, http_port, control_port, env)
+    link = LocalSuperLink(tmp / "flwr-home", tmp, http_port, control_port, env, app_dir)
     try:
         yield link
     finally:
@@ -182,7 +187,8 @@ def local_superlink(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fkm_run(local_superlink):
-    return local_superlink.run("fkm", "split-check=true")
+    # the README's `flwr run .` from the repository root; the other runs from a copy
+    return local_superlink.run("fkm", "split-check=true", app=REPO_ROOT)
 
 
 @pytest.fixture(scope="module")

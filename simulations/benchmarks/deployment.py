@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -52,6 +53,37 @@ CONNECTION = "deploy"
 #: Flower's 3-s waits cost a 5-round FKM run on 3 SuperNodes 96-114 s against 77-84 s
 #: with 0.2 s (measured 2026-11-27, 2 cores, one run each).
 TEST_POLL_SECONDS = 0.2
+
+#: The repository root: the Flower App that ``flwr run .`` builds into a FAB.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: The files of the repository's Flower App that its FAB needs (``pyproject.toml`` names
+#: the ServerApp and ClientApp in ``flwr_clustering``).
+APP_FILES = ("pyproject.toml", "README.md", "LICENSE", "flwr_clustering")
+
+
+def app_copy(dest: Path, source: Path = REPO_ROOT) -> Path:
+    """Copy the Flower App's own files (:data:`APP_FILES`) to ``dest``; return ``dest``.
+
+    ``flwr run <app>`` builds its FAB by resolving every file under the app folder
+    before it applies its exclude patterns (Flower 1.41 and 1.42,
+    ``flwr.cli.utils.collect_files``): with this repository's ``.venv`` inside (about
+    50,000 files) that costs 4-6 s per ``flwr run``, with CI's two virtualenvs 7.5 s
+    (measured 2026-12-07, ``flwr build``; 0.9 s without them). The tests that submit
+    many runs submit them from this copy; the README's ``flwr run .`` from the
+    repository root stays tested where a test runs it (its first simulation run).
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in APP_FILES:
+        src = Path(source) / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
 
 #: The folder whose ``sitecustomize.py`` shortens Flower's polling waits.
 FAST_FLOWER = Path(__file__).resolve().parent / "fast_flower"
@@ -106,6 +138,9 @@ class LocalDeployment:
         and the SuperExec's task polling
         (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``, Flower's own setting). ``None`` (the
         default, and every benchmark) runs Flower as it ships.
+    app : Path
+        The Flower App that the callers submit (``submit(dep.app, ...)``): the repository
+        root by default; the tests pass a copy of its files (:func:`app_copy`).
 
     The ports are reserved before the argvs are needed: build ``superlink_args`` and
     ``cli_config`` after construction from ``link_port`` (then :meth:`configure_cli`), or
@@ -123,6 +158,7 @@ class LocalDeployment:
     connection: str = CONNECTION
     cwd: Path | None = None
     poll_seconds: float | None = None
+    app: Path = REPO_ROOT
     superlink: ManagedProcess | None = None
     supernodes: dict[int, ManagedProcess] = field(default_factory=dict)
     #: Every process ever started (restarts included), for stopping and logs.

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from .common import LABEL_CONFIGS, run_config_algorithm, toml_value
-from .deployment import LocalDeployment, read_json
+from .deployment import REPO_ROOT, LocalDeployment, read_json
 from .echo import ECHO_ALGORITHM
 from .processes import (
     ProcInfo,
@@ -77,9 +77,6 @@ __all__ = [
     "supernodes_markdown",
     "supernodes_table",
 ]
-
-#: The repository root: the Flower App that ``flwr run`` packs into a FAB.
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MIB = 1024.0
 
