@@ -39,6 +39,12 @@ def test_data_and_reporting_leave_heavy_packages_out(module, heavy):
     assert _loaded_after(f"import {module}", heavy) == []
 
 
+def test_the_client_app_loads_no_strategy():
+    # a SuperNode starts a process per message: the server's side stays out of it
+    assert _loaded_after("import flwr_clustering.app.client_app",
+                         ("flwr_clustering.strategies", "flwr_clustering.app.server_app")) == []
+
+
 def test_lazy_data_names_still_resolve():
     code = (
         "import sys, flwr_clustering.data as d; "

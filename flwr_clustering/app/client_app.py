@@ -29,7 +29,6 @@ from ..data.site_cache import default_cache_dir, read_cached
 from ..log import configure_console, hide_actor_termination
 from ..protocol import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, client_id_of
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
-from .data_source import NO_DATA_PATH
 
 __all__ = ["ALLOW_ALGORITHMS_KEY", "DATA_CACHE_KEY", "FILE_KEYS", "app", "check_server_config",
            "client_fn", "data_cache_dir", "load_node_file"]
@@ -200,6 +199,8 @@ def client_fn(context: Context) -> ClusteringClient:
         X, y = loaded.X, loaded.y
         source = {"local": True, "path": str(loaded.path)}
     elif cfg["dataset"] == "local":
+        from .data_source import NO_DATA_PATH  # (the server's side: loads the strategies)
+
         raise ValueError(f"client {cid}: the run config says dataset='local' but {NO_DATA_PATH}")
     else:
         pid = int(context.node_config["partition-id"])
