@@ -39,6 +39,7 @@ import logging
 import os
 import stat
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,6 +71,7 @@ MEMORY_ENTRIES = 4
 _FORMAT = 1
 
 _MEMORY: OrderedDict[tuple, LocalFile] = OrderedDict()
+_LOCK = threading.Lock()  # (clients of an in-process run may answer in threads)
 
 
 def default_cache_dir() -> Path:
@@ -86,7 +88,8 @@ def default_cache_dir() -> Path:
 
 def clear_memory_cache() -> None:
     """Forget the parsed files held in this process (what a fresh process starts with)."""
-    _MEMORY.clear()
+    with _LOCK:
+        _MEMORY.clear()
 
 
 def read_cached(
@@ -134,13 +137,15 @@ def read_cached(
         return _as_dtype(reader(path, **options), dtype), "file"
     opts = json.dumps(dict(options), sort_keys=True, default=repr)
     memory_key = (key, opts, str(dtype))
-    kept = _MEMORY.get(memory_key)
+    with _LOCK:
+        kept = _MEMORY.get(memory_key)
     if kept is not None:
         kept = dataclasses.replace(kept, path=Path(path))
         if accept is None or accept(kept):
-            _MEMORY.move_to_end(memory_key)
+            _remember(memory_key, kept)
             return kept, "memory"
-        del _MEMORY[memory_key]
+        with _LOCK:
+            _MEMORY.pop(memory_key, None)
     entry = None if cache_dir is None else Path(cache_dir) / _entry_name(key, opts)
     if entry is not None and kept is None:
         parsed = _load_entry(entry, key, opts, Path(path))
@@ -183,10 +188,11 @@ def _as_dtype(loaded: LocalFile, dtype: str) -> LocalFile:
 
 
 def _remember(key: tuple, loaded: LocalFile) -> None:
-    _MEMORY[key] = loaded
-    _MEMORY.move_to_end(key)
-    while len(_MEMORY) > MEMORY_ENTRIES:
-        _MEMORY.popitem(last=False)
+    with _LOCK:
+        _MEMORY[key] = loaded
+        _MEMORY.move_to_end(key)
+        while len(_MEMORY) > MEMORY_ENTRIES:
+            _MEMORY.popitem(last=False)
 
 
 def _digest(text: str, size: int) -> str:
