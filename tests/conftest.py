@@ -86,3 +86,17 @@ def app_dir(tmp_path_factory):
 
     return app_copy(tmp_path_factory.mktemp("flower-app"))
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _data_cache(tmp_path_factory):
+    """The parsed copies of the sites' files (data.site_cache) in a folder of the session,
+    not in the user's ``~/.flwr`` (the tests' subprocesses inherit it)."""
+    from flwr_clustering.data.site_cache import CACHE_DIR_ENV
+
+    before = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(tmp_path_factory.mktemp("data-cache"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_DIR_ENV, None)
+    else:
+        os.environ[CACHE_DIR_ENV] = before

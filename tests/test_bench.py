@@ -417,3 +417,22 @@ def test_dtype_benchmark_compares_float32_with_float64_on_the_same_clients():
     speed = result["speed"]
     assert speed["rows_float32_mib"] == pytest.approx(speed["rows_float64_mib"] / 2)
     assert "| float32 |" in perf._dtype_markdown(result)
+
+
+def test_site_message_table_shows_before_and_after():
+    from simulations.benchmarks import site_message
+
+    def row(scale, loaded):
+        return {"format": "csv", "message": "fkm-update", "cache": "warm", "rows": 5000,
+                "repeats": 1, "flower_s": 1.0, "ours_s": 0.2 * scale, "read_s": 0.3 * scale,
+                "compute_s": 0.1, "total_s": 1.0 + 0.5 * scale + 0.1, "second_s": 0.004,
+                "loaded": loaded}
+
+    after = {"rows": [row(0.5, ["scipy"])], "repeats": 1, "load_before": [],
+             "load_after": []}
+    before = {"rows": [row(1.0, ["pandas", "scipy"])]}
+    md = site_message.site_message_markdown(after, before)
+    line = next(x for x in md.splitlines() if x.startswith("| csv | fkm-update | warm |"))
+    assert line == ("| csv | fkm-update | warm | 1.000 -> 1.000 | 0.200 -> 0.100 | "
+                    "0.300 -> 0.150 | 0.100 -> 0.100 | 1.600 -> 1.350 | 0.600 -> 0.350 | "
+                    "0.004 -> 0.004 | pandas, scipy -> scipy |")

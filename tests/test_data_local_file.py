@@ -384,3 +384,75 @@ def test_csv_read_as_written_keeps_short_rows_and_every_value(tmp_path):
     path.write_text("a,b\n-0.80,1\n2.5,\n")  # a short row is a missing value, kept as NaN
     X, _ = load_local_file(path)
     np.testing.assert_array_equal(X, [[-0.80, 1.0], [2.5, np.nan]])
+
+
+# ------------------------------------------------------------- NPY/NPZ without pandas
+def _as_frame_read(path, X, labels, **options):
+    """What the loader gave before NPY/NPZ lost pandas: the array as a data frame."""
+    from flwr_clustering.data.local_file import _column_list, _select
+
+    options["feature_columns"] = _column_list(path, options.get("feature_columns"))
+    loaded = _select(path, pd.DataFrame(X), header=None,
+                     **{"label_column": "label", "index_column": None, "allow_nan": True,
+                        **options})
+    if labels is not None:  # (its label_column names a column of X: refused before)
+        import dataclasses
+
+        loaded = dataclasses.replace(loaded, y=labels, label_column="y")
+    return loaded
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"label_column": 2}, {"label_column": "2"}, {"feature_columns": "2,0"},
+    {"feature_columns": [1]}, {"index_column": 0}, {"index_column": "none"},
+    {"label_column": "none"}, {"allow_nan": False}, {"label_column": 1, "index_column": 1},
+    {"feature_columns": "0,0"}, {"feature_columns": "5"}, {"label_column": "extra"},
+    {"feature_columns": "1", "label_column": 1}, {"index_column": 9},
+])
+@pytest.mark.parametrize("case", ["plain", "row-numbers", "nan", "fractional-label",
+                                  "fortran"])
+def test_npy_is_read_without_pandas_as_the_data_frame_read_it(tmp_path, options, case):
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(12, 4)), 3)
+    X[:, 2] = rng.integers(0, 3, size=12)
+    if case == "row-numbers":
+        X[:, 0] = np.arange(12)
+    elif case == "nan":
+        X[4, 1] = np.nan
+    elif case == "fractional-label":
+        X[5, 2] = 0.5
+    elif case == "fortran":
+        X = np.asfortranarray(X)
+    path = tmp_path / "site.npy"
+    np.save(path, X)
+    try:
+        expected = _as_frame_read(path, np.asarray(X, dtype=np.float64), None, **options)
+    except ValueError as exc:
+        with pytest.raises(type(exc)) as got:
+            read_local_file(path, **options)
+        assert (got.value.public, str(got.value)) == (exc.public, str(exc))
+        return
+    loaded = read_local_file(path, **options)
+    assert loaded.X.dtype == np.float64 and loaded.X.flags.c_contiguous
+    assert loaded.X.tobytes() == expected.X.tobytes()
+    assert (loaded.y is None) == (expected.y is None)
+    if loaded.y is not None:
+        assert loaded.y.dtype == np.int64 and np.array_equal(loaded.y, expected.y)
+    assert [(type(f), f) for f in loaded.features] == [(type(f), f) for f in expected.features]
+    assert (loaded.label_column, loaded.index_column, loaded.header, loaded.text,
+            loaded.dates, loaded.notes) == (expected.label_column, expected.index_column,
+                                            None, {}, {}, ())
+
+
+def test_npz_labels_and_a_label_column_as_the_data_frame_read_them(tmp_path):
+    rng = np.random.default_rng(4)
+    X, y = rng.normal(size=(10, 3)), rng.integers(0, 2, size=10)
+    path = tmp_path / "site.npz"
+    np.savez(path, X=X, y=y)
+    loaded = read_local_file(path)
+    assert (loaded.label_column, loaded.features) == ("y", (0, 1, 2))
+    np.testing.assert_array_equal(loaded.y, y)
+    assert loaded.X.tobytes() == X.tobytes()
+    with pytest.raises(ValueError, match=r"the archive has labels 'y', so label_column=1 "
+                                         "cannot name a column of 'X' as well"):
+        read_local_file(path, label_column=1)

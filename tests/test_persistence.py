@@ -503,14 +503,14 @@ class ChangingGrid(InProcessGrid):
         self.path, self.at, self.train_exchanges = path, at, 0
 
     def send_and_receive(self, messages, *, timeout=None):
-        from flwr_clustering.app.client_app import _load_file
+        from flwr_clustering.data.site_cache import clear_memory_cache
 
         messages = list(messages)
         if messages and messages[0].metadata.message_type == MessageType.TRAIN:
             self.train_exchanges += 1
             if self.train_exchanges == self.at:
                 np.save(self.path, np.load(self.path) + 50.0)
-                _load_file.cache_clear()  # every deployment message reads the file again
+                clear_memory_cache()  # every deployment message is a fresh process
         return super().send_and_receive(messages, timeout=timeout)
 
 
@@ -557,7 +557,7 @@ def test_identical_files_on_several_nodes_are_named(tmp_path):
 
 
 def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
-    from flwr_clustering.app.client_app import _load_file
+    from flwr_clustering.data.site_cache import clear_memory_cache
 
     paths = _two_blob_sites(tmp_path, 100)
     out = tmp_path / "out"
@@ -569,7 +569,7 @@ def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
                                 crash_at=3), cfg)
     original = np.load(paths[2])
     np.save(paths[2], original[:150])  # the file cut from 200 to 150 rows
-    _load_file.cache_clear()
+    clear_memory_cache()
     resume = {**cfg, "resume-from": str(out)}
     grid = InProcessGrid(client_app, 3, run_config=resume, node_configs=nodes)
     with pytest.raises(ValueError) as err:
@@ -580,7 +580,7 @@ def test_resume_on_changed_data_is_refused_naming_the_client(tmp_path):
     # nothing after round 0: the record of the interrupted run is still on disk
     assert json.loads((out / "checkpoint.json").read_text())["round"] == 2
     np.save(paths[2], original)
-    _load_file.cache_clear()
+    clear_memory_cache()
     run_server(InProcessGrid(client_app, 3, run_config=resume, node_configs=nodes), resume)
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "completed"
@@ -593,7 +593,7 @@ def test_resume_changed_data_goes_on_knowingly_and_records_both(tmp_path, caplog
     new means are not held to its old rows' bound), the others' kept."""
     import logging
 
-    from flwr_clustering.app.client_app import _load_file
+    from flwr_clustering.data.site_cache import clear_memory_cache
 
     paths = _two_blob_sites(tmp_path, 100)
     out = tmp_path / "out"
@@ -604,7 +604,7 @@ def test_resume_changed_data_goes_on_knowingly_and_records_both(tmp_path, caplog
         run_server(CrashingGrid(client_app, 3, run_config=cfg, node_configs=nodes,
                                 crash_at=3), cfg)
     np.save(paths[2], np.load(paths[2])[:150] + 0.5)
-    _load_file.cache_clear()
+    clear_memory_cache()
     resume = {**cfg, "resume-from": str(out), "resume-changed-data": True}
     logging.getLogger("flwr_clustering").addHandler(caplog.handler)
     try:

@@ -357,16 +357,17 @@ def test_a_deeply_nested_model_json_is_refused_as_not_a_model(tmp_path):
 def test_a_foreign_error_while_reading_a_nodes_file_sends_no_cell(tmp_path, monkeypatch):
     """pandas' own words (an out-of-range date, a parse error) may quote a cell."""
     from flwr_clustering.app import client_app as app_module
+    from flwr_clustering.data.site_cache import clear_memory_cache
 
     def foreign(path, **options):
         raise ValueError("Out of bounds nanosecond timestamp: 2999-01-01 00:00:00")
 
     monkeypatch.setattr(app_module, "read_local_file", foreign)
-    app_module._load_file.cache_clear()
+    clear_memory_cache()
     path = tmp_path / "ward.parquet"
     with pytest.raises(SiteDataError) as info:
         app_module.load_node_file({"data-path": str(path)}, 3)
-    app_module._load_file.cache_clear()
+    clear_memory_cache()
     assert info.value.public == ("client 3: ward.parquet: ValueError while reading the file "
                                  "(the detail is in the site's log)")
     assert "2999-01-01" in info.value.detail

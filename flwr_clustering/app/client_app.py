@@ -4,15 +4,14 @@ Data: in deployment a SuperNode reads its own file from ``data-path`` in its nod
 (CSV / NPY / NPZ / Parquet, optional ``label`` column; the node-config keys ``feature-columns``,
 ``label-column``, ``index-column`` and ``header`` declare its columns, see
 :func:`~flwr_clustering.data.load_local_file`); in simulation the client loads
-partition ``partition-id`` of ``num-partitions`` of the run config's dataset. Loading
-and partitioning are cached per process.
+partition ``partition-id`` of ``num-partitions`` of the run config's dataset. Partitioning
+is cached per process; the parsed file in memory and, for a deployment's fresh process per
+message, on disk (:mod:`~flwr_clustering.data.site_cache`, node config ``data-cache``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,17 @@ from flwr.app import Context
 from .. import registry
 from ..clients import client_app
 from ..clients.base import ClusteringClient
+from ..clients.integrity import DECLARED_ROWS_KEY, data_hash
 from ..data.local_file import LocalFile, read_local_file
 from ..data.registry import DATASETS, feature_names, load_partition
 from ..data.schema import FeatureTable, SiteDataError
+from ..data.site_cache import default_cache_dir, read_cached
 from ..log import configure_console, hide_actor_termination
 from ..protocol import DP_MAX_EPSILON_KEY, RAW_ROWS_KEY, client_id_of
 from .config import build_client, dataset_kwargs, merged_config, run_dtype
-from .data_source import NO_DATA_PATH
 
-__all__ = ["ALLOW_ALGORITHMS_KEY", "FILE_KEYS", "app", "check_server_config", "client_fn",
-           "load_node_file"]
+__all__ = ["ALLOW_ALGORITHMS_KEY", "DATA_CACHE_KEY", "FILE_KEYS", "app", "check_server_config",
+           "client_fn", "data_cache_dir", "load_node_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,11 @@ FILE_KEYS: dict[str, str] = {
     "header": "header",
 }
 
+
+#: Node-config key: the folder of the parsed copy of ``data-path`` (read by the next
+#: messages' processes instead of parsing the file again), or ``'none'`` for no copy on
+#: disk (default: :func:`~flwr_clustering.data.site_cache.default_cache_dir`).
+DATA_CACHE_KEY = "data-cache"
 
 #: Node-config key: the ``module:ATTRIBUTE`` algorithms a SuperNode that reads its own
 #: file (``data-path``) lets the run config load (comma-separated; default none).
@@ -101,39 +106,51 @@ def node_flag(node_config: dict[str, Any], key: str, *, default: bool) -> bool:
     raise ValueError(f"node config {key} must be true or false, got {value!r}")
 
 
-@lru_cache(maxsize=4)
-def _load_file(path: str, options: tuple[tuple[str, Any], ...],
-               dtype: str = "float64") -> LocalFile:
-    """Read a data file once per process (the cache key holds the file options) and log it.
+def data_cache_dir(node_config: dict[str, Any]) -> Path | None:
+    """The folder of the node's parsed-file copies (node config ``data-cache``), or None.
 
-    ``dtype="float32"`` keeps the float32 rows only (the float64 ones are read, converted
-    and dropped): half the memory of the rows for the process's life.
+    ``'none'``, ``'false'`` or ``false`` keep no copy on disk (the parse is still kept
+    in the process's memory); unset: :func:`~flwr_clustering.data.site_cache.default_cache_dir`.
     """
-    loaded = read_local_file(path, **dict(options))
-    if dtype != "float64":
-        loaded = dataclasses.replace(loaded, X=np.ascontiguousarray(loaded.X, dtype=dtype))
-    logger.info("data file %s", loaded.describe())
-    return loaded
+    value = node_config.get(DATA_CACHE_KEY)
+    if value is None:
+        return default_cache_dir()
+    if value is False or str(value).strip().lower() in ("", "none", "false", "off"):
+        return None
+    return Path(str(value)).expanduser()
 
 
 def load_node_file(
     node_config: dict[str, Any], client_id: int, *, allow_nan: bool = True,
-    dtype: str = "float64",
+    dtype: str = "float64", declared: tuple[int, int] | None = None,
 ) -> LocalFile:
     """Load the file named by ``data-path`` with the node config's file keys (cached).
 
+    The parse is kept in memory and in the node's cache folder (:func:`data_cache_dir`;
+    :mod:`~flwr_clustering.data.site_cache`): the next messages of a run, each a fresh
+    process on a deployment, read that copy while the file is unchanged.
+
     ``dtype``: the type the rows are held in (the run's ``dtype`` option, when the
-    algorithm has one).
+    algorithm has one). ``declared``: the ``(rows, fingerprint)`` the run declared in its
+    ``data-source`` phase: a kept copy of other rows is not used (the file is read again,
+    and the integrity check judges it).
 
     Errors name the client: ``FileNotFoundError`` for a missing file, ``ValueError`` for a
     file that cannot be used (the loader's message, which names the file).
     """
     path = str(node_config["data-path"])
-    options = tuple(
-        (kw, node_config[key]) for key, kw in FILE_KEYS.items() if key in node_config
-    ) + (("allow_nan", bool(allow_nan)),)
+    options = {kw: node_config[key] for key, kw in FILE_KEYS.items() if key in node_config}
+    options["allow_nan"] = bool(allow_nan)
+    accept = None
+    if declared is not None:
+        rows, fingerprint = int(declared[0]), int(declared[1])
+
+        def accept(loaded: LocalFile) -> bool:
+            return len(loaded.X) == rows and data_hash(loaded.X) == fingerprint
     try:
-        return _load_file(path, options, str(dtype))
+        loaded, origin = read_cached(path, options, dtype=str(dtype),
+                                     cache_dir=data_cache_dir(node_config), accept=accept,
+                                     reader=read_local_file)
     except FileNotFoundError as exc:
         raise FileNotFoundError(
             f"client {client_id}: data-path {path!r} of the node config: no such file"
@@ -145,6 +162,10 @@ def load_node_file(
             f"client {client_id}: {Path(path).name}: {type(exc).__name__} while reading "
             "the file (the detail is in the site's log)",
             f"client {client_id}: {exc}") from exc
+    if origin != "memory":  # once per process
+        logger.info("data file %s%s", loaded.describe(),
+                    " (its parsed copy)" if origin == "disk" else "")
+    return loaded
 
 
 def client_fn(context: Context) -> ClusteringClient:
@@ -169,12 +190,17 @@ def client_fn(context: Context) -> ClusteringClient:
         # run's missing option); with missing='refuse' it is an error naming the file,
         # the column and the row
         accepts = getattr(registry.get(str(cfg["algorithm"])).client, "accepts_missing", False)
+        declared = context.state.get(DECLARED_ROWS_KEY)  # (the run's data-source phase)
         loaded = load_node_file(context.node_config, cid,
                                 allow_nan=bool(accepts) or cfg.get("missing") != "refuse",
-                                dtype=run_dtype(cfg))
+                                dtype=run_dtype(cfg),
+                                declared=None if declared is None
+                                else (int(declared["rows"]), int(declared["hash"])))
         X, y = loaded.X, loaded.y
         source = {"local": True, "path": str(loaded.path)}
     elif cfg["dataset"] == "local":
+        from .data_source import NO_DATA_PATH  # (the server's side: loads the strategies)
+
         raise ValueError(f"client {cid}: the run config says dataset='local' but {NO_DATA_PATH}")
     else:
         pid = int(context.node_config["partition-id"])

@@ -24,7 +24,6 @@ from ..algorithms.choose_k import DEFAULT_RULE, RULES
 from ..data.shapes import SHAPES
 from ..options import Options, option
 from ..run_options import RunOptions, is_auto_k
-from ..strategies.choose_k import search_problem, search_strategy
 
 __all__ = [
     "AppOptions",
@@ -291,6 +290,10 @@ def search_ks(cfg: dict[str, Any], spec=None) -> list[int] | None:
     starts = int(cfg.get("n-init", 0) or 0) if spec.capabilities.starts else 1
     if not auto and starts <= 1:
         return None
+    # the strategy side, imported on use: a client's process (one per message on a
+    # deployment) loads no strategy
+    from ..strategies.choose_k import search_problem
+
     problem = search_problem(spec.strategy, dp=float(cfg.get("dp-epsilon", 0) or 0) > 0)
     if problem is not None:
         what = "k='auto'" if auto else f"n-init={starts}"
@@ -367,6 +370,8 @@ def build_strategy(cfg: dict[str, Any], **overrides: Any):
         return spec.build_strategy(cfg, **base)
     options = [spec.options.from_config({**cfg, "k": k}, run_config_only=True) for k in ks]
     starts = int(options[0].n_init) if spec.capabilities.starts else 1
+    from ..strategies.choose_k import search_strategy  # the strategy side, on use
+
     return search_strategy(spec.strategy, options, starts=starts, rule=app.k_rule, **base)
 
 

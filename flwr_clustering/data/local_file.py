@@ -124,6 +124,10 @@ class LocalFile:
         Date/time columns (Parquet timestamps in any unit, with or without a time zone,
         and dates), by name, as float seconds since 1970-01-01 00:00 UTC (not in ``X``):
         a feature only where the run declares it (``datetime-columns``).
+    notes : tuple of str
+        What the reading logged about the file (at INFO: a separator other than ``','``,
+        a first line read as data), for a copy of the parse to log again
+        (:mod:`~flwr_clustering.data.site_cache`).
     """
 
     path: Path
@@ -135,6 +139,7 @@ class LocalFile:
     header: bool | None
     text: dict = dataclasses.field(default_factory=dict)
     dates: dict = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def table(self) -> FeatureTable:
         """The file's columns by name (positions ``"0"``, ``"1"``... without a header)."""
@@ -277,8 +282,12 @@ def _declare_hint(name: Column) -> str:
     )
 
 
-def _check_no_index(path: Path, frame: pd.DataFrame, features: list[Column]) -> None:
-    """Refuse an undeclared row-index column among ``features``."""
+def _check_no_index(path: Path, first: Column, values: Any, features: list[Column]) -> None:
+    """Refuse an undeclared row-index column among ``features``.
+
+    ``first`` is the table's first column and ``values`` its values (a NumPy array or a
+    pandas Series).
+    """
     for name in features:
         if name in INDEX_COLUMN_NAMES:
             raise _refusal(path,
@@ -286,10 +295,9 @@ def _check_no_index(path: Path, frame: pd.DataFrame, features: list[Column]) -> 
                 "(pandas' to_csv() without index=False) and would be clustered as a feature. "
                 + _declare_hint(name)
             )
-    first = frame.columns.tolist()[0]
-    n = frame.shape[0]
-    if first in features and n >= 2 and frame[first].dtype.kind in "iuf":
-        if np.array_equal(frame[first].to_numpy(), np.arange(n)):
+    n = len(values)
+    if first in features and n >= 2 and values.dtype.kind in "iuf":
+        if np.array_equal(np.asarray(values), np.arange(n)):
             raise _refusal(path,
                 f"the first column {first!r} holds the row numbers 0..{n - 1}, which "
                 "looks like a row index written with the data, and would be clustered as a "
@@ -325,7 +333,7 @@ _SEPARATOR_NAMES = {",": "','", ";": "';'", "\t": "tabs"}
 _DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
 
 
-def _separator(path: Path) -> str:
+def _separator(path: Path, notes: list[str] | None = None) -> str:
     """The separator of a CSV: ``','``, or ``';'`` or a tab that every line agrees on.
 
     A header without a comma but with a ``;`` (or a tab) is a file written with that
@@ -358,8 +366,8 @@ def _separator(path: Path) -> str:
             if comma is not None:
                 raise _refusal(path, f"the values are separated by {name} and line {n} "
                                f"holds a decimal comma (field {comma + 1}): " + fix)
-    logger.info("%s: the values are separated by %s (the header and every line agree): "
-                "read so", path, name)
+    _note([] if notes is None else notes, "%s: the values are separated by %s (the header "
+          "and every line agree): read so", path, name)
     return sep
 
 
@@ -482,26 +490,21 @@ def _ragged(path: Path, first: tuple[int, list[str]], line: tuple[int, list[str]
         f"{len(f1)} ({','.join(f1)!r}): {_FIELDS_HINT}")
 
 
-def _select(
+def _roles(
     path: Path,
-    frame: pd.DataFrame,
+    columns: list[Column],
     *,
     label_column: Any,
     feature_columns: list[Column] | None,
     index_column: Any,
-    allow_nan: bool,
-    header: bool | None,
-    labels: np.ndarray | None = None,
-) -> LocalFile:
-    """Pick features, labels and index of a table, convert and check them."""
-    import pandas as pd
+    labels: np.ndarray | None,
+) -> tuple[Column | None, Column | None, list[Column] | None, bool]:
+    """The label, index and declared feature columns of a table with ``columns``.
 
-    if frame.shape[0] == 0:
-        raise _refusal(path, "file is empty (no data rows)")
-    # Positions (NPY, headerless CSV) as plain ints, for messages and the node-config hints.
-    frame.columns = [int(c) if isinstance(c, np.integer) else c for c in frame.columns]
-    columns = list(frame.columns)
-
+    Returns ``(label, index, features, check_index)``: ``features`` is ``None`` when
+    ``feature_columns`` declares none (every other column is then a feature), and
+    ``check_index`` whether an undeclared row-index column is to be refused.
+    """
     label = None
     if not _is_none(label_column):
         label = _find(label_column, columns)
@@ -528,8 +531,9 @@ def _select(
         if index == label:
             raise _refusal(path, f"column {index!r} is declared both index and label")
 
+    features: list[Column] | None = None
     if feature_columns is not None:
-        features: list[Column] = []
+        features = []
         for name in feature_columns:
             found = _find(name, columns)
             if found is None:
@@ -544,10 +548,34 @@ def _select(
                     + (f"also {role} column" if role else "listed twice")
                 )
             features.append(found)
-    else:
+    return label, index, features, check_index
+
+
+def _select(
+    path: Path,
+    frame: pd.DataFrame,
+    *,
+    label_column: Any,
+    feature_columns: list[Column] | None,
+    index_column: Any,
+    allow_nan: bool,
+    header: bool | None,
+) -> LocalFile:
+    """Pick features, labels and index of a table, convert and check them."""
+    import pandas as pd
+
+    if frame.shape[0] == 0:
+        raise _refusal(path, "file is empty (no data rows)")
+    # Positions (headerless CSV) as plain ints, for messages and the node-config hints.
+    frame.columns = [int(c) if isinstance(c, np.integer) else c for c in frame.columns]
+    columns = list(frame.columns)
+    label, index, features, check_index = _roles(
+        path, columns, label_column=label_column, feature_columns=feature_columns,
+        index_column=index_column, labels=None)
+    if features is None:
         features = [c for c in columns if c != label and c != index]
         if check_index:
-            _check_no_index(path, frame, features)
+            _check_no_index(path, columns[0], frame[columns[0]], features)
         if header is False and label is None and not _is_none(label_column):
             suspect = _suspect_label(frame)
             if suspect is not None:
@@ -560,7 +588,7 @@ def _select(
                     f"label-column={suspect!r} or label-column='none')"
                 )
 
-    y = labels
+    y = None
     if label is not None:
         raw = frame[label]
         numeric = pd.to_numeric(raw, errors="coerce")
@@ -619,12 +647,50 @@ def _select(
         X=X,
         y=y,
         features=tuple(features),
-        label_column="y" if labels is not None else label,
+        label_column=label,
         index_column=index,
         header=header,
         text=text,
         dates=dates,
     )
+
+
+def _select_array(
+    path: Path,
+    X: np.ndarray,
+    labels: np.ndarray | None,
+    *,
+    label_column: Any,
+    feature_columns: list[Column] | None,
+    index_column: Any,
+    allow_nan: bool,
+) -> LocalFile:
+    """:func:`_select` of a NPY/NPZ file's float64 array, with NumPy alone (no pandas).
+
+    The columns are the positions ``0, 1, ...``; the same roles, refusals and arrays as
+    :func:`_select` of the array as a data frame.
+    """
+    n, d = X.shape
+    columns: list[Column] = list(range(d))
+    label, index, features, check_index = _roles(
+        path, columns, label_column=label_column, feature_columns=feature_columns,
+        index_column=index_column, labels=labels)
+    if features is None:
+        features = [c for c in columns if c != label and c != index]
+        if check_index:
+            _check_no_index(path, 0, X[:, 0], features)
+    y = labels
+    if label is not None:
+        y = _as_labels(path, X[:, label], n, what=f"label column {label!r}")
+    if not features:
+        raise _refusal(path, "file has no feature columns")
+    picked = X[:, features] if features != columns else X
+    picked = np.ascontiguousarray(picked)
+    if not allow_nan:
+        _check_nan(path, picked, features, None)
+    return LocalFile(path=path, X=picked, y=y, features=tuple(features),
+                     label_column="y" if labels is not None else label,
+                     index_column=index, header=None)
 
 
 def read_local_file(
@@ -668,8 +734,6 @@ def read_local_file(
         allow_nan=allow_nan,
     )
 
-    import pandas as pd
-
     if suffix in (".npy", ".npz"):
         labels = None
         if suffix == ".npy":
@@ -683,11 +747,15 @@ def read_local_file(
             X = _as_features(path, arr)
         else:
             X, labels = _read_npz(path)
-        return _select(path, pd.DataFrame(X), header=None, labels=labels, **options)
+        return _select_array(path, X, labels, **options)
 
+    # pandas (and for Parquet pyarrow) reads tables only: a NumPy file never imports it
+    import pandas as pd
+
+    notes: list[str] = []
     try:
         if suffix == ".csv":
-            sep = _separator(path)
+            sep = _separator(path, notes)
             has_header = mode == "first-row" or (mode == "auto"
                                                  and not _first_line_is_data(path, sep))
             # pandas >= 3 parses floats exactly by default and deprecates the option.
@@ -709,13 +777,21 @@ def read_local_file(
                        f"{suffix[1:]} file, written as save_local_file writes one",
                        f"cannot parse {suffix[1:]} file ({exc})") from exc
     if has_header is False and mode == "auto":
-        logger.info(
+        _note(notes,
             "%s: the first line holds numbers only, so the file has no header row: read it "
             "as data (%d rows), columns named 0..%d; pass header='first-row' (node config: "
             "header='first-row') if that line is a header",
             path, frame.shape[0], frame.shape[1] - 1,
         )
-    return _select(path, frame, header=has_header, **options)
+    loaded = _select(path, frame, header=has_header, **options)
+    return dataclasses.replace(loaded, notes=tuple(notes)) if notes else loaded
+
+
+def _note(notes: list[str], message: str, *args: Any) -> None:
+    """Log ``message % args`` at INFO and keep it in ``notes`` (``LocalFile.notes``)."""
+    text = message % args
+    logger.info("%s", text)
+    notes.append(text)
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray | None]:

@@ -858,9 +858,10 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.add_parser(sub)
     supernodes.add_parser(sub)
     perf.add_parsers(sub)
-    from . import raw_data
+    from . import raw_data, site_message
 
     raw_data.add_parser(sub)
+    site_message.add_parser(sub)
     return parser
 
 
