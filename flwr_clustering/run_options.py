@@ -32,6 +32,7 @@ from typing import Any
 from . import registry  # the declarations only (help texts name the able algorithms)
 from .data.schema import CATEGORICAL_WEIGHTS, MISSING, SCALINGS
 from .options import Options, option
+from .pulls import DEFAULT_POLL_INTERVAL, poll_interval_problem
 from .secure import DEFAULT_SECAGG_KEYS, SECAGG_KEYS
 from .secure.sums import SECAGG_THRESHOLD, secagg_threshold_problem
 
@@ -150,6 +151,10 @@ class RunOptions(Options):
                        "integer >= 0, NumPy's seeds)")
     round_timeout: float = option(600.0, minimum=0.0, help="seconds to wait for the replies "
                                   "of one round")
+    poll_interval: float = option(DEFAULT_POLL_INTERVAL, check=poll_interval_problem,
+                                  help="seconds between two pulls of an exchange's replies "
+                                  "from the SuperLink (Flower's own wait is 3 s); see "
+                                  "docs/deployment.md")
     node_wait_timeout: float = option(600.0, run_config=False, help="seconds to wait for "
                                       "min-nodes nodes to connect")
     evaluate: bool = option(True, run_config=False, help="a federated evaluation of the "

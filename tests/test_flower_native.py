@@ -91,6 +91,39 @@ def test_start_keeps_flowers_contract_next_to_fedavg():
                      + ["train"] * N + ["query"] * 2 * N + ["evaluate"] * N)
 
 
+def test_should_stop_ends_the_run_as_flowers_1_43_start_does():
+    """Flower 1.43's ``start(..., should_stop=...)``: called after each round's evaluations;
+    ``True`` makes that round the last, and the final model is delivered as after it."""
+    import inspect
+
+    from flwr.serverapp.strategy import Strategy
+
+    assert set(inspect.signature(Strategy.start).parameters) <= set(
+        inspect.signature(FedKMeans.start).parameters) | {"should_stop"}
+    assert "should_stop" in inspect.signature(FedKMeans.start).parameters
+    data = _data()
+    seen = []
+
+    def should_stop(server_round, result):
+        # the round's own evaluations are in the result already
+        seen.append((server_round, sorted(result.evaluate_metrics_serverapp)))
+        return server_round == 3
+
+    ours = _Recorder()
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), N)
+    strategy = FedKMeans(16, min_nodes=N, early_stop=False)
+    result = strategy.start(grid=grid, num_rounds=10, evaluate_fn=ours, should_stop=should_stop)
+    assert seen == [(1, [0, 1]), (2, [0, 1, 2]), (3, [0, 1, 2, 3])]
+    assert [h["round"] for h in strategy.history] == [1, 2, 3]
+    assert [r for r, _ in ours.calls] == [0, 1, 2, 3]  # once per round: the model is kept
+    # the three rounds are the pure loop's, and every node got the final model
+    ref = run_fkm([x for x, _ in data], 16, max_rounds=3, tol=-1.0, seed=0)
+    np.testing.assert_array_equal(strategy.centroids, ref.centroids)
+    assert [m.metadata.message_type for m in grid.sent][-N:] == ["evaluate"] * N
+    assert strategy.stopped and strategy.final_metrics  # the final evaluation ran
+    assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2, 3]
+
+
 def test_initial_arrays_under_any_key_are_the_initial_model():
     data = _data()
     C0 = data[0][0][:16].copy()

@@ -66,6 +66,9 @@ CASES = [
     ("min-nodes=0", {"min_nodes": 0}, {"min-nodes": 0}, {"min_nodes": 0},
      "min_nodes must be at least 1, got 0 (run-config key 'min-nodes')"),
     ("fraction=0", {"fraction": 0}, NO_DOOR, NO_DOOR, "fraction must lie in (0, 1], got 0.0"),
+    ("poll-interval=0", {"poll_interval": 0}, {"poll-interval": 0}, NO_DOOR,
+     "poll_interval must lie in (0, 3] seconds (Flower's own wait is 3), got 0.0 "
+     "(run-config key 'poll-interval')"),
 ]
 
 

@@ -32,6 +32,7 @@ from ..data.schema import FeatureTable
 from ..evaluation import aggregate_evaluation_stats, label_evaluation_stats
 from ..log import configure_console, format_metrics, logger
 from ..metrics import centralized_metrics, model_contingencies, per_model_metrics
+from ..pulls import FastPulls
 from .checkpoint import (
     OutDirLock,
     RoundWriter,
@@ -214,6 +215,8 @@ class RunRefused(Exception):
 def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     """The run of :func:`run_server` after its checks (a failure is recorded there)."""
     pooled = complete = None
+    # replies pulled every poll-interval s, the data-source check's too (flwr_clustering.pulls)
+    grid = FastPulls.wrap(grid, strategy.poll_interval)
     # Wait for min-nodes, then until the count settles: a simulation registers its
     # virtual SuperNodes while the ServerApp starts (flower-notes G1).
     nodes = strategy.wait_for_nodes(grid, settle=1.0)

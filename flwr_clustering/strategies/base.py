@@ -60,6 +60,7 @@ from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
 from ..options import Options, option
 from ..protocol import SECURE_EVALUATE_PHASE
+from ..pulls import DEFAULT_POLL_INTERVAL, FastPulls
 from ..run_options import RunOptions, refuse_k_auto
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_THRESHOLD
 from ..secure.exchange import SecureExchange, evaluation_stats
@@ -313,6 +314,7 @@ class ClusteringStrategy(Strategy):
         fraction: float = 1.0,
         seed: int = 0,
         round_timeout: float = 3600.0,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
         node_wait_timeout: float = 600.0,
         evaluate: bool = True,
         evaluate_every_round: bool = False,
@@ -352,7 +354,7 @@ class ClusteringStrategy(Strategy):
         # every rule of these options, in the words the App's run config uses
         run = RunOptions(
             min_nodes=min_nodes, fraction=fraction, seed=seed, round_timeout=round_timeout,
-            node_wait_timeout=node_wait_timeout, evaluate=evaluate,
+            poll_interval=poll_interval, node_wait_timeout=node_wait_timeout, evaluate=evaluate,
             evaluate_every_round=evaluate_every_round, early_stop=early_stop,
             secure_aggregation=secure_aggregation, secagg_threshold=secagg_threshold,
             secagg_keys=secagg_keys, scaling=scaling, missing=missing, unit_check=unit_check,
@@ -364,6 +366,7 @@ class ClusteringStrategy(Strategy):
         self.min_nodes, self.fraction, self.seed = run.min_nodes, run.fraction, run.seed
         self.tol = float(getattr(options, "tol", -1.0))
         self.round_timeout, self.node_wait_timeout = run.round_timeout, run.node_wait_timeout
+        self.poll_interval = run.poll_interval
         self.evaluate, self.evaluate_every_round = run.evaluate, run.evaluate_every_round
         self.early_stop, self.secure_aggregation = run.early_stop, run.secure_aggregation
         self.secagg_threshold, self.secagg_keys = run.secagg_threshold, run.secagg_keys
@@ -862,6 +865,7 @@ class ClusteringStrategy(Strategy):
         evaluate_fn=None,
         on_round=None,
         resume: dict[str, Any] | None = None,
+        should_stop=None,
     ) -> Result:
         """Run the protocol, with the contract of Flower's ``Strategy.start``.
 
@@ -902,6 +906,12 @@ class ClusteringStrategy(Strategy):
             ``evaluate_fn`` (their results are in the state), after :meth:`reconnect`
             (which finds nodes that came back under new node ids); ``num_rounds``
             defaults to the state's. Only for a :attr:`resumable` strategy.
+        should_stop : callable, optional
+            ``should_stop(round, result) -> bool``, Flower 1.43's early stop: called at the
+            end of every round that is not already the last (after its evaluations and
+            ``evaluate_fn``), with the results so far. ``True`` makes that round the last:
+            the model is finished and delivered to every node as after the last round
+            (``evaluate_fn`` runs again only if that changed the model).
 
         Returns
         -------
@@ -934,6 +944,8 @@ class ClusteringStrategy(Strategy):
                     f"{type(self).__name__} is a fixed protocol of {fixed} round(s); "
                     f"num_rounds={num_rounds} does not fit (leave it out)")
         self.reset()
+        # replies pulled every poll_interval s (Flower's send_and_receive waits 3 s)
+        grid = FastPulls.wrap(grid, self.poll_interval)
         timeout = self.round_timeout if timeout is None else float(timeout)
         self._start_exchanges(timeout)  # chosen once per run: plain, or secure as well
         first_round = 1
@@ -999,23 +1011,31 @@ class ClusteringStrategy(Strategy):
                 logger.info("[ROUND %d/%d] converged: stopping early (early_stop=True)",
                             rnd, num_rounds)
                 stop = True
+            evaluated = False
+            if not stop and should_stop is not None:
+                # Flower's should_stop sees the round's evaluations: they run first
+                if self.evaluate_every_round:
+                    self._client_evaluation(grid, rnd, arrays, evaluate_config, final=False,
+                                            timeout=timeout)
+                self._server_evaluation(evaluate_fn, rnd, num_rounds, arrays, result)
+                evaluated = True
+                if should_stop(rnd, result):
+                    logger.info("[ROUND %d/%d] should_stop: stopping early", rnd, num_rounds)
+                    stop = True
+            changed = False
             if stop:
                 changed = self.finish_training(grid, rnd, timeout)
                 self._split_check(grid, rnd, timeout)
-                if changed or self.refine_rounds:  # the chosen or refined model is the round's
+                changed = changed or bool(self.refine_rounds)
+                if changed:  # the chosen or refined model is the round's
                     arrays = result.arrays = self.model_record()
-            if stop or self.evaluate_every_round:
+            if stop or (self.evaluate_every_round and not evaluated):
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
                                         timeout=timeout)
             if stop:
                 self.diagnose()
-            if evaluate_fn is not None:
-                server_metrics = evaluate_fn(rnd, arrays)
-                if server_metrics is not None:
-                    result.evaluate_metrics_serverapp[rnd] = server_metrics
-                    self.history[-1]["server-metrics"] = dict(server_metrics)
-                    log_server_evaluation(rnd, num_rounds, dict(server_metrics),
-                                           self.history[-1].get("metrics"))
+            if not evaluated or changed:
+                self._server_evaluation(evaluate_fn, rnd, num_rounds, arrays, result)
             self.stopped = stop
             if on_round is not None:
                 on_round(self, rnd)
@@ -1032,6 +1052,18 @@ class ClusteringStrategy(Strategy):
         logger.info("%s finished: %d of %d rounds in %.2f s", self.name, last, num_rounds,
                     self.seconds)
         return result
+
+    def _server_evaluation(self, evaluate_fn, rnd: int, num_rounds: int, arrays: ArrayRecord,
+                           result: Result) -> None:
+        """``evaluate_fn(rnd, arrays)``, logged and kept in the result and the history."""
+        if evaluate_fn is None:
+            return
+        server_metrics = evaluate_fn(rnd, arrays)
+        if server_metrics is not None:
+            result.evaluate_metrics_serverapp[rnd] = server_metrics
+            self.history[-1]["server-metrics"] = dict(server_metrics)
+            log_server_evaluation(rnd, num_rounds, dict(server_metrics),
+                                  self.history[-1].get("metrics"))
 
     # -- secure aggregation's rounds ----------------------------------------------------
     #: Whether the secure evaluation's row sums and residual sums give the pooled total
