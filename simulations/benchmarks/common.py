@@ -410,10 +410,15 @@ def summarize_history(history: list[dict[str, Any]], skip: int = 1) -> dict[str,
 
 #: Benchmark labels that are an algorithm with run-config keys: plain federated Lloyd and
 #: the same under secure aggregation (``bench rounds --algorithms fkm-lloyd fkm-secure``),
-#: keys once per run (the default) or Flower's SecAgg+ per exchange (``fkm-secaggplus``).
+#: keys once per run (the default) or Flower's SecAgg+ per exchange (``fkm-secaggplus``);
+#: ``-poll3``: the ServerApp pulls replies every 3 s, as Flower's ``send_and_receive`` does
+#: (``poll-interval=3``), against our default 0.1 s in the same benchmark run.
 LABEL_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "fkm-lloyd": ("fkm", {"server-update": "lloyd"}),
+    "fkm-lloyd-poll3": ("fkm", {"server-update": "lloyd", "poll-interval": 3.0}),
     "fkm-secure": ("fkm", {"server-update": "lloyd", "secure-aggregation": True}),
+    "fkm-secure-poll3": ("fkm", {"server-update": "lloyd", "secure-aggregation": True,
+                                 "poll-interval": 3.0}),
     "fkm-secaggplus": ("fkm", {"server-update": "lloyd", "secure-aggregation": True,
                                "secagg-keys": "exchange"}),
 }
