@@ -436,3 +436,23 @@ def test_site_message_table_shows_before_and_after():
     assert line == ("| csv | fkm-update | warm | 1.000 -> 1.000 | 0.200 -> 0.100 | "
                     "0.300 -> 0.150 | 0.100 -> 0.100 | 1.600 -> 1.350 | 0.600 -> 0.350 | "
                     "0.004 -> 0.004 | pandas, scipy -> scipy |")
+
+
+def test_exchanges_per_run_are_counted_and_named(tmp_path):
+    """``bench exchanges``: every round trip of a run, by phase (issue 52's baseline)."""
+    from simulations.benchmarks.exchanges import bench_exchanges, exchanges_markdown
+
+    rows = bench_exchanges(tmp_path, cases=(("kfed", {"algorithm": "kfed"}),
+                                            ("fkm", {"algorithm": "fkm", "max-rounds": 3,
+                                                     "early-stop": False})))
+    kfed, fkm = rows
+    # one-shot: the data-source check and the features' moments, the round, the split
+    # check's two exchanges and the final model's delivery
+    assert kfed["before"] == {"data-source": 1, "feature-moments": 1}
+    assert kfed["rounds_part"] == {"kfed": 1, "split-scatter": 1, "split-histograms": 1,
+                                   "evaluate": 1}
+    assert (kfed["rounds"], kfed["total"]) == (1, 6)
+    assert fkm["rounds"] == 3 and fkm["rounds_part"]["init"] == 1
+    assert fkm["rounds_part"]["update"] == 2 and fkm["total"] == 2 + 3 + 3
+    table = exchanges_markdown({"nodes": 3, "rows": rows})
+    assert "| kfed | 1 | 6 | data-source, feature-moments |" in table

@@ -858,8 +858,9 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.add_parser(sub)
     supernodes.add_parser(sub)
     perf.add_parsers(sub)
-    from . import raw_data, site_message
+    from . import exchanges, raw_data, site_message
 
+    exchanges.add_parser(sub)
     raw_data.add_parser(sub)
     site_message.add_parser(sub)
     return parser
