@@ -190,17 +190,29 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
     Phase(
         "final", "evaluate", "once, at the end of the run",
         sends=("the final model: the same arrays as the algorithm's evaluation message",),
-        config=("`final` bool: true", "`evaluate` bool: whether to reply with statistics"),
+        config=("`final` bool: true", "`evaluate` bool: whether to reply with statistics",
+                "`split-scatter` bool: also reply with the split check's first sums "
+                "(see `split-scatter`)",
+                "`split-privacy-threshold` int: with `split-scatter`, that phase's "
+                "`privacy-threshold`"),
         reply_arrays=("none",),
         reply_metrics=("with `evaluate` true: as the evaluation message; else only "
-                       "`num-examples` and `client-id`",),
-        reply_stats=("with `evaluate` true: as the evaluation message",),
+                       "`num-examples` and `client-id`",
+                       "with `split-scatter`: `split-withheld` int, the phase's `withheld`"),
+        reply_stats=("with `evaluate` true: as the evaluation message",
+                     "with `split-scatter`: `split-counts`, `split-sums`, `split-scatter` "
+                     "as that phase's reply"),
         notes="Delivers the final model to every client; the client labels its rows with "
-              "it and keeps the per-row labels locally (they are not sent)."),
+              "it and keeps the per-row labels locally (they are not sent). When the "
+              "split check cannot change the model (no `refine-rounds`, not under secure "
+              "aggregation, an algorithm whose final message is its centroids) its first "
+              "sums ride in this message: one exchange instead of two, the same sums from "
+              "the same nodes (the ledger's phase `evaluate+split-scatter`)."),
     Phase(
-        "split-scatter", "query", "after the last round, before the final evaluation "
-        "(`split-check`, on by default; with `refine-rounds` also after each refinement "
-        "stage); TRAIN through SecAgg+ under secure aggregation",
+        "split-scatter", "query", "after the last round (`split-check`, on by default): in "
+        "the `final` message when the check cannot change the model, else before the "
+        "final evaluation (with `refine-rounds` also after each refinement stage); TRAIN "
+        "through SecAgg+ under secure aggregation",
         sends=("`centroids` (k, d) float64: the model",),
         config=("`privacy-threshold` int: a client with a cluster of fewer rows sends "
                 "zeros only (0 under secure aggregation)",),

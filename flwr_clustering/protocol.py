@@ -33,6 +33,7 @@ __all__ = [
     "REFINE_PHASE",
     "SECURE_EVALUATE_PHASE",
     "SPLIT_CHECK_KEYS",
+    "SPLIT_IN_EVALUATION_KEY",
     "SPLIT_HISTOGRAM_PHASE",
     "SPLIT_SCATTER_PHASE",
     "UNIT_CHECK_PHASE",
@@ -90,6 +91,10 @@ SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
     SPLIT_HISTOGRAM_PHASE: ("split-histograms",),
     REFINE_PHASE: ("refine-sums", "refine-counts", "refine-sse"),
 }
+#: Evaluate-config key: the final evaluation also carries the split check's first sums
+#: (the ``split-scatter`` phase's statistics, same keys, and ``split-withheld`` for its
+#: ``withheld``), one exchange for both when the check cannot change the model.
+SPLIT_IN_EVALUATION_KEY = "split-scatter"
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-rows",
                                 "moment-min", "moment-max")

@@ -110,8 +110,10 @@ def _grid_class():
             phases = {}
             for m in messages:
                 cfg = dict(m.content["config"]) if "config" in m.content else {}
-                phases[m.metadata.dst_node_id] = (str(cfg.get("phase", "")),
-                                                  str(m.metadata.message_type))
+                # (the final evaluation may carry the split check's scatter: its phase too)
+                phase = str(cfg.get("phase", "") or (
+                    "split-scatter" if cfg.get("split-scatter") else ""))
+                phases[m.metadata.dst_node_id] = (phase, str(m.metadata.message_type))
             replies = super().send_and_receive(messages, timeout=timeout)
             out = []
             for r in replies:
@@ -127,7 +129,7 @@ def _grid_class():
             if self.phase == "*":
                 return True
             if self.phase == "evaluate":
-                return mtype == "evaluate"
+                return mtype == "evaluate" and phase != "split-scatter"
             if self.phase == "train":
                 return mtype == "train"
             return phase == self.phase

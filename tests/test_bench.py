@@ -446,13 +446,13 @@ def test_exchanges_per_run_are_counted_and_named(tmp_path):
                                             ("fkm", {"algorithm": "fkm", "max-rounds": 3,
                                                      "early-stop": False})))
     kfed, fkm = rows
-    # one-shot: the data-source check and the features' moments, the round, the split
-    # check's two exchanges and the final model's delivery
+    # one-shot: the data-source check and the features' moments, the round, the final
+    # model's delivery carrying the split check's first sums, and the check's second
     assert kfed["before"] == {"data-source": 1, "feature-moments": 1}
-    assert kfed["rounds_part"] == {"kfed": 1, "split-scatter": 1, "split-histograms": 1,
-                                   "evaluate": 1}
-    assert (kfed["rounds"], kfed["total"]) == (1, 6)
+    assert kfed["rounds_part"] == {"kfed": 1, "evaluate+split-scatter": 1,
+                                   "split-histograms": 1}
+    assert (kfed["rounds"], kfed["total"]) == (1, 5)
     assert fkm["rounds"] == 3 and fkm["rounds_part"]["init"] == 1
-    assert fkm["rounds_part"]["update"] == 2 and fkm["total"] == 2 + 3 + 3
+    assert fkm["rounds_part"]["update"] == 2 and fkm["total"] == 2 + 3 + 2
     table = exchanges_markdown({"nodes": 3, "rows": rows})
-    assert "| kfed | 1 | 6 | data-source, feature-moments |" in table
+    assert "| kfed | 1 | 5 | data-source, feature-moments |" in table

@@ -215,11 +215,14 @@ def test_ffcm_through_flower_equals_pure_loop(version):
     for ours, theirs in zip(strategy.centroid_history, ref.history, strict=True):
         np.testing.assert_array_equal(ours, theirs)
     # One moments exchange (a query: not training), then one train message per node and
-    # round, then the split check's two exchanges.
-    sent = [m for m in grid.sent if m.metadata.message_type in ("query", "train")]
-    assert [(m.metadata.message_type, m.content["config"]["phase"]) for m in sent] == (
+    # round, then the final evaluation carrying the split check's first sums, and the
+    # check's second exchange.
+    sent = [m for m in grid.sent if m.metadata.message_type in ("query", "train", "evaluate")]
+    assert [(m.metadata.message_type, m.content["config"].get("phase")) for m in sent] == (
         [("query", "moments")] * 4 + [("train", "ffcm")] * 12
-        + [("query", "split-scatter")] * 4 + [("query", "split-histograms")] * 4)
+        + [("evaluate", None)] * 4 + [("query", "split-histograms")] * 4)
+    assert all(m.content["config"]["split-scatter"] and m.content["config"]["final"]
+               for m in sent if m.metadata.message_type == "evaluate")
     # Per-round metrics (rounds 1-2 from the next round's replies, 3 from the evaluation).
     assert all("nmi" in h["metrics"] for h in strategy.history)
 
@@ -240,7 +243,7 @@ def test_ffcm_with_initial_centres_skips_the_moments_exchange():
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
     # a fixed fuzzifier: no moments QUERY, only the two ffcm rounds, then the final model
     assert [m.metadata.message_type for m in grid.sent] == (
-        ["train"] * 6 + ["query"] * 6 + ["evaluate"] * 3)  # (the split check's queries)
+        ["train"] * 6 + ["evaluate"] * 3 + ["query"] * 3)  # (the split check's second)
     assert all(m.content["config"]["phase"] == "ffcm" for m in grid.sent[:6])
     assert all(m.content["config"]["fuzzifier"] == 2.0 for m in grid.sent[:6])
 

@@ -103,23 +103,34 @@ def test_the_privacy_threshold_withholds_whole_replies_and_the_ledger_lists_ever
     grid = InProcessGrid(client_app_for(FKMClient, data), 10)
     strategy.start(grid=grid)
     entries = [e for e in strategy.privacy_ledger()["messages"]
-               if e["phase"] in ("split-scatter", "split-histograms")]
+               if e["phase"] in ("evaluate+split-scatter", "split-histograms")]
     assert len(entries) == 20
-    scatter = [e for e in entries if e["phase"] == "split-scatter"]
-    assert all(e["floats"] == 10 + 10 * 2 + 10 * 4 for e in scatter)
+    # the check's first sums rode in the final evaluation (one exchange less), which
+    # carries the evaluation's statistics (k cluster counts, k x d residuals, the
+    # profile's k x d spreads, d row sums) and the scatter's
+    scatter = [e for e in entries if e["phase"] == "evaluate+split-scatter"]
+    assert not any(e["phase"] == "split-scatter" for e in strategy.privacy_ledger()["messages"])
+    split_floats = 10 + 10 * 2 + 10 * 4
+    evaluation_floats = [e["floats"] for e in strategy.privacy_ledger()["messages"]
+                         if e["phase"] == "evaluate" and e["round"] < 4]
+    assert all(e["floats"] >= split_floats for e in scatter)
+    assert not evaluation_floats  # (no evaluation before the last round)
     # a reply with counts has none under the threshold; the others are zeros, and say so
     parts = [x for x, _ in data]
     C = strategy.centroids
     held = [withholds(x, C, 10) for x in parts]
     assert 0 < sum(held) < 10
     by_client = {e["client"]: e["min-count"] for e in scatter}
-    for cid, h in enumerate(held):
-        assert (by_client[cid] is None) if h else by_client[cid] >= 10
+    for cid in range(10):
+        assert by_client[cid] is None or by_client[cid] >= 10
     replies = [m for m in grid.received if "metrics" in m.content
                and m.content["metrics"].get("client-id") is not None]
-    flags = {int(m.content["metrics"]["client-id"]): int(m.content["metrics"]["withheld"])
-             for m in replies if "withheld" in m.content["metrics"]}
+    flags = {int(m.content["metrics"]["client-id"]): int(m.content["metrics"]["split-withheld"])
+             for m in replies if "split-withheld" in m.content["metrics"]}
     assert flags == {cid: int(h) for cid, h in enumerate(held)}
+    withheld = [int(m.content["metrics"]["withheld"]) for m in replies
+                if "withheld" in m.content["metrics"]]  # the histograms' replies
+    assert withheld == [int(h) for h in held]
     expected = pure_check(parts, 10)(C)
     assert strategy.diagnostics["split-clusters"] == sorted(expected.flagged)
     assert strategy.diagnostics["split-clients"] == 10 - sum(held)
@@ -193,3 +204,84 @@ def test_the_estimator_and_the_app_keys_refine_and_check():
     off = FederatedClustering("kfed", 10, split_check=False).fit(parts)
     assert off.diagnostics_["split-check"] == "off"
     np.testing.assert_array_equal(off.cluster_centers_, plain.cluster_centers_)
+
+
+class _Grid(InProcessGrid):
+    """The in-process grid, noting each exchange's messages."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        if messages:
+            self.batches.append(messages)
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def _run(strategy_cls, client_cls, data, merge, monkeypatch, **kwargs):
+    """A run with the split check's first sums in the final evaluation, or in their own
+    exchange (the merge switched off): the strategy and its grid."""
+    strategy = strategy_cls(10, min_nodes=kwargs.pop("min_nodes", len(data)), seed=0,
+                            **kwargs)
+    if not merge:
+        monkeypatch.setattr(type(strategy), "scatter_in_final_evaluation", lambda self: False)
+    grid = _Grid(client_app_for(client_cls, data), len(data), shuffle_seed=2)
+    strategy.start(grid=grid)
+    monkeypatch.undo()
+    return strategy, grid
+
+
+@pytest.mark.parametrize(("strategy_cls", "client_cls", "options"), [
+    (KFed, KFedClient, {}),  # a flagged model
+    (FedKMeans, FKMClient, {"max_rounds": 4, "early_stop": False}),
+    # nodes sampled: the check restores the sampling generator, so the final evaluation
+    # always asked split-scatter's nodes
+    (FedKMeans, FKMClient, {"max_rounds": 3, "fraction": 0.7, "min_nodes": 3}),
+])
+def test_the_scatter_in_the_final_evaluation_is_the_exchange_it_replaces(
+        strategy_cls, client_cls, options, monkeypatch):
+    """Issue 52: one exchange less per run, and the same model, check and evaluation."""
+    data = _data(m=6)
+    one, grid_one = _run(strategy_cls, client_cls, data, True, monkeypatch, **options)
+    two, grid_two = _run(strategy_cls, client_cls, data, False, monkeypatch, **options)
+    np.testing.assert_array_equal(one.centroids, two.centroids)
+    assert one.split_result == two.split_result and one.split_result["split-check"] == "run"
+    assert one.diagnostics == two.diagnostics
+    assert one.final_metrics == two.final_metrics and one.final_metrics
+    assert [{k: v for k, v in h.items() if k != "seconds"} for h in one.history] == [
+        {k: v for k, v in h.items() if k != "seconds"} for h in two.history]
+    assert one.warnings == two.warnings
+
+    def groups(grid):  # the exchanges (round trips) by the messages' content
+        return [{(m.metadata.message_type, dict(m.content["config"]).get("phase"))
+                 for m in batch} for batch in grid.batches]
+
+    assert len(groups(grid_one)) == len(groups(grid_two)) - 1
+    assert {("query", "split-scatter")} in groups(grid_two)
+    assert {("query", "split-scatter")} not in groups(grid_one)
+    # the same nodes answered the evaluation and the check's sums, and equally often
+    evaluated = [sorted(m.metadata.dst_node_id for m in b) for b in grid_one.batches
+                 if b[0].metadata.message_type == "evaluate"]
+    scattered = [sorted(m.metadata.dst_node_id for m in b) for b in grid_two.batches
+                 if dict(b[0].content["config"]).get("phase") == "split-scatter"]
+    assert evaluated == scattered
+    # the ledger: the same statistics, the scatter's under the merged phase's name
+    led_one = [e for e in one.privacy_ledger()["messages"] if e["phase"] != "split-scatter"]
+    assert sum(e["phase"] == "evaluate+split-scatter" for e in led_one) == len(evaluated[0])
+
+
+def test_clients_that_send_no_scatter_in_the_evaluation_get_the_exchange(monkeypatch):
+    """A user's own evaluate handler answers without the check's sums: the check asks in its
+    own exchange, after the evaluation, with the same result."""
+    import flwr_clustering.clients.phases as phases
+
+    data = _data(m=5)
+    ref, _ = _run(KFed, KFedClient, data, False, monkeypatch)
+    monkeypatch.setattr(phases, "_split_in_evaluation", lambda r: {})
+    strategy, grid = _run(KFed, KFedClient, data, True, monkeypatch)
+    assert strategy.split_result == ref.split_result and ref.split_result["split-clusters"]
+    phases_sent = [dict(b[0].content["config"]).get("phase") or b[0].metadata.message_type
+                   for b in grid.batches]
+    assert phases_sent[-3:] == ["evaluate", "split-scatter", "split-histograms"]

@@ -40,6 +40,7 @@ from ..protocol import (
     SECURE_EVALUATE_PHASE,
     SPLIT_CHECK_KEYS,
     SPLIT_HISTOGRAM_PHASE,
+    SPLIT_IN_EVALUATION_KEY,
     SPLIT_SCATTER_PHASE,
     UNIT_CHECK_PHASE,
 )
@@ -242,12 +243,33 @@ def evaluate(r: Request) -> Message:
     if config.get("final") and hasattr(client, "local_labels"):
         keep_labels(r.context, labels_of_rows_read(client, client.local_labels(r.params, config)),
                     r.cid)
+    split = _split_in_evaluation(r) if config.get(SPLIT_IN_EVALUATION_KEY) else {}
     if not config.get("evaluate", True):
-        return r.reply(None, len(getattr(client, "X", ())), {})
+        reply = r.reply(None, len(getattr(client, "X", ())), split)
+        if split:
+            r.log_sent(reply)
+        return reply
     loss, n, metrics = client.evaluate(r.params, config)
-    reply = r.reply(None, n, {**metrics, "loss": float(loss)})
+    reply = r.reply(None, n, {**metrics, "loss": float(loss), **split})
     r.log_sent(reply)
     return reply
+
+
+def _split_in_evaluation(r: Request) -> dict[str, Any]:
+    """The ``split-scatter`` phase's statistics, asked in the final evaluation.
+
+    The same sums as :func:`split_check`'s reply to ``split-scatter`` with the same
+    centroids (the message's first array), under the same privacy threshold (here
+    ``split-privacy-threshold``: the evaluation's own statistics keep theirs); its
+    ``withheld`` is ``split-withheld`` here.
+    """
+    _refuse_without_noise(r, "sums without noise")
+    threshold = int(r.config.get("split-privacy-threshold", 2))
+    arrays = split_check_arrays(r.client, SPLIT_SCATTER_PHASE, r.params[:1],
+                                {"privacy-threshold": threshold})
+    held = withholds(r.client.X, r.params[0], threshold)
+    return {**dict(zip(SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE], arrays, strict=True)),
+            "split-withheld": int(held)}
 
 
 def algorithm_step(r: Request) -> Message:

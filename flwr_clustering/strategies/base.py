@@ -59,7 +59,12 @@ from ..algorithms.upload import claims_of
 from ..evaluation import EVALUATION_STATS, aggregate_evaluation_stats
 from ..log import format_metrics, logger, show_progress
 from ..options import Options, option
-from ..protocol import SECURE_EVALUATE_PHASE
+from ..protocol import (
+    SECURE_EVALUATE_PHASE,
+    SPLIT_CHECK_KEYS,
+    SPLIT_IN_EVALUATION_KEY,
+    SPLIT_SCATTER_PHASE,
+)
 from ..pulls import DEFAULT_POLL_INTERVAL, FastPulls
 from ..run_options import RunOptions, refuse_k_auto
 from ..secure import DEFAULT_SECAGG_KEYS, SECAGG_THRESHOLD
@@ -69,7 +74,7 @@ from .exchange import Collected, Exchange, NodeBook, Reply, RunView
 from .features import FeatureOptions, prepare_features
 from .ledger import Ledger
 from .rounds import log_server_evaluation
-from .split_check import refine_problem, run_split_check
+from .split_check import refine_problem, run_split_check, split_check_problem
 from .state import InRecord, RunRecord
 from .validation import ReplyRules
 
@@ -438,6 +443,8 @@ class ClusteringStrategy(Strategy):
         self.nodes = NodeBook()
         self.rules = ReplyRules()
         self._expect_stats = True
+        #: the last evaluation's replies that carried the split check's sums
+        self._split_replies: list[Reply] = []
         self._start_exchanges(self.round_timeout)
 
     def _start_exchanges(self, timeout: float) -> None:
@@ -752,6 +759,13 @@ class ClusteringStrategy(Strategy):
         reply carries statistics (e.g. the final message of a run with ``evaluate=False``).
         """
         valid = self.collect(server_round, replies, kind="evaluate")
+        # the split check's sums of a final evaluation that asked for them: kept for the
+        # check, out of the evaluation's statistics
+        split = SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE]
+        self._split_replies = [r for r in valid if all(key in r.stats for key in split)]
+        valid = [dataclasses.replace(r, stats={k: v for k, v in r.stats.items()
+                                               if k not in split and k != "split-withheld"})
+                 for r in valid]
         with_stats = []
         for r in valid:
             missing = [key for key in EVALUATION_STATS if key not in r.stats]
@@ -811,14 +825,34 @@ class ClusteringStrategy(Strategy):
                              "evaluate": self._expect_stats,
                              "profile": bool(final and self._expect_stats)})
 
+    def scatter_in_final_evaluation(self) -> bool:
+        """Whether the split check's ``split-scatter`` sums ride in the final evaluation.
+
+        One exchange instead of two, with the same sums from the same nodes: only when the
+        check cannot change the model (``refine_rounds=0``), can run on it, the final
+        evaluation sends every node the centroids alone (the base's
+        :meth:`configure_evaluate`) and the server sees each reply (not under secure
+        aggregation, whose check sums each phase in a secure exchange). With ``fraction``
+        < 1 the nodes are the same: the check restores the sampling generator, so the
+        final evaluation always asked the nodes of ``split-scatter``.
+        """
+        return bool(self.split_check and not self.refine_rounds
+                    and not self.summer.sums_only
+                    and type(self).configure_evaluate is ClusteringStrategy.configure_evaluate
+                    and split_check_problem(self) is None)
+
     def _client_evaluation(self, grid: Grid, server_round: int, arrays: ArrayRecord,
                            evaluate_config: ConfigRecord | None, *, final: bool,
-                           timeout: float) -> MetricRecord | None:
+                           timeout: float, split_scatter: bool = False
+                           ) -> MetricRecord | None:
         """One ``EVALUATE`` exchange (per round, or the final model's delivery).
 
         Under secure aggregation the statistics come from :meth:`secure_evaluation`, and
         only the final model goes out in an ``EVALUATE`` message (without statistics).
+        With ``split_scatter`` the message also asks for the split check's first sums
+        (:meth:`scatter_in_final_evaluation`), kept for the check.
         """
+        self._split_replies = []
         if self.summer.sums_only:
             metrics = None
             if self.secure_evaluate and self.centroids is not None:
@@ -839,6 +873,11 @@ class ClusteringStrategy(Strategy):
             return None if metrics is None else MetricRecord(
                 {k: float(v) for k, v in metrics.items()})
         cfg = self.evaluation_config(evaluate_config, final=final)
+        if split_scatter:
+            # (its own threshold key: the evaluation's statistics keep theirs)
+            cfg = ConfigRecord({**dict(cfg), SPLIT_IN_EVALUATION_KEY: True,
+                                "split-privacy-threshold": int(
+                                    getattr(self, "privacy_threshold", 2))})
         messages = self.configure_evaluate(server_round, arrays, cfg, grid)
         if not messages:
             return None
@@ -1022,16 +1061,22 @@ class ClusteringStrategy(Strategy):
                 if should_stop(rnd, result):
                     logger.info("[ROUND %d/%d] should_stop: stopping early", rnd, num_rounds)
                     stop = True
-            changed = False
+            changed = merged = False
             if stop:
                 changed = self.finish_training(grid, rnd, timeout)
-                self._split_check(grid, rnd, timeout)
+                # the split check's first sums ride in the final evaluation when the check
+                # cannot change the model; else the check (and refinement) runs first
+                merged = self.scatter_in_final_evaluation()
+                if not merged:
+                    self._split_check(grid, rnd, timeout)
                 changed = changed or bool(self.refine_rounds)
                 if changed:  # the chosen or refined model is the round's
                     arrays = result.arrays = self.model_record()
             if stop or (self.evaluate_every_round and not evaluated):
                 self._client_evaluation(grid, rnd, arrays, evaluate_config, final=stop,
-                                        timeout=timeout)
+                                        timeout=timeout, split_scatter=merged)
+            if merged:
+                self._split_check(grid, rnd, timeout, scatter=self._split_replies)
             if stop:
                 self.diagnose()
             if not evaluated or changed:
@@ -1226,8 +1271,12 @@ class ClusteringStrategy(Strategy):
         """
         return {}
 
-    def _split_check(self, grid: Grid, server_round: int, timeout: float) -> None:
-        """The split check and refinement before the final evaluation (never fatal).
+    def _split_check(self, grid: Grid, server_round: int, timeout: float,
+                     scatter: list[Reply] | None = None) -> None:
+        """The split check and refinement (never fatal).
+
+        Before the final evaluation, or after it with ``scatter``: the final evaluation's
+        replies that carried the first sums (:meth:`scatter_in_final_evaluation`).
 
         The node sampling generator is restored afterwards, so that the final evaluation
         asks the nodes it would have asked without the check.
@@ -1235,7 +1284,8 @@ class ClusteringStrategy(Strategy):
         state = self.record.sample_rng.bit_generator.state
         model = self.centroids
         try:
-            self.split_result = run_split_check(self, grid, server_round, timeout)
+            self.split_result = run_split_check(self, grid, server_round, timeout,
+                                                scatter=scatter)
         except Exception as ex:  # noqa: BLE001 - a diagnostic must not end a finished run
             logger.warning("round %d: the split check%s failed, the model is kept as it "
                            "was: %s: %s", server_round,

@@ -43,7 +43,9 @@ from ..protocol import (
     MAX_REASON_CHARS,
     MOMENT_KEYS,
     REFINE_PHASE,
+    SPLIT_CHECK_KEYS,
     SPLIT_HISTOGRAM_PHASE,
+    SPLIT_IN_EVALUATION_KEY,
     SPLIT_SCATTER_PHASE,
     short_reason,
 )
@@ -501,8 +503,13 @@ def _sent_model_bytes(bounds: Bounds, rows: int) -> int:
 def _split_scatter(reply: Any, bounds: Bounds, rows: int) -> None:
     what = SPLIT_SCATTER_PHASE
     _no_other_records(reply, ("stats",), what)
+    _split_scatter_stats(_stats(reply, what, SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE]), bounds,
+                         rows, what)
+
+
+def _split_scatter_stats(stats: Any, bounds: Bounds, rows: int, what: str) -> None:
+    """The ``split-scatter`` sums of a reply (its own phase's, or the final evaluation's)."""
     k, d = _kd_from_sent(bounds, what)
-    stats = _stats(reply, what, ("split-counts", "split-sums", "split-scatter"))
     counts = _array(stats, "split-counts", (k,), what)
     sums = _array(stats, "split-sums", (k, d), what)
     outer = _array(stats, "split-scatter", (k, d, d), what)
@@ -552,11 +559,19 @@ def _evaluate(reply: Any, bounds: Bounds, rows: int) -> None:
     what = "evaluate"
     _no_other_records(reply, ("stats",), what)
     stats: dict[str, Any] = dict(reply["metrics"])
+    split_keys = SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE]
+    asked = bool(bounds.sent.config.get(SPLIT_IN_EVALUATION_KEY))
     if "stats" in reply:
+        if asked and any(key in reply["stats"] for key in split_keys):
+            # the split check's sums in the final evaluation: the split-scatter rules
+            _split_scatter_stats(reply["stats"], bounds, rows, f"{what} ({SPLIT_SCATTER_PHASE})")
         for key, a in reply["stats"].items():
+            if asked and key in split_keys:
+                continue
             if len(str(key)) > MAX_NAME_CHARS or np.dtype(a.dtype).kind not in "fiub":
                 raise _breach(f"{what}: a statistic with a long key or not numeric")
             stats[key] = _numpy(a, what, "a statistic")
+    stats.pop("split-withheld", None)
     # as the strategy's own check: the model's clusters and features
     model = bounds.model or ()
     k_max = max([int(bounds.k or 0)] + ([model[0]] if model else [])) or None
@@ -579,8 +594,10 @@ def _without_values(text: str) -> str:
 def _evaluate_bytes(bounds: Bounds, rows: int) -> int:
     k = max(int(bounds.k or 0), bounds.model[0] if bounds.model else 0, 1)
     d = max(int(bounds.d or 0), bounds.model[1] if bounds.model else 0, 1)
-    return BASE_BYTES + 2 * bounds.sent.nbytes + 8 * (8 * (k + 2) * (d + 2)
-                                                      + 4 * (rows + 2) * (k + 2))
+    split = (_sent_model_bytes(bounds, rows) if bounds.sent.config.get(SPLIT_IN_EVALUATION_KEY)
+             else 0)  # the split check's sums, asked in the final evaluation
+    return split + BASE_BYTES + 2 * bounds.sent.nbytes + 8 * (8 * (k + 2) * (d + 2)
+                                                              + 4 * (rows + 2) * (k + 2))
 
 
 def _train(reply: Any, bounds: Bounds, rows: int) -> None:

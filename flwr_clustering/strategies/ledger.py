@@ -15,14 +15,23 @@ from flwr.app import (
     Message,
 )
 
+from ..protocol import SPLIT_CHECK_KEYS, SPLIT_SCATTER_PHASE
+
 
 def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
                  metrics: dict[str, Any]) -> dict[str, Any]:
-    """What one reply carried, for the privacy ledger (see ``privacy_ledger``)."""
+    """What one reply carried, for the privacy ledger (see ``privacy_ledger``).
+
+    A final evaluation's reply that also carried the split check's first sums is the
+    phase ``evaluate+split-scatter``.
+    """
     arrays: list[np.ndarray] = []
     for name in ("arrays", "stats"):
         if name in msg.content:
             arrays += msg.content[name].to_numpy_ndarrays()
+    if kind == "evaluate" and "stats" in msg.content and SPLIT_CHECK_KEYS[
+            SPLIT_SCATTER_PHASE][0] in msg.content["stats"]:
+        kind = f"evaluate+{SPLIT_SCATTER_PHASE}"
     return {
         "round": int(server_round), "phase": kind, "client": int(client_id),
         "floats": int(sum(a.size for a in arrays if a.dtype.kind == "f")),

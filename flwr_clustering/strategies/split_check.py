@@ -1,7 +1,10 @@
 """The split check and the refinement of the final model, as exchanges (issue 38, layer 3).
 
-After the protocol's last round, before the final evaluation, the strategy asks every
-client for the sums of :mod:`flwr_clustering.algorithms.cluster_split`:
+After the protocol's last round the strategy asks every client for the sums of
+:mod:`flwr_clustering.algorithms.cluster_split` (the first in the final evaluation's
+message when the check cannot change the model: :meth:`ClusteringStrategy.\
+scatter_in_final_evaluation <flwr_clustering.strategies.base.ClusteringStrategy.\
+scatter_in_final_evaluation>`, one exchange less; else before the final evaluation):
 
 1. ``split-scatter``: per cluster of the model (nearest centre) the row count, the sum of
    the rows and the sum of their outer products (``k``, ``k x d``, ``k x d x d``);
@@ -44,7 +47,12 @@ from ..algorithms.cluster_split import (
     valleys,
 )
 from ..log import logger
-from ..protocol import REFINE_PHASE, SPLIT_HISTOGRAM_PHASE, SPLIT_SCATTER_PHASE
+from ..protocol import (
+    REFINE_PHASE,
+    SPLIT_CHECK_KEYS,
+    SPLIT_HISTOGRAM_PHASE,
+    SPLIT_SCATTER_PHASE,
+)
 
 __all__ = ["refine_problem", "run_split_check", "split_check_problem"]
 
@@ -77,7 +85,7 @@ def refine_problem(strategy: Any) -> str | None:
 
 def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
             arrays: list[np.ndarray], keys: tuple[str, ...], shapes: list[tuple],
-            timeout: float) -> tuple[list[np.ndarray], int]:
+            timeout: float, replies: list | None = None) -> tuple[list[np.ndarray], int]:
     """The federation's totals of one library phase, and the clients in them.
 
     The clients that sent zeros under the privacy threshold are not counted.
@@ -86,22 +94,29 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
     aggregation the server sees only the totals; else the replies' statistics (``keys``)
     are checked against ``shapes`` and summed in client-id order. A client without a
     valid reply is left out of these totals, not of the model (``run_absent`` is kept).
+    With ``replies`` (the final evaluation's, which carried ``split-scatter``'s sums:
+    :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.scatter_in_final_evaluation`)
+    no exchange: their sums, the same way.
     """
-    before = dict(strategy.run_absent)
-    config = {"privacy-threshold": int(getattr(strategy, "privacy_threshold", 2))}
-
     def parts(r):
         return [np.asarray(r.stats[key], dtype=np.float64).reshape(shape)
                 for key, shape in zip(keys, shapes, strict=True)]
 
-    collected = strategy.sum_phase(grid, server_round, phase, arrays, config, parts=parts,
-                                   min_replies=1, timeout=timeout)
-    strategy.run_absent = before
-    totals = collected.totals
+    withheld_key = "withheld"
+    if replies is None:
+        before = dict(strategy.run_absent)
+        config = {"privacy-threshold": int(getattr(strategy, "privacy_threshold", 2))}
+        collected = strategy.sum_phase(grid, server_round, phase, arrays, config, parts=parts,
+                                       min_replies=1, timeout=timeout)
+        strategy.run_absent = before
+        totals = collected.totals
+    else:
+        collected, withheld_key = replies, "split-withheld"
+        totals = strategy.exchanger.sum_parts(server_round, phase, replies, parts)
     if not totals.nodes:
         raise RuntimeError(f"round {server_round} {phase}: no client sent valid sums")
     # (a secure exchange has no reply of its own: no client is known to have withheld)
-    withheld = sum(bool(r.metrics.get("withheld", 0)) for r in collected
+    withheld = sum(bool(r.metrics.get(withheld_key, 0)) for r in collected
                    if r.node_id in totals.nodes)
     if withheld:
         logger.info("round %d %s: %d of %d clients sent zeros (a cluster of fewer rows than "
@@ -112,11 +127,12 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
 
 
 def _check(strategy: Any, grid: Any, server_round: int, timeout: float, C: np.ndarray,
-           clients: list[int]) -> SplitCheck:
+           clients: list[int], scatter: list | None = None) -> SplitCheck:
     k, d = C.shape
     (counts, sums, outer), n = _totals(
         strategy, grid, server_round, SPLIT_SCATTER_PHASE, [C],
-        ("split-counts", "split-sums", "split-scatter"), [(k,), (k, d), (k, d, d)], timeout)
+        SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE], [(k,), (k, d), (k, d, d)], timeout,
+        replies=scatter)
     counts = np.rint(counts)
     bins = main_axes(counts, sums, outer)
     (hist,), n2 = _totals(
@@ -128,9 +144,14 @@ def _check(strategy: Any, grid: Any, server_round: int, timeout: float, C: np.nd
     return SplitCheck(valleys(hist), counts, scatter_sse(C, counts, sums, outer), bins, hist)
 
 
-def run_split_check(strategy: Any, grid: Any, server_round: int, timeout: float
-                    ) -> dict[str, Any] | None:
+def run_split_check(strategy: Any, grid: Any, server_round: int, timeout: float,
+                    scatter: list | None = None) -> dict[str, Any] | None:
     """The check (and with ``refine_rounds`` the refinement) of the strategy's model.
+
+    ``scatter``: the final evaluation's replies that carried the ``split-scatter`` sums of
+    the model (then no ``split-scatter`` exchange; without ``refine_rounds`` only). Empty
+    (no reply carried them, e.g. clients of a user's own evaluate handler): the exchange
+    runs.
 
     Sets ``strategy.centroids`` to the refined model; returns what
     :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.diagnose` reports:
@@ -170,7 +191,7 @@ def run_split_check(strategy: Any, grid: Any, server_round: int, timeout: float
         if strategy.history:
             strategy.history[-1]["refine"] = info
     else:
-        result = check(C0)
+        result = _check(strategy, grid, server_round, timeout, C0, clients, scatter or None)
     flagged = sorted(result.flagged)
     out.update({"split-clusters": flagged,
                 "split-counts": [int(result.counts[j]) for j in flagged],

@@ -58,6 +58,8 @@ class _CountingGrid(InProcessGrid):
             # (the final model's delivery has no phase: its message type names it)
             phase = str(config.get("phase") or config.get("stage")
                         or msg.metadata.message_type)
+            if config.get("split-scatter") and phase == "evaluate":
+                phase = "evaluate+split-scatter"  # the split check's sums rode along
             self.exchanges.append((int(msg.metadata.group_id or 0),
                                    str(msg.metadata.message_type), phase))
         return super().send_and_receive(messages, timeout=timeout)
