@@ -179,7 +179,10 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
     Phase(
         "evaluate", "evaluate", "once, after the last round (strategy option `evaluate`)",
         sends=("`centroids` (k, d) float64: the final global model",),
-        config=("no `phase` and no `seed`: only what the caller passed as `evaluate_config`",
+        config=("no `phase` and no `seed`: what the caller passed as `evaluate_config`, "
+                "and `final`, `evaluate`, `profile`",
+                "`privacy-threshold` int: the run's minimum count; a client with a "
+                "non-empty cluster of fewer rows sends no residual sum",
                 "`n-classes` int, optional: width of the contingency table (clients "
                 "zero-pad otherwise)"),
         reply_arrays=("none (the reply has no `arrays` record)",),
@@ -193,8 +196,7 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         config=("`final` bool: true", "`evaluate` bool: whether to reply with statistics",
                 "`split-scatter` bool: also reply with the split check's first sums "
                 "(see `split-scatter`)",
-                "`split-privacy-threshold` int: with `split-scatter`, that phase's "
-                "`privacy-threshold`"),
+                "`privacy-threshold` int: the run's minimum count (as in `evaluate`)"),
         reply_arrays=("none",),
         reply_metrics=("with `evaluate` true: as the evaluation message; else only "
                        "`num-examples` and `client-id`",

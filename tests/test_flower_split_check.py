@@ -285,3 +285,26 @@ def test_clients_that_send_no_scatter_in_the_evaluation_get_the_exchange(monkeyp
     phases_sent = [dict(b[0].content["config"]).get("phase") or b[0].metadata.message_type
                    for b in grid.batches]
     assert phases_sent[-3:] == ["evaluate", "split-scatter", "split-histograms"]
+
+
+def test_the_evaluation_withholds_small_clusters_at_the_runs_threshold():
+    """The evaluation message carries the run's privacy-threshold: no client sends the
+    residual sums of a cluster of fewer rows than it (they used the default 2 before)."""
+    data = _data(m=10)  # about 15 rows per cluster and client
+    strategy = FedKMeans(10, min_nodes=10, seed=0, privacy_threshold=10, split_check=False)
+    grid = InProcessGrid(client_app_for(FKMClient, data), 10)
+    strategy.start(grid=grid)
+    final = [m for m in grid.sent if m.metadata.message_type == "evaluate"]
+    assert final and all(m.content["config"]["privacy-threshold"] == 10 for m in final)
+    counts = [np.bincount(np.argmin(((x[:, None] - strategy.centroids) ** 2).sum(-1), axis=1),
+                          minlength=10) for x, _ in data]
+    # some clients hold a cluster of 2 to 9 rows (sent at the default threshold of 2)
+    assert any(((c >= 2) & (c < 10)).any() for c in counts)
+    by_client = {int(s["client-id"]): s for s in strategy.evaluation_stats}
+    for cid, c in enumerate(counts):
+        for key in ("cluster-residuals", "cluster-sq-residuals"):
+            R = np.asarray(by_client[cid][key])
+            assert np.isnan(R[(c > 0) & (c < 10)]).all()
+    entries = [e for e in strategy.privacy_ledger()["messages"] if e["phase"] == "evaluate"]
+    assert len(entries) == 10 and all(e["min-count"] is None or e["min-count"] >= 10
+                                      for e in entries)

@@ -259,12 +259,11 @@ def _split_in_evaluation(r: Request) -> dict[str, Any]:
     """The ``split-scatter`` phase's statistics, asked in the final evaluation.
 
     The same sums as :func:`split_check`'s reply to ``split-scatter`` with the same
-    centroids (the message's first array), under the same privacy threshold (here
-    ``split-privacy-threshold``: the evaluation's own statistics keep theirs); its
-    ``withheld`` is ``split-withheld`` here.
+    centroids (the message's first array), under the same privacy threshold (the
+    evaluation's ``privacy-threshold``); its ``withheld`` is ``split-withheld`` here.
     """
     _refuse_without_noise(r, "sums without noise")
-    threshold = int(r.config.get("split-privacy-threshold", 2))
+    threshold = int(r.config.get("privacy-threshold", 2))
     arrays = split_check_arrays(r.client, SPLIT_SCATTER_PHASE, r.params[:1],
                                 {"privacy-threshold": threshold})
     held = withholds(r.client.X, r.params[0], threshold)

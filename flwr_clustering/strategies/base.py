@@ -813,17 +813,19 @@ class ClusteringStrategy(Strategy):
 
     def evaluation_config(self, config: ConfigRecord | None = None, *, final: bool
                           ) -> ConfigRecord:
-        """The config of an ``EVALUATE`` exchange: ``config`` plus ``final`` and ``evaluate``.
+        """An ``EVALUATE`` exchange's config: ``config``, ``final``, ``evaluate``, the threshold.
 
         A per-round evaluation always asks for statistics; the final message (the model's
         delivery to every node) asks for them only with ``evaluate``. Sets what
         :meth:`aggregate_evaluate` expects back.
         """
         self._expect_stats = (self.evaluate or not final) and not self.summer.sums_only
-        # the final evaluation also asks for the per-cluster spreads (the cluster profile)
+        # the final evaluation also asks for the per-cluster spreads (the cluster profile);
+        # the run's minimum count withholds a small cluster's sums, as in every phase
         return ConfigRecord({**dict(config or {}), "final": final,
                              "evaluate": self._expect_stats,
-                             "profile": bool(final and self._expect_stats)})
+                             "profile": bool(final and self._expect_stats),
+                             "privacy-threshold": int(getattr(self, "privacy_threshold", 2))})
 
     def scatter_in_final_evaluation(self) -> bool:
         """Whether the split check's ``split-scatter`` sums ride in the final evaluation.
@@ -874,10 +876,7 @@ class ClusteringStrategy(Strategy):
                 {k: float(v) for k, v in metrics.items()})
         cfg = self.evaluation_config(evaluate_config, final=final)
         if split_scatter:
-            # (its own threshold key: the evaluation's statistics keep theirs)
-            cfg = ConfigRecord({**dict(cfg), SPLIT_IN_EVALUATION_KEY: True,
-                                "split-privacy-threshold": int(
-                                    getattr(self, "privacy_threshold", 2))})
+            cfg = ConfigRecord({**dict(cfg), SPLIT_IN_EVALUATION_KEY: True})
         messages = self.configure_evaluate(server_round, arrays, cfg, grid)
         if not messages:
             return None
