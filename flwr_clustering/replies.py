@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Collected", "NodeBook", "Reply", "Totals"]
+__all__ = ["Asked", "Collected", "NodeBook", "Reply", "Totals"]
 
 
 @dataclass
@@ -59,15 +59,46 @@ class Collected(list):
         (:class:`~flwr_clustering.secure.sums.SecureSum`, and no reply of its own), or
         the plain exchange's sum of its replies' parts in client-id order
         (:class:`Totals`, when it was asked for them); ``None`` otherwise.
+    asked : Asked or None
+        The plain exchange's messages and the replies as received, which
+        :meth:`~flwr_clustering.strategies.exchange.Exchange.collect_again` collects
+        again under a later state of the run; ``None`` for a secure exchange.
     """
 
     def __init__(self, replies=(), *, absent: dict[int, str] | None = None, received: int = 0,
-                 n_features: int | None = None, totals: Any = None) -> None:
+                 n_features: int | None = None, totals: Any = None,
+                 asked: Asked | None = None) -> None:
         super().__init__(replies)
         self.absent = dict(absent or {})
         self.received = int(received)
         self.n_features = n_features
         self.totals = totals
+        self.asked = asked
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One plain exchange as it happened: what was sent, and every reply received.
+
+    Attributes
+    ----------
+    server_round : int
+        The round of the exchange.
+    phase : str
+        Its phase.
+    messages : list of flwr.app.Message
+        The messages sent (one per node asked).
+    replies : list of flwr.app.Message
+        The replies received, valid or not.
+    timeout : float
+        The seconds the exchange waited for them.
+    """
+
+    server_round: int
+    phase: str
+    messages: list[Any]
+    replies: list[Any]
+    timeout: float
 
 
 @dataclass

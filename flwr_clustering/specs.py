@@ -120,12 +120,17 @@ FKM = AlgorithmSpec(
                     "is > 0. The evaluation is the common `secure-evaluate`, without row "
                     "moments or residual sums."),
         Phase("data-source (DP, secure)", "query", "round 0, with dp-epsilon > 0 or "
-              "secure-aggregation",
+              "secure-aggregation, when the run has not asked already (a ServerApp of "
+              "one's own without the App's check or a scaling; or fraction < 1)",
               sends=("none",),
               reply_arrays=("none",),
               notes="The library's data-source query (below): its `num-features` and the "
                     "number of replies set the initial centroids' dimension and the "
-                    "clients' share of the noise."),
+                    "clients' share of the noise. The App's check (or the features step's "
+                    "query) has these replies already: the start collects them again, "
+                    "without a message, so a run of the App asks once. With fraction < 1 "
+                    "the start's query samples its nodes from the sampling generator, so "
+                    "it is still sent."),
         Phase("dp-moments", "query", "round 0, with dp-epsilon > 0 and dp-init 'moments' "
               "(no centroids given)",
               sends=("none",),

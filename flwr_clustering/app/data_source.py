@@ -49,9 +49,11 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
                                 per_node={int(n): ([], data_source_config(strategy))
                                           for n in nodes}, min_replies=0)
     # the clients' column names and kinds: the strategy agrees on the features from them
-    # before round 1 (strategies.features) without asking again
+    # before round 1 (strategies.features) without asking again; the replies themselves
+    # give FKM's start its clients count (strategies.features.known_data_sources)
     strategy.site_columns = {r.client_id: r.columns for r in replies}
     strategy.site_absent = {strategy.who(n): why for n, why in replies.absent.items()}
+    strategy.site_sources = replies
     sources = []
     for r in replies:
         local = int(r.metrics.get("data-local", -1))

@@ -46,6 +46,7 @@ from ..log import logger
 from ..options import Options
 from ..protocol import CANDIDATE_ERRORS_RECORD, CANDIDATES_KEY, K_MOMENTS_PHASE, K_SPREADS_PHASE
 from .base import ClusteringStrategy, Reply
+from .features import known_data_sources
 
 __all__ = ["CandidateSearch", "search_k", "search_problem", "search_strategy"]
 
@@ -279,11 +280,13 @@ class CandidateSearch(ClusteringStrategy):
 
         An exchange the algorithm makes before round 1 (FKM under secure aggregation: the
         federation's moments) is made once, by the first candidate, and its result
-        handed to the others (``shared_start``).
+        handed to the others (``shared_start``). The run's ``data-source`` replies
+        (:func:`~.features.known_data_sources`) are every candidate's.
         """
         self._share_features()
-        shared = None
+        shared, known = None, known_data_sources(self)
         for c in self.candidates:
+            c.record.data_sources = known
             if shared is not None:
                 c.shared_start = shared
             c.initialize(grid, timeout)

@@ -45,7 +45,7 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     with_features,
 )
-from ..replies import Collected, NodeBook, Reply, Totals
+from ..replies import Asked, Collected, NodeBook, Reply, Totals
 from .contracts import Bounds, ContractBreach, Sent, check_contract, short_reason
 from .ledger import Ledger, ledger_entry, min_count
 
@@ -332,7 +332,8 @@ class Exchange:
         Returns
         -------
         Collected
-            Valid replies in client-id order, and the absent nodes with the reason.
+            Valid replies in client-id order, and the absent nodes with the reason; its
+            ``asked`` holds the messages and the replies (:meth:`collect_again`).
         """
         cfg = {**dict(config or {}), "phase": phase, "seed": self.seed}
         if per_node is None:
@@ -347,11 +348,32 @@ class Exchange:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
         collected = self.collect(server_round, replies, parse, kind=phase,
                                  min_replies=min_replies)
-        if parts is None:
-            return collected
         return Collected(collected, absent=collected.absent, received=collected.received,
                          n_features=collected.n_features,
-                         totals=self.sum_parts(server_round, phase, collected, parts))
+                         totals=(None if parts is None
+                                 else self.sum_parts(server_round, phase, collected, parts)),
+                         asked=Asked(server_round, phase, messages, replies, timeout))
+
+    def collect_again(self, asked: Asked, *, min_replies: int | None = None) -> Collected:
+        """The replies of an exchange made before, collected again; no message is sent.
+
+        What a second exchange of the same phase would collect if every node answered
+        it as before: the replies are checked against the run's state now (its contract,
+        the rows each client declared, the node identities) and leave the same marks on
+        it (node identities, absent nodes, declared rows), without a ledger entry (the
+        ledger has each reply once, from when it was received). For a phase that reads no
+        payload (``parse``), such as ``data-source``.
+
+        Parameters
+        ----------
+        asked : Asked
+            The exchange (``Collected.asked`` of :meth:`send`).
+        min_replies : int, optional
+            The fewest valid replies to accept (default ``min_nodes``).
+        """
+        self.sent(asked.messages, asked.timeout)
+        return self.collect(asked.server_round, asked.replies, kind=asked.phase,
+                            min_replies=min_replies, record=False)
 
     def sum_parts(self, server_round: int, phase: str, replies: list[Reply], parts) -> Totals:
         """The replies' ``parts(reply)`` summed element-wise in client-id order.
@@ -398,7 +420,7 @@ class Exchange:
 
     def collect(
         self, server_round: int, replies, parse=None, kind: str = "train",
-        min_replies: int | None = None,
+        min_replies: int | None = None, *, record: bool = True,
     ) -> Collected:
         """Decode replies, drop the bad ones with a logged reason, sort by client id.
 
@@ -415,6 +437,9 @@ class Exchange:
             The phase (``"train"``, ``"evaluate"``, ...; for the contract and logs).
         min_replies : int, optional
             The fewest valid replies to accept (default ``min_nodes``).
+        record : bool, default True
+            Give every reply its ledger entry (``False``: replies the ledger has already,
+            :meth:`collect_again`).
 
         Returns
         -------
@@ -444,6 +469,7 @@ class Exchange:
         self._sent = None
         view = self.view()
         book = self.nodes
+        ledger = self.ledger if record else Ledger()  # (a scratch one: entries not kept)
         replies = list(replies)
         origin = _reply_origins(messages, replies)
         problems: dict[int, str] = {}  # node -> why it sent no valid reply
@@ -484,7 +510,7 @@ class Exchange:
                                "contract: %s", server_round, kind, book.who(node), ex)
                 continue
             book.client_of[node] = cid
-            entry = self.ledger.add(ledger_entry(server_round, kind, cid, msg, metrics))
+            entry = ledger.add(ledger_entry(server_round, kind, cid, msg, metrics))
             try:
                 stats = dict(metrics)
                 if "stats" in msg.content:

@@ -61,10 +61,11 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     MOMENT_KEYS,
 )
+from ..replies import Collected
 from ..run_options import UNIT_CHECKS, RunOptions
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
-           "prepare_features"]
+           "known_data_sources", "prepare_features"]
 
 #: What a missing cell becomes in the clients' transform, per ``missing`` policy.
 _TRANSFORM_MISSING = {"mean": "mean", "drop": "drop", "partial": "keep", "refuse": "refuse"}
@@ -178,6 +179,25 @@ def data_source_config(strategy: Any) -> dict[str, Any]:
     return summer.feature_config(options.scaling, tuple(options.datetime_columns))
 
 
+def known_data_sources(strategy: Any) -> Collected | None:
+    """The run's ``data-source`` replies when it asked for them already; ``None`` if not.
+
+    The features step's own query (``strategy.record.data_sources``, made in
+    :func:`prepare_features` when no caller asked), else the App's check before
+    :meth:`~flwr_clustering.strategies.base.ClusteringStrategy.start`
+    (``strategy.site_sources``, :func:`flwr_clustering.app.data_source.query_data_sources`).
+    An algorithm that needs the replies again before round 1 (FKM's clients count and
+    feature width under DP or secure aggregation) collects these
+    (:meth:`~flwr_clustering.strategies.exchange.Exchange.collect_again`) instead of
+    asking every node a second time.
+    """
+    for replies in (getattr(getattr(strategy, "record", None), "data_sources", None),
+                    getattr(strategy, "site_sources", None)):
+        if replies is not None and replies.asked is not None:
+            return replies
+    return None
+
+
 def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
     """The columns a ``data-source`` reply described (``None``: it described none).
 
@@ -240,6 +260,7 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
                                     min_replies=0, timeout=timeout)
         # a client whose description was dropped (logged) may still answer the rounds
         strategy.run_absent = before
+        strategy.record.data_sources = replies  # (the algorithm's start reads them too)
         records = {r.client_id: r.columns for r in replies}
         absent = {strategy.who(n): why for n, why in replies.absent.items()}
     described = {}

@@ -15,7 +15,9 @@ from ..algorithms.lloyd import matched_shift
 from ..algorithms.local_centroids import LocalCentroids, check_local_centroids
 from ..algorithms.upload import Arrays, Claims
 from ..protocol import DATA_SOURCE_PHASE
+from ..replies import Collected
 from .base import ClusteringStrategy, Reply, logger
+from .features import known_data_sources
 
 __all__ = ["FedKMeans"]
 
@@ -187,8 +189,10 @@ class FedKMeans(ClusteringStrategy):
     def initialize(self, grid: Grid, timeout: float) -> None:
         """DP or secure aggregation: starting centroids without any client's own upload.
 
-        The feature count and the number of clients come from one ``data-source`` query
-        (counts and a hash of each client's rows, no statistic of them); the clients'
+        The feature count and the number of clients come from the run's ``data-source``
+        replies (counts and a hash of each client's rows, no statistic of them): those of
+        the query made before (the App's check, or the features step's), collected again
+        under the run's rules, else one query now (:meth:`_data_sources`); the clients'
         DP noise is calibrated for that many clients. DP starts from its two init
         mechanisms (``dp-init='moments'``, :meth:`_dp_moments_start`, paid from the
         budget) or draws the starting centroids in the data ball (``dp-init='random'``, no
@@ -207,8 +211,7 @@ class FedKMeans(ClusteringStrategy):
 
         shared = getattr(self, "shared_start", None)  # a search's first candidate's
         if shared is None:
-            valid = self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
-                                  timeout=timeout)
+            valid = self._data_sources(grid, timeout)
             transform = getattr(self, "feature_transform", None)
             if transform is not None:
                 # the agreed features: a site's file may hold others (ignored) or dates
@@ -267,6 +270,22 @@ class FedKMeans(ClusteringStrategy):
                     self.options.dp_epsilon, self.options.dp_delta, self.max_rounds,
                     self.options.data_bound, self.noise_multiplier, self.sigma,
                     self.options.dp_placement, self.dp_clients)
+
+    def _data_sources(self, grid: Grid, timeout: float) -> Collected:
+        """The valid ``data-source`` replies of every node (at least ``min_nodes``).
+
+        The replies the run has already (:func:`~.features.known_data_sources`: the App's
+        check, or the features step's query), collected again under the run's rules
+        (node identities, absent nodes and declared rows as a second query would leave
+        them, no second ledger entry), else one query now. With ``fraction < 1`` the
+        query is made (it samples the nodes, drawing from the sampling generator, which
+        the rounds' samples follow).
+        """
+        known = known_data_sources(self) if self.fraction >= 1.0 else None
+        if known is None:
+            return self.exchange(grid, 0, DATA_SOURCE_PHASE, min_replies=self.min_nodes,
+                                 timeout=timeout)
+        return self.exchanger.collect_again(known.asked, min_replies=self.min_nodes)
 
     def _partial_start(self, grid: Grid, timeout: float) -> None:
         """Partial FKM's start: ``k`` centres in each feature's mean +- 2 std of its values.

@@ -54,6 +54,10 @@ class RunRecord:
         What the split check (and refinement) found.
     run_warnings : list of str
         Warnings logged during the run (put first among :attr:`warnings`).
+    data_sources : Collected or None
+        The ``data-source`` replies the run asked for itself before round 1 (the features
+        step's query, :func:`~flwr_clustering.strategies.features.prepare_features`);
+        ``None`` when it did not ask (not in the checkpoint: round 0 is not run again).
     diagnostics, warnings
         The end-of-run checks (:func:`~flwr_clustering.strategies.diagnosis.diagnose`).
     """
@@ -76,6 +80,7 @@ class RunRecord:
     evaluation_stats: list[dict[str, Any]] = field(default_factory=list)
     split_result: dict[str, Any] | None = None
     run_warnings: list[str] = field(default_factory=list)
+    data_sources: Any = None
     diagnostics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
