@@ -303,9 +303,14 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "Calinski-Harabasz and Davies-Bouldin (`algorithms.choose_k.candidate_scores`)."),
     Phase(
         "secure-evaluate", "train", "with secure-aggregation (and `evaluate`): after the "
-        "last round, in place of the evaluation's statistics (then `final` without them)",
+        "last round, in place of the evaluation's statistics (then `final` without them, "
+        "unless this message delivered the model)",
         sends=("`centroids` (k, d) float64: the model",),
-        config=("`n-classes` int, optional: the contingency table's width",),
+        config=("`n-classes` int, optional: the contingency table's width",
+                "`final` bool, optional: true when every node is asked (`fraction` 1) and "
+                "the algorithm's final message is its centroids: the client labels its "
+                "rows as for `final`, and no `final` message follows if every node "
+                "answered"),
         reply_arrays=("`head` (5,) float64: rows, SSE, silhouette sum, has labels (0/1), "
                       "sum of squares of the rows",
                       "`cluster-counts` (k,) float64", "`sum-x` (d,) float64",

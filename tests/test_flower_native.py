@@ -86,9 +86,10 @@ def test_start_keeps_flowers_contract_next_to_fedavg():
     assert sorted(result.evaluate_metrics_clientapp) == sorted(ref.evaluate_metrics_clientapp)
     assert len(strategy.history) == 3
     kinds = [m.metadata.message_type for m in grid.sent]
-    # FedAvg's order: train, evaluate; before the last evaluation the split check's queries
+    # FedAvg's order: train, evaluate; the last evaluation carries the split check's first
+    # sums, its second exchange (a query) follows
     assert kinds == ((["train"] * N + ["evaluate"] * N) * 2
-                     + ["train"] * N + ["query"] * 2 * N + ["evaluate"] * N)
+                     + ["train"] * N + ["evaluate"] * N + ["query"] * N)
 
 
 def test_should_stop_ends_the_run_as_flowers_1_43_start_does():
@@ -119,7 +120,9 @@ def test_should_stop_ends_the_run_as_flowers_1_43_start_does():
     # the three rounds are the pure loop's, and every node got the final model
     ref = run_fkm([x for x, _ in data], 16, max_rounds=3, tol=-1.0, seed=0)
     np.testing.assert_array_equal(strategy.centroids, ref.centroids)
-    assert [m.metadata.message_type for m in grid.sent][-N:] == ["evaluate"] * N
+    final = [m for m in grid.sent if m.metadata.message_type == "evaluate"
+             and m.content["config"]["final"]]
+    assert sorted(m.metadata.dst_node_id for m in final) == sorted(grid.get_node_ids())
     assert strategy.stopped and strategy.final_metrics  # the final evaluation ran
     assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2, 3]
 
@@ -183,8 +186,13 @@ def test_every_client_receives_the_final_model_and_keeps_its_labels(tmp_path):
     final = [m for m in grid.sent if m.metadata.message_type == "evaluate"]
     assert len(final) == N and all(m.content["config"]["final"] for m in final)
     assert not any(m.content["config"]["evaluate"] for m in final)
-    for m in grid.received[-N:]:
-        assert "stats" not in m.content and "arrays" not in m.content  # nothing about rows
+    replies = [m for m in grid.received if m.metadata.reply_to_message_id in
+               {f.metadata.message_id for f in final}]
+    assert len(replies) == N
+    for m in replies:  # no evaluation statistics: only the split check's sums (default on)
+        assert "arrays" not in m.content
+        assert set(m.content["stats"].keys()) == {"split-counts", "split-sums",
+                                                  "split-scatter"}
     assert strategy.final_metrics == {}
     for i in range(N):
         expected = assign_to_nearest(data[i][0], strategy.centroids)[0]
@@ -366,7 +374,7 @@ def test_the_app_keys_for_per_round_evaluation_and_exact_rounds(tmp_path):
     # round 0: the library's data-source query (one per node) and its feature moments
     # (the scaling, scaling='standard' by default), then the rounds
     assert kinds == (["query"] * 4 + (["train"] * 2 + ["evaluate"] * 2) * 3
-                     + ["train"] * 2 + ["query"] * 4 + ["evaluate"] * 2)  # split check
+                     + ["train"] * 2 + ["evaluate"] * 2 + ["query"] * 2)  # split check
     assert all(m.content["config"]["phase"] == "data-source" for m in grid.sent[:2])
     assert all(m.content["config"]["phase"] == "feature-moments" for m in grid.sent[2:4])
     # every message after the moments carries the federation's features and scaling

@@ -210,7 +210,7 @@ def test_secure_fkm_equals_federated_lloyd_and_the_server_sees_only_totals(keys)
     assert ledger["secure-aggregation"] is True
     assert {e["phase"] for e in ledger["messages"]} == {
         "data-source", "secure-update (secure)", "split-scatter (secure)",
-        "split-histograms (secure)", "secure-evaluate (secure)", "evaluate"}
+        "split-histograms (secure)", "secure-evaluate (secure)"}  # (it delivered the model)
     assert all(e["floats"] == e["integers"] == 0 for e in ledger["messages"])
     # 8 rounds, the split check's two exchanges, the evaluation
     assert [t["clients"] for t in ledger["secure-totals"]] == [5] * 11
@@ -443,3 +443,31 @@ def test_secure_masked_federated_rounds_equal_the_plain_ones():
     # the ledger says which replies the server saw on their own: round 1's only
     plain_train = [e for e in secure.privacy_ledger()["messages"] if e["phase"] == "train"]
     assert plain_train and all(e["round"] == 1 for e in plain_train)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.8])
+def test_the_secure_evaluation_delivers_the_final_model(tmp_path, fraction):
+    """Issue 52: the final model reaches every node in the secure evaluation's message (no
+    plain evaluate exchange after it), and every node keeps the labels of its rows; with
+    nodes sampled the plain delivery stays, as before."""
+    from flwr_clustering.algorithms.lloyd import assign_to_nearest
+
+    data = _clients()
+    paths = [tmp_path / f"node{i}.npy" for i in range(5)]
+    C0 = np.concatenate([x for x, _ in data])[::50][:16]
+    grid = InProcessGrid(client_app_for(FedKMeansClient, data), 5,
+                         node_configs=[{"labels-path": str(p)} for p in paths])
+    strategy = FedKMeans(16, min_nodes=4, seed=1, max_rounds=3, secure_aggregation=True,
+                         fraction=fraction, **LLOYD)
+    strategy.start(grid=grid, initial_arrays=ArrayRecord({"centroids": Array(C0)}))
+    plain = [m for m in grid.sent if m.metadata.message_type == "evaluate"]
+    delivering = [m for m in grid.sent if m.metadata.message_type == "train"
+                  and m.content.config_records.get("config", {}).get("final")]
+    if fraction < 1.0:
+        assert plain and all(m.content["config"]["final"] for m in plain) and not delivering
+        return
+    assert not plain and len(delivering) == 5
+    assert strategy.final_metrics["num-examples"] == sum(len(x) for x, _ in data)
+    for i, (x, _) in enumerate(data):
+        np.testing.assert_array_equal(np.load(paths[i]),
+                                      assign_to_nearest(x, strategy.centroids)[0])

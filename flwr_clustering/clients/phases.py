@@ -226,9 +226,14 @@ def secure_evaluate(r: Request) -> Message | None:
     """``secure-evaluate``, a ``train`` message: the evaluation's statistics as arrays.
 
     Summed by the secure aggregation mod (:func:`~.statistics.secure_evaluation_arrays`).
+    With ``final=True`` it is also the final model's delivery: the client first labels
+    its rows, as for the ``evaluate`` message.
     """
     if r.kind != "train":
         return None
+    if r.config.get("final") and hasattr(r.client, "local_labels"):
+        keep_labels(r.context, labels_of_rows_read(
+            r.client, r.client.local_labels(r.params[:1], r.config)), r.cid)
     arrays = secure_evaluation_arrays(r.client, r.params[0], r.config)
     return r.reply(arrays, len(r.client.X), {})
 

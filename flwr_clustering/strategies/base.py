@@ -443,6 +443,8 @@ class ClusteringStrategy(Strategy):
         self.nodes = NodeBook()
         self.rules = ReplyRules()
         self._expect_stats = True
+        #: the nodes in the last secure evaluation's totals
+        self._secure_evaluated: set[int] = set()
         #: the last evaluation's replies that carried the split check's sums
         self._split_replies: list[Reply] = []
         self._start_exchanges(self.round_timeout)
@@ -857,11 +859,21 @@ class ClusteringStrategy(Strategy):
         self._split_replies = []
         if self.summer.sums_only:
             metrics = None
+            # the secure evaluation of the final model delivers it too when it reaches
+            # every node (no sampling; the base's final message: the centroids alone)
+            delivers = (final and self.exchanger.fraction >= 1.0 and type(self)
+                        .configure_evaluate is ClusteringStrategy.configure_evaluate)
+            self._secure_evaluated = set()
             if self.secure_evaluate and self.centroids is not None:
-                cfg = {**dict(evaluate_config or {}), "profile": bool(final)}
+                cfg = {**dict(evaluate_config or {}), "profile": bool(final),
+                       **({"final": True} if delivers else {})}
                 metrics = self.secure_evaluation(grid, server_round, ConfigRecord(cfg),
                                                  timeout)
-            if final:
+            if delivers and self._secure_evaluated and self._secure_evaluated >= set(
+                    self.exchanger.wait_for_nodes(grid)):
+                logger.info("round %d: every node received the final model in the secure "
+                            "evaluation", server_round)
+            elif final:
                 cfg = self.evaluation_config(evaluate_config, final=True)
                 messages = self.configure_evaluate(server_round, arrays, cfg, grid)
                 if messages:
@@ -1184,6 +1196,7 @@ class ClusteringStrategy(Strategy):
         cfg = {k: v for k, v in dict(config or {}).items() if k not in ("phase", "seed")}
         totals = self.secure_exchange(grid, server_round, SECURE_EVALUATE_PHASE,
                                       [self.centroids], cfg, timeout=timeout)
+        self._secure_evaluated = {int(n) for n in totals.nodes}
         stats, labelled = evaluation_stats(totals, profile=bool(cfg.get("profile")),
                                            row_moments=self.secure_row_moments)
         if "contingency" not in stats and len(totals.sums) > 4 + bool(cfg.get("profile")):
