@@ -456,3 +456,104 @@ def test_exchanges_per_run_are_counted_and_named(tmp_path):
     assert fkm["rounds_part"]["update"] == 2 and fkm["total"] == 2 + 3 + 2
     table = exchanges_markdown({"nodes": 3, "rows": rows})
     assert "| kfed | 1 | 5 | data-source, feature-moments |" in table
+
+
+def _stat(pid, comm, state, ppid, utime, stime, cutime, cstime, start=100):
+    """A /proc/<pid>/stat line (proc(5)): fields 1-22, then two more."""
+    mid = " ".join(["0"] * 5)  # flags, minflt, cminflt, majflt, cmajflt (fields 9-13)
+    return (f"{pid} ({comm}) {state} {ppid} 0 0 0 -1 {mid} {utime} {stime} {cutime} "
+            f"{cstime} 20 0 1 0 {start} 1000 10 0")
+
+
+def test_parse_stat_reads_cpu_fields_and_a_comm_with_spaces():
+    from simulations.benchmarks.supernodes import parse_stat
+
+    row = parse_stat(7, _stat(7, "flwr clientapp)", "Z", 3, 250, 50, 12, 8, start=555), 100.0)
+    assert (row.pid, row.ppid, row.state, row.comm, row.start_time) == (
+        7, 3, "Z", "flwr clientapp)", 555)
+    assert row.own_s == 3.0 and row.reaped_s == 0.2
+
+
+def _tree(apps):
+    """SuperLink 1 -> SuperExec 2 -> apps; ``apps``: {pid: (state, own ticks)}; 2 reaped some."""
+    from simulations.benchmarks.supernodes import parse_stat
+
+    rows = [_stat(1, "flower-superlin", "S", 0, 40, 10, 0, 0),
+            _stat(2, "flower-superexe", "S", 1, 5, 5, apps.pop("reaped", 0), 0)]
+    rows += [_stat(pid, "flwr-serverapp", state, 2, ticks, 0, 0, 0)
+             for pid, (state, ticks) in apps.items()]
+    rows.append(_stat(9, "unrelated", "S", 0, 999, 999, 999, 999))
+    return {int(r.split()[0]): parse_stat(int(r.split()[0]), r, 10.0) for r in rows}
+
+
+def test_tree_cpu_counts_reaped_and_zombie_apps_once():
+    from simulations.benchmarks.supernodes import cpu_delta, tree_cpu
+
+    # before: a zombie of the last run (30 ticks) waits to be reaped
+    before = tree_cpu(_tree({5: ("Z", 30)}), [1])
+    assert before["apps_s"] == 3.0 and before["apps"] == 1
+    assert before["names"] == {"root": ["flower-superlin"], "middle": ["flower-superexe"],
+                               "apps": ["flwr-serverapp"]}
+    # after: it was reaped (30 ticks moved to cutime), this run's app (70 ticks) is a zombie
+    # and another (20) was reaped too: this run's apps used 90 ticks = 9 s
+    after = tree_cpu(_tree({"reaped": 50, 6: ("Z", 70)}), [1])
+    delta = cpu_delta(before, after)
+    assert delta["apps_s"] == 9.0
+    assert delta["root_s"] == 0.0 and delta["middle_s"] == 0.0
+    # a replaced SuperExec: the apps' CPU is unknown, not wrong
+    other = dict(after)
+    other["middle"] = [(2, 101)]
+    assert cpu_delta(before, other)["apps_s"] is None
+
+
+def test_node_messages_counts_one_run_from_a_supernode_log():
+    from simulations.benchmarks.supernodes import node_messages
+
+    log = "\n".join([
+        "\x1b[92mINFO \x1b[0m:      [RUN 11, ROUND 0]",
+        "\x1b[92mINFO \x1b[0m:      Receiving: query message (ID: aa)",
+        "INFO :      Sending: query message (ID: bb)",
+        "INFO :      [RUN 22, ROUND 1]",
+        "INFO :      Receiving: train message (ID: cc)",
+        "INFO :      [RUN 22, ROUND 1]",
+        "INFO :      Sending: train message (ID: dd)",
+        "INFO :      [RUN 22, ROUND 2]",
+        "INFO :      Receiving: train message (ID: ee)",
+        "INFO :      [RUN 22, ROUND 2]",
+        "INFO :      Receiving: evaluate message (ID: ff)",
+    ])
+    assert node_messages(log, 22) == {"train": 2, "evaluate": 1}
+    assert node_messages(log, 11) == {"query": 1}
+    assert node_messages(log, 33) == {}
+
+
+def test_run_costs_and_the_table_report_exchanges_and_cpu():
+    from simulations.benchmarks.supernodes import run_costs, supernodes_markdown, supernodes_table
+
+    link = {"root_s": 1.5, "middle_s": 0.5, "apps_s": 6.0}
+    nodes = {"root_s": 3.0, "middle_s": 1.0, "apps_s": 60.0}
+    costs = run_costs(3, [{"train": 4, "query": 1}, {"train": 4, "query": 1}], link, nodes)
+    assert costs["exchanges"] == 5 and costs["messages"] == 10
+    assert costs["messages_by_type"] == {"train": 8, "query": 2}
+    assert costs["cpu_per_message_s"] == 6.0
+    assert costs["superlink_cpu_per_round_s"] == 0.5
+    assert costs["serverapp_cpu_per_round_s"] == 2.0
+    assert costs["supernode_cpu_per_round_s"] == 1.0
+    # nodes that disagree: no exchange count; an unknown CPU stays unknown
+    odd = run_costs(3, [{"train": 4}, {"train": 3}], link, {**nodes, "apps_s": None})
+    assert odd["exchanges"] is None and odd["cpu_per_message_s"] is None
+    run = {"algorithm": "fkm-lloyd", "ok": True, "repeat": 0, "median_s": 2.0,
+           "round_seconds": [3.0, 2.0, 2.0], **costs}
+    table = supernodes_table([run, {**run, **run_costs(3, [{"train": 7}] * 2, link,
+                                                        {**nodes, "apps_s": 28.0})}],
+                             ["fkm-lloyd"])
+    row = table["fkm-lloyd"]
+    assert row["exchanges"] == 6.0 and row["cpu_per_message_s"] == 4.0
+    assert row["superlink_cpu_per_round_s"] == 0.5
+    result = {"params": {"nodes": 2, "samples_per_node": 50, "features": 2, "k": 16,
+                         "rounds": 3, "repeats": 1, "algorithms": ["fkm-lloyd"]},
+              "runs": [run], "table": table}
+    md = supernodes_markdown(result)
+    assert "| exchanges | CPU / message (s) | SuperLink CPU / round (s) |" in md
+    assert "| 6 | 4.00 | 0.500 | 2.000 |" in md
+    assert "| 5 ({'train': 8, 'query': 2}) | 60.0 | 1.50 / 0.50 / 6.00 | 3.00 / 1.00 |" in md

@@ -18,6 +18,12 @@ SuperNode polls every 3 s, every message starts a fresh ``flwr-clientapp`` proce
 Peak memory is the largest summed PSS of every process of the federation (SuperLink,
 SuperNodes and all their descendants: SuperExecs, ServerApp, ClientApps), sampled in the
 background.
+Each run also reports its exchanges (the messages each SuperNode received for it, counted
+from the SuperNodes' logs: what the deployment did, not a model of it), the CPU per
+message of the ``flwr-clientapp`` processes, and the CPU of the SuperLink, of its
+SuperExec and of the ``flwr-serverapp`` during the run (:func:`tree_cpu`: two snapshots
+of ``/proc``, before the run and after its last app process exited; an exited app's CPU is
+read from its zombie or, once its SuperExec reaped it, from the SuperExec's ``cutime``).
 
 Every message starts a fresh process, so the ratio also counts imports: echo's ClientApp
 and ServerApp import the ``simulations`` package (and with it scikit-learn) for every
@@ -40,6 +46,7 @@ reads its own file imports no ``module:ATTRIBUTE`` algorithm otherwise.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import time
@@ -63,19 +70,26 @@ from .processes import (
 
 __all__ = [
     "DATABASES",
+    "CpuRow",
     "Federation",
     "REPO_ROOT",
     "add_parser",
     "bench_supernodes",
+    "cpu_delta",
+    "cpu_snapshot",
     "job_run_config",
     "main",
+    "node_messages",
     "node_partitions",
+    "parse_stat",
+    "run_costs",
     "run_job",
     "start_federation",
     "stop_federation",
     "superlink_args",
     "supernodes_markdown",
     "supernodes_table",
+    "tree_cpu",
 ]
 
 MIB = 1024.0
@@ -348,6 +362,204 @@ def run_job(
     return rec
 
 
+# ============================================================== CPU and exchanges per run
+@dataclass(frozen=True)
+class CpuRow:
+    """One process's CPU from ``/proc/<pid>/stat`` (seconds).
+
+    Attributes
+    ----------
+    pid, ppid, start_time : int
+        Its id, its parent's, its start (clock ticks since boot).
+    comm, state : str
+        Its command name (field 2; a zombie keeps it) and state (``"Z"``: exited, not yet
+        reaped: its CPU is still its own).
+    own_s : float
+        ``utime + stime``: its own CPU.
+    reaped_s : float
+        ``cutime + cstime``: the CPU of its children it has reaped (``wait``); an exited
+        child's CPU moves here when its parent reaps it.
+    """
+
+    pid: int
+    ppid: int
+    start_time: int
+    comm: str
+    state: str
+    own_s: float
+    reaped_s: float
+
+
+def parse_stat(pid: int, text: str, ticks: float) -> CpuRow:
+    """A :class:`CpuRow` from the text of ``/proc/<pid>/stat`` (``ticks``: clock ticks/s)."""
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    rest = text[text.rindex(")") + 2:].split()
+    # proc(5) fields 3..: state, ppid, ..., utime (14), stime, cutime, cstime, ...,
+    # starttime (22)
+    return CpuRow(pid=int(pid), ppid=int(rest[1]), start_time=int(rest[19]), comm=comm,
+                  state=rest[0], own_s=(int(rest[11]) + int(rest[12])) / ticks,
+                  reaped_s=(int(rest[13]) + int(rest[14])) / ticks)
+
+
+def cpu_snapshot(roots: Sequence[int]) -> dict[int, CpuRow]:
+    """The :class:`CpuRow` of ``roots`` and every descendant, zombies included."""
+    import os
+
+    ticks = float(os.sysconf("SC_CLK_TCK"))
+    rows: dict[int, CpuRow] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                rows[int(entry)] = parse_stat(int(entry), Path(f"/proc/{entry}/stat").read_text(),
+                                              ticks)
+            except (OSError, ValueError, IndexError):
+                continue
+    children: dict[int, list[int]] = {}
+    for row in rows.values():
+        children.setdefault(row.ppid, []).append(row.pid)
+    keep, todo = set(), [r for r in roots if r in rows]
+    while todo:
+        pid = todo.pop()
+        if pid not in keep:
+            keep.add(pid)
+            todo += children.get(pid, [])
+    return {pid: rows[pid] for pid in keep}
+
+
+def tree_cpu(snapshot: dict[int, CpuRow], roots: Sequence[int]) -> dict[str, Any]:
+    """The CPU so far of three generations below ``roots``: the roots, their children, the rest.
+
+    A SuperLink (or SuperNode) starts one ``flower-superexec`` child, which starts a
+    ``flwr-serverapp`` (``flwr-clientapp``) process per run (per message) with
+    ``subprocess.Popen`` and never waits for it: Python's ``subprocess`` reaps an exited one
+    at the SuperExec's next ``Popen``. Until then it is a zombie whose ``/proc`` entry still
+    holds its CPU; after, its CPU is in the SuperExec's ``cutime``/``cstime``. So the apps'
+    CPU so far is the children's reaped CPU plus every app process still listed (running
+    or zombie): the difference of two snapshots is the apps' CPU in between, exactly (as
+    long as no SuperExec was replaced in between: ``middle`` names them).
+
+    Returns
+    -------
+    dict
+        ``root_s`` (the roots' own CPU), ``middle_s`` (their children's own), ``apps_s``
+        (everything below, reaped or not), ``apps`` (app processes listed), ``middle``
+        (``[(pid, start_time)]`` of the children) and ``names`` (``{generation: sorted command
+        names}``).
+    """
+    root_set = {r for r in roots if r in snapshot}
+    middle = [row for row in snapshot.values() if row.ppid in root_set]
+    middle_set = {row.pid for row in middle}
+    apps = [row for row in snapshot.values() if row.ppid in middle_set]
+    return {
+        "root_s": sum(snapshot[r].own_s for r in root_set),
+        "middle_s": sum(row.own_s for row in middle),
+        "apps_s": sum(row.reaped_s for row in middle)
+                  + sum(row.own_s + row.reaped_s for row in apps),
+        "apps": len(apps),
+        "middle": sorted((row.pid, row.start_time) for row in middle),
+        "names": {"root": sorted({snapshot[r].comm for r in root_set}),
+                  "middle": sorted({row.comm for row in middle}),
+                  "apps": sorted({row.comm for row in apps})},
+    }
+
+
+def cpu_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+    """``after - before`` of two :func:`tree_cpu` results (``None`` if a child was replaced)."""
+    same = before["middle"] == after["middle"]
+    return {key: (after[key] - before[key]) if same or key == "root_s" else None
+            for key in ("root_s", "middle_s", "apps_s")}
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RUN_LINE = re.compile(r"\[RUN (\d+), ROUND \d+\]")
+_RECEIVING = re.compile(r"Receiving: (\S+) message")
+
+
+def node_messages(log: str, run_id: int) -> dict[str, int]:
+    """The messages a SuperNode received for run ``run_id``, by type, from its log.
+
+    Flower's SuperNode logs ``[RUN <id>, ROUND <r>]`` then ``Receiving: <type> message``
+    for every message it pulls (each then starts one ``flwr-clientapp``).
+    """
+    counts: dict[str, int] = {}
+    current = None
+    for line in _ANSI.sub("", log).splitlines():
+        m = _RUN_LINE.search(line)
+        if m:
+            current = int(m.group(1))
+            continue
+        m = _RECEIVING.search(line)
+        if m and current == int(run_id):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def run_costs(rounds: int, messages_by_node: Sequence[dict[str, int]],
+              link: dict[str, float | None], nodes: dict[str, float | None]) -> dict[str, Any]:
+    """A run's exchanges and CPU from its nodes' messages and two :func:`cpu_delta` results.
+
+    Parameters
+    ----------
+    rounds : int
+        The run's rounds (the per-round figures divide by it).
+    messages_by_node : sequence of dict
+        :func:`node_messages` of every SuperNode.
+    link, nodes : dict
+        :func:`cpu_delta` of the SuperLink's tree (SuperLink, its SuperExec, the ServerApp)
+        and of the SuperNodes' trees (SuperNodes, their SuperExecs, the ClientApps).
+
+    Returns
+    -------
+    dict
+        ``exchanges`` (messages per node; ``None`` if the nodes disagree), ``messages``
+        (all nodes), ``messages_by_type``, ``clientapp_cpu_s`` and ``cpu_per_message_s``,
+        ``superlink_cpu_s``, ``superlink_superexec_cpu_s``, ``serverapp_cpu_s``,
+        ``supernode_cpu_s``, ``supernode_superexec_cpu_s`` and the SuperLink's,
+        ServerApp's and SuperNodes' ``..._per_round_s``.
+    """
+    per_node = [sum(m.values()) for m in messages_by_node]
+    messages = sum(per_node)
+    by_type: dict[str, int] = {}
+    for m in messages_by_node:
+        for kind, n in m.items():
+            by_type[kind] = by_type.get(kind, 0) + n
+
+    def per(value: float | None, n: int) -> float | None:
+        return value / n if value is not None and n else None
+
+    costs: dict[str, Any] = {
+        "exchanges": per_node[0] if per_node and len(set(per_node)) == 1 else None,
+        "messages": messages, "messages_by_type": by_type,
+        "superlink_cpu_s": link["root_s"], "superlink_superexec_cpu_s": link["middle_s"],
+        "serverapp_cpu_s": link["apps_s"], "supernode_cpu_s": nodes["root_s"],
+        "supernode_superexec_cpu_s": nodes["middle_s"], "clientapp_cpu_s": nodes["apps_s"],
+        "cpu_per_message_s": per(nodes["apps_s"], messages),
+    }
+    for key in ("superlink", "serverapp", "supernode"):
+        costs[f"{key}_cpu_per_round_s"] = per(costs[f"{key}_cpu_s"], int(rounds))
+    return costs
+
+
+def wait_for_apps(fed: Federation, timeout: float = 30.0) -> dict[int, CpuRow]:
+    """Wait until no ServerApp or ClientApp of ``fed`` runs (zombies allowed); snapshot."""
+    dep = fed.deployment
+    roots = [dep.superlink.pid, *(p.pid for p in dep.supernodes.values())]
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = cpu_snapshot(roots)
+        middle = {r.pid for r in snap.values() if r.ppid in roots}
+        if (not any(r.ppid in middle and r.state != "Z" for r in snap.values())
+                or time.monotonic() > deadline):
+            return snap
+        time.sleep(0.2)
+
+
+def fed_roots(fed: Federation) -> tuple[list[int], list[int]]:
+    """The SuperLink's pid and the SuperNodes' pids."""
+    dep = fed.deployment
+    return [dep.superlink.pid], [p.pid for p in dep.supernodes.values()]
+
+
 # ================================================================================ memory
 # ============================================================================= benchmark
 def _median(values: list[float]) -> float | None:
@@ -363,7 +575,9 @@ def supernodes_table(runs: list[dict[str, Any]],
     dict
         ``{algorithm: {"runs", "ok", "round_s" (median over runs of each run's median of
         rounds >= 2), "round_min_s", "round_max_s" (over all rounds >= 2 of all runs),
-        "round1_s", "wall_s", "serverapp_s", "peak_pss_mib"}, "ratio": ...}``.
+        "round1_s", "wall_s", "serverapp_s", "peak_pss_mib", "exchanges",
+        "cpu_per_message_s", "superlink_cpu_per_round_s", "serverapp_cpu_per_round_s"},
+        "ratio": ...}`` (the last four from :func:`run_costs`).
     """
     table: dict[str, Any] = {}
     for alg in dict.fromkeys([*algorithms, *(r["algorithm"] for r in runs)]):
@@ -380,6 +594,9 @@ def supernodes_table(runs: list[dict[str, Any]],
             "round_max_s": max(later) if later else None,
             "round1_s": med("round1_s"), "wall_s": med("wall_s"),
             "serverapp_s": med("serverapp_s"), "peak_pss_mib": med("peak_pss_mib"),
+            "exchanges": med("exchanges"), "cpu_per_message_s": med("cpu_per_message_s"),
+            "superlink_cpu_per_round_s": med("superlink_cpu_per_round_s"),
+            "serverapp_cpu_per_round_s": med("serverapp_cpu_per_round_s"),
         }
     f = (table.get("fkm") or {}).get("round_s")
     e = (table.get("echo") or {}).get("round_s")
@@ -492,12 +709,26 @@ def bench_supernodes(
                       f"rounds, repeat {rep}", flush=True)
                 sampler.reset_peak()
                 load_before = load_average()
+                link_roots, node_roots = fed_roots(fed)
+                snap = wait_for_apps(fed)
+                cpu_before = (tree_cpu(snap, link_roots), tree_cpu(snap, node_roots))
                 try:
                     rec = run_job(fed, alg, rounds, out / "runs" / f"{alg}-r{rep}", app=app,
                                   timeout=timeout, round_timeout=round_timeout)
                 except RuntimeError as exc:
                     rec = {"algorithm": alg, "nodes": int(nodes), "ok": False,
                            "error": tail(str(exc), 3000)}
+                snap = wait_for_apps(fed)
+                if rec.get("run_id") is not None:
+                    link_after, nodes_after = tree_cpu(snap, link_roots), tree_cpu(snap, node_roots)
+                    rec.update(run_costs(
+                        rounds,
+                        [node_messages(p.log(), rec["run_id"])
+                         for _, p in sorted(fed.deployment.supernodes.items())],
+                        cpu_delta(cpu_before[0], link_after),
+                        cpu_delta(cpu_before[1], nodes_after)))
+                    rec["process_names"] = {"superlink": link_after["names"],
+                                            "supernodes": nodes_after["names"]}
                 rec.update(repeat=rep, load_before=load_before, load_after=load_average(),
                            max_processes=dict(sorted(sampler.max_count.items())),
                            peak_pss_mib=sampler.peak_kib / MIB,
@@ -510,7 +741,10 @@ def bench_supernodes(
                       f"{[round(x, 2) for x in rec.get('round_seconds', [])]} clients="
                       f"{rec.get('clients_per_round')} peak PSS={rec['peak_pss_mib']:.0f} MiB "
                       f"ClientApps at once<={rec['max_processes'].get('flwr-clientapp', 0)} "
-                      f"status={rec.get('status')}", flush=True)
+                      f"status={rec.get('status')} exchanges={rec.get('exchanges')} "
+                      f"CPU/message={_fmt(rec.get('cpu_per_message_s'))}s SuperLink CPU/round="
+                      f"{_fmt(rec.get('superlink_cpu_per_round_s'))}s ServerApp CPU/round="
+                      f"{_fmt(rec.get('serverapp_cpu_per_round_s'))}s", flush=True)
                 write()
     finally:
         sampler.stop()
@@ -521,6 +755,10 @@ def bench_supernodes(
         print(f"stopped the federation by pid; survivors: {len(left)}", flush=True)
         write()
     return result
+
+
+def _fmt(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "n/a" if v is None else fmt.format(v)
 
 
 def _first_line(run: dict[str, Any], width: int = 200) -> str:
@@ -554,9 +792,17 @@ def supernodes_markdown(result: dict[str, Any]) -> str:
         f"{s(fed.get('idle_pss_mib'), '{:.0f}')} MiB. Load average before/after: "
         f"{result.get('load_before')} / {result.get('load_after', 'n/a')}.",
         "",
+        "Exchanges = messages each SuperNode received for the run (its log's `Receiving:` "
+        "lines); CPU per message = the `flwr-clientapp` processes' CPU (user + system, "
+        "reaped into their SuperExec's cutime/cstime or still listed as zombies) over all "
+        "nodes' messages; SuperLink and ServerApp CPU per round = the `flower-superlink` "
+        "process's own CPU and its `flwr-serverapp` grandchild's during the run, over its "
+        "rounds.",
+        "",
         "| algorithm | runs ok | round (s) | rounds >= 2 min-max (s) | round 1 (s) | "
-        "ServerApp (s) | wall (s) | peak PSS (MiB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "ServerApp (s) | wall (s) | peak PSS (MiB) | exchanges | CPU / message (s) | "
+        "SuperLink CPU / round (s) | ServerApp CPU / round (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for alg in p["algorithms"]:
         r = table.get(alg) or {}
@@ -564,11 +810,16 @@ def supernodes_markdown(result: dict[str, Any]) -> str:
             f"| {alg} | {r.get('ok', 0)}/{r.get('runs', 0)} | {s(r.get('round_s'), '{:.2f}')} | "
             f"{s(r.get('round_min_s'))}-{s(r.get('round_max_s'))} | "
             f"{s(r.get('round1_s'), '{:.1f}')} | {s(r.get('serverapp_s'), '{:.1f}')} | "
-            f"{s(r.get('wall_s'), '{:.1f}')} | {s(r.get('peak_pss_mib'), '{:.0f}')} |")
+            f"{s(r.get('wall_s'), '{:.1f}')} | {s(r.get('peak_pss_mib'), '{:.0f}')} | "
+            f"{s(r.get('exchanges'), '{:.0f}')} | {s(r.get('cpu_per_message_s'))} | "
+            f"{s(r.get('superlink_cpu_per_round_s'), '{:.3f}')} | "
+            f"{s(r.get('serverapp_cpu_per_round_s'), '{:.3f}')} |")
     lines += ["", f"FKM / echo round time: **{s(table.get('ratio'))}**", "",
               "| algorithm | repeat | ok | clients per round | round seconds | wall (s) | "
-              "peak PSS (MiB) | most ClientApps at once | load before / after |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "peak PSS (MiB) | most ClientApps at once | load before / after | exchanges "
+              "(messages by type) | ClientApp CPU (s) | SuperLink / its SuperExec / ServerApp "
+              "CPU (s) | SuperNodes / their SuperExecs CPU (s) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
         secs = ", ".join(f"{x:.2f}" for x in r.get("round_seconds", []))
         lines.append(
@@ -576,7 +827,11 @@ def supernodes_markdown(result: dict[str, Any]) -> str:
             f"{r.get('clients_per_round', 'n/a')} | {secs} | {s(r.get('wall_s'), '{:.1f}')} | "
             f"{s(r.get('peak_pss_mib'), '{:.0f}')} | "
             f"{(r.get('max_processes') or {}).get('flwr-clientapp', 'n/a')} | "
-            f"{r.get('load_before')} / {r.get('load_after')} |")
+            f"{r.get('load_before')} / {r.get('load_after')} | {r.get('exchanges', 'n/a')} "
+            f"({r.get('messages_by_type', 'n/a')}) | {s(r.get('clientapp_cpu_s'), '{:.1f}')} | "
+            f"{s(r.get('superlink_cpu_s'))} / {s(r.get('superlink_superexec_cpu_s'))} / "
+            f"{s(r.get('serverapp_cpu_s'))} | {s(r.get('supernode_cpu_s'))} / "
+            f"{s(r.get('supernode_superexec_cpu_s'))} |")
     failed = [r for r in result["runs"] if not r.get("ok")]
     if failed:
         lines += ["", "Failed runs (excluded): " + "; ".join(
