@@ -15,7 +15,12 @@ from flwr.app import (
     Message,
 )
 
-from ..protocol import SPLIT_CHECK_KEYS, SPLIT_SCATTER_PHASE
+from ..protocol import (
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+    SPLIT_CHECK_KEYS,
+    SPLIT_SCATTER_PHASE,
+)
 
 
 def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
@@ -32,7 +37,7 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
     if kind == "evaluate" and "stats" in msg.content and SPLIT_CHECK_KEYS[
             SPLIT_SCATTER_PHASE][0] in msg.content["stats"]:
         kind = f"evaluate+{SPLIT_SCATTER_PHASE}"
-    return {
+    entry = {
         "round": int(server_round), "phase": kind, "client": int(client_id),
         "floats": int(sum(a.size for a in arrays if a.dtype.kind == "f")),
         "integers": int(sum(a.size for a in arrays if a.dtype.kind in "iub")),
@@ -40,6 +45,11 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
         "raw-rows": int(metrics.get("raw-rows", 0)),
         "min-count": None,
     }
+    if kind == DATA_SOURCE_PHASE and "stats" in msg.content:
+        # a plain run that declares its features: the feature moments came with the
+        # columns (strategies.features.moments_with_columns), no feature-moments reply
+        entry["statistics"] = FEATURE_MOMENTS_PHASE
+    return entry
 
 
 def min_count(counts: np.ndarray | None, stats: dict[str, Any]) -> int | None:
