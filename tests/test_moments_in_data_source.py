@@ -39,7 +39,7 @@ def _sites(n=3, seed=0, dates=False, holes=0.0):
         if holes:
             for c in ("alcohol", "hue"):
                 site.loc[rng.random(len(site)) < holes, c] = np.nan
-        site.insert(0, "patient_id", np.arange(len(site)) + 1000 * i)
+        site.insert(0, "patient_id", np.arange(len(site)) + 1000 * (i + 1))
         if dates:
             site["visit"] = pd.Timestamp("2024-01-01") + pd.to_timedelta(
                 rng.integers(0, 400, len(site)), unit="D")
@@ -336,3 +336,57 @@ def test_a_hostile_merged_reply_breaks_the_contract_and_is_dropped(tamper, rule,
     assert phases.count("feature-moments") == 4
     assert strategy.feature_transform.features == ("c", "a", "b")
     assert [h["clients"] for h in strategy.history] == [4, 4, 4]
+
+
+# --------------------------------------------------------------- the App on local files
+
+
+def _files(tmp_path, frames):
+    configs = []
+    for i, frame in enumerate(frames):
+        path = tmp_path / f"site{i}.csv"
+        frame.to_csv(path, index=False)
+        configs.append({"data-path": str(path)})
+    return configs
+
+
+_LOCAL = {"algorithm": "fkm", "k": 3, "dataset": "local", "min-nodes": 3, "max-rounds": 3,
+          "feature-columns": ",".join(DECLARED), "index-column": "patient_id",
+          "missing": "drop"}
+
+
+def test_local_files_give_the_same_model_with_one_exchange_fewer(monkeypatch, tmp_path):
+    from flwr_clustering.testing import run_app
+
+    configs = _files(tmp_path, _sites(holes=0.05))
+    runs = {}
+    for merge in (True, False):
+        monkeypatch.setattr(features, "_MERGE_MOMENTS", merge)
+        out, grid = run_app({**_LOCAL, "out-dir": str(tmp_path / f"run-{merge}")}, 3,
+                            node_configs=configs)
+        runs[merge] = out, [dict(m.content["config"]).get("phase") for m in grid.sent]
+    (merged, sent), (two, sent_two) = runs[True], runs[False]
+    assert sent_two.count("feature-moments") == 3 and "feature-moments" not in sent
+    assert len(sent) == len(sent_two) - 3  # one message per node fewer
+    np.testing.assert_array_equal(merged["centroids"], two["centroids"])
+    assert merged["strategy"].feature_transform == two["strategy"].feature_transform
+    assert merged["federated"] == two["federated"]
+
+
+def test_a_refused_run_lists_the_sums_it_received_in_its_ledger(monkeypatch, tmp_path):
+    """Site 2's file lacks a declared column: the run is refused at the schema, after the
+    other sites sent their sums with their columns; privacy.json says so."""
+    import json
+
+    from flwr_clustering.testing import run_app
+
+    frames = _sites()
+    frames[2] = frames[2].drop(columns="hue")
+    configs = _files(tmp_path, frames)
+    monkeypatch.setattr(features, "_MERGE_MOMENTS", True)
+    with pytest.raises(SchemaError, match="client 2 has no column 'hue'"):
+        run_app({**_LOCAL, "out-dir": str(tmp_path / "refused")}, 3, node_configs=configs)
+    ledger = json.loads((tmp_path / "refused" / "privacy.json").read_text())
+    assert [(m["client"], m["phase"], m["floats"]) for m in ledger["messages"]
+            if m.get("statistics")] == [(0, "data-source", 3 * 5 + 2),
+                                        (1, "data-source", 3 * 5 + 2)]
