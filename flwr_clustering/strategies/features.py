@@ -267,8 +267,7 @@ def keep_site_moments(strategy: Any, replies: Any, config: dict[str, Any]) -> No
     ``moments-transform``); ``replies`` is what the exchange collected.
     """
     strategy.site_moments = (None if MOMENTS_TRANSFORM_KEY not in config else
-                             (str(config[MOMENTS_TRANSFORM_KEY]), list(replies),
-                              dict(replies.absent)))
+                             (dict(config), list(replies), dict(replies.absent)))
 
 
 def _moments_config(strategy: Any, scaling: str) -> dict[str, Any]:
@@ -783,8 +782,11 @@ def _merged_moments(strategy: Any, grid: Any) -> Collected | None:
     if kept is None:
         return None
     sent, replies, absent = kept
+    options = strategy.feature_options
+    asked = {**_moments_config(strategy, options.scaling or "none"),
+             MOMENTS_TRANSFORM_KEY: strategy.record.feature_json}
     why = None
-    if sent != strategy.record.feature_json:
+    if any(sent.get(key) != value for key, value in asked.items()):
         why = "the agreed features are not the ones the data-source query named"
     elif absent or not replies or any(not set(MOMENT_KEYS[:4]) <= set(r.stats)
                                       for r in replies):
