@@ -135,7 +135,8 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "on the federation's features from them (`data.schema.agree_schema`). With "
               "`moments-transform` the server sends no `feature-moments` exchange when "
               "the features it agrees are those and every node sent the statistics "
-              "(`strategies.features.moments_with_columns`); else it sends it."),
+              "(`strategies.features.moments_with_columns`; the ledger's phase "
+              "`data-source+feature-moments`); else it sends it."),
     Phase(
         "categories", "query", "round 0, with `categorical-columns`, after `data-source`",
         sends=("none",),

@@ -85,8 +85,8 @@ def test_the_merged_run_is_the_two_exchange_run_bit_for_bit(monkeypatch, params,
     two = _fit(monkeypatch, False, frames, **params)
     # one exchange fewer: the moments came with the columns
     assert "feature-moments" in _phases(two) and "feature-moments" not in _phases(merged)
-    carried = [e for e in merged.strategy_.ledger if e.get("statistics")]
-    assert [e["phase"] for e in carried] == ["data-source"] * len(frames)
+    assert _phases(merged).count("data-source+feature-moments") == len(frames)
+    assert "data-source+feature-moments" not in _phases(two)
     # the same model, scaling, labels, history and warnings, exactly
     assert merged.feature_transform_ == two.feature_transform_
     assert merged.feature_transform_.features == tuple(declared)
@@ -114,7 +114,7 @@ def test_the_merged_run_is_the_two_exchange_run_bit_for_bit(monkeypatch, params,
 def test_a_run_that_declares_no_columns_keeps_the_two_exchanges(monkeypatch):
     est = _fit(monkeypatch, True, [f[DECLARED] for f in _sites()])
     assert "feature-moments" in _phases(est)
-    assert not any(e.get("statistics") for e in est.strategy_.ledger)
+    assert "data-source+feature-moments" not in _phases(est)
 
 
 def test_a_categorical_run_keeps_the_moments_phase(monkeypatch):
@@ -123,7 +123,7 @@ def test_a_categorical_run_keeps_the_moments_phase(monkeypatch):
         f["grade"] = np.where(f["alcohol"] > 13, "high", "low")
     est = _fit(monkeypatch, True, frames, index_column="patient_id",
                feature_columns=DECLARED, categorical_columns=["grade"])
-    assert not any(e.get("statistics") for e in est.strategy_.ledger)
+    assert "data-source+feature-moments" not in _phases(est)
     assert "feature-moments" in _phases(est) and "categories" in _phases(est)
 
 
@@ -188,9 +188,9 @@ def test_the_app_sends_one_exchange_fewer_for_the_same_model(monkeypatch, tmp_pa
     assert merged["federated"] == two["federated"]
     # privacy.json lists the moments under data-source (the App's check, before the run)
     ledger = json.loads((tmp_path / "merged" / "privacy.json").read_text())
-    carried = [m for m in ledger["messages"] if m.get("statistics") == "feature-moments"]
+    carried = [m for m in ledger["messages"] if "feature-moments" in m["phase"]]
     assert [(m["round"], m["phase"], m["floats"]) for m in carried] == [
-        (0, "data-source", 3 * 2 + 2)] * 3
+        (0, "data-source+feature-moments", 3 * 2 + 2)] * 3
     assert "feature-moments" not in {m["phase"] for m in ledger["messages"]}
 
 
@@ -235,7 +235,8 @@ def test_a_site_under_the_privacy_threshold_withholds_its_sums_as_before(monkeyp
                         index_column="patient_id", privacy_threshold=20)
     # the other sites sent theirs with their columns; not every site did, so the server
     # asked in the feature-moments phase (the same sums again: the ledger lists both)
-    assert [e["client"] for e in merged.strategy_.ledger if e.get("statistics")] == [0, 1]
+    assert [e["client"] for e in merged.strategy_.ledger
+            if e["phase"] == "data-source+feature-moments"] == [0, 1]
     assert _phases(merged).count("feature-moments") == 2  # client 2's failed
     assert any("feature scaling without client 2" in w and "privacy threshold" in w
                for w in merged.warnings_)
@@ -252,7 +253,8 @@ def test_a_site_whose_sums_overflow_fails_as_before(monkeypatch):
     with pytest.warns(UserWarning, match="built without 1 of 3 clients"):
         merged, two = _both(monkeypatch, frames, feature_columns=DECLARED,
                             index_column="patient_id")
-    assert [e["client"] for e in merged.strategy_.ledger if e.get("statistics")] == [0, 2]
+    assert [e["client"] for e in merged.strategy_.ledger
+            if e["phase"] == "data-source+feature-moments"] == [0, 2]
     [text] = [w for w in merged.warnings_ if w.startswith("feature scaling without")]
     assert "client 1 (node 101) (failed: client 1: column 'proline': its sum of squares " \
            "overflows float64" in text and "e+16" not in text  # named, never its value
@@ -388,5 +390,5 @@ def test_a_refused_run_lists_the_sums_it_received_in_its_ledger(monkeypatch, tmp
         run_app({**_LOCAL, "out-dir": str(tmp_path / "refused")}, 3, node_configs=configs)
     ledger = json.loads((tmp_path / "refused" / "privacy.json").read_text())
     assert [(m["client"], m["phase"], m["floats"]) for m in ledger["messages"]
-            if m.get("statistics")] == [(0, "data-source", 3 * 5 + 2),
-                                        (1, "data-source", 3 * 5 + 2)]
+            if "feature-moments" in m["phase"]] == [(0, "data-source+feature-moments", 17),
+                                                    (1, "data-source+feature-moments", 17)]
