@@ -23,7 +23,7 @@ from ..clients.integrity import data_hash
 from ..data.registry import load_partition
 from ..log import logger
 from ..protocol import DATA_SOURCE_PHASE, MOMENTS_TRANSFORM_KEY
-from ..strategies.features import data_source_config, keep_site_moments
+from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 
 __all__ = ["NO_DATA_PATH", "absent_reasons", "check_data_sources", "check_enough_sources",
@@ -55,10 +55,10 @@ def query_data_sources(grid, strategy, nodes: list[int], moments: bool = True
         config.pop(MOMENTS_TRANSFORM_KEY, None)
     replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
                                 per_node={int(n): ([], config) for n in nodes}, min_replies=0)
-    keep_site_moments(strategy, replies, config)
     # the clients' column names and kinds: the strategy agrees on the features from them
     # before round 1 (strategies.features) without asking again; the replies themselves
-    # give FKM's start its clients count (strategies.features.known_data_sources)
+    # give FKM's start its clients count, and the features step the moments they carry
+    # (strategies.features.known_data_sources)
     strategy.site_columns = {r.client_id: r.columns for r in replies}
     strategy.site_absent = {strategy.who(n): why for n, why in replies.absent.items()}
     strategy.site_sources = replies

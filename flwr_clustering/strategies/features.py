@@ -66,8 +66,7 @@ from ..replies import Collected
 from ..run_options import UNIT_CHECKS, RunOptions
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
-           "keep_site_moments", "known_data_sources", "moments_with_columns",
-           "prepare_features"]
+           "known_data_sources", "moments_with_columns", "prepare_features"]
 
 #: Whether a plain run that declares its features asks for the feature moments in the
 #: ``data-source`` query (:func:`moments_with_columns`); a private switch for the tests
@@ -260,16 +259,6 @@ def moments_with_columns(strategy: Any) -> FeatureTransform | None:
                             datetimes=tuple(options.datetime_columns))
 
 
-def keep_site_moments(strategy: Any, replies: Any, config: dict[str, Any]) -> None:
-    """Keep a ``data-source`` exchange's replies for :func:`prepare_features`.
-
-    Only when its query asked for the feature moments (``config`` has
-    ``moments-transform``); ``replies`` is what the exchange collected.
-    """
-    strategy.site_moments = (None if MOMENTS_TRANSFORM_KEY not in config else
-                             (dict(config), list(replies), dict(replies.absent)))
-
-
 def _moments_config(strategy: Any, scaling: str) -> dict[str, Any]:
     """The ``feature-moments`` phase's config (and the ``data-source`` query's with it)."""
     return {"scaling": scaling,
@@ -336,7 +325,6 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
                                     per_node={int(n): ([], config) for n in nodes},
                                     min_replies=0, timeout=timeout)
-        keep_site_moments(strategy, replies, config)
         # a client whose description was dropped (logged) may still answer the rounds
         strategy.run_absent = before
         strategy.record.data_sources = replies  # (the algorithm's start reads them too)
@@ -770,18 +758,22 @@ def _drop_round_zero(strategy: Any, absent: dict[int, str], reply: Any, phase: s
 def _merged_moments(strategy: Any, grid: Any) -> Collected | None:
     """The feature moments the ``data-source`` replies carried, as the phase's replies.
 
-    ``None`` (the ``feature-moments`` phase is sent) unless the query asked for them in
-    the features the run agreed (:func:`moments_with_columns`, the transform just set),
-    every node replied with them and the nodes connected now are those (the phase would
-    go to every connected node). Each reply then passes the rules its
+    The run's ``data-source`` exchange as it happened (:func:`known_data_sources`: what
+    it sent, what it collected). ``None`` (the ``feature-moments`` phase is sent) unless
+    the query asked for them in the features the run agreed (:func:`moments_with_columns`,
+    the transform just set), with the same scaling and privacy threshold, every node
+    replied with them and the nodes connected now are those (the phase would go to every
+    connected node). Each reply then passes the rules its
     ``feature-moments`` reply would have (the row count of round 0), and the node is
     known by its client id, as that exchange leaves them.
     """
-    kept = getattr(strategy, "site_moments", None)
-    strategy.site_moments = None  # used once
-    if kept is None:
+    known = known_data_sources(strategy)  # the data-source exchange, as it happened
+    if known is None or not known.asked.messages:
         return None
-    sent, replies, absent = kept
+    sent = dict(known.asked.messages[0].content["config"])  # (every node's the same)
+    if MOMENTS_TRANSFORM_KEY not in sent:
+        return None
+    replies, absent = list(known), known.absent
     options = strategy.feature_options
     asked = {**_moments_config(strategy, options.scaling or "none"),
              MOMENTS_TRANSFORM_KEY: strategy.record.feature_json}
