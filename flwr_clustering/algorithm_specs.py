@@ -99,7 +99,13 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
         "data-source", "query", "round 0, once, before round 1 (the App's ServerApp); "
         "DGC also before the first round of a resumed run",
         sends=("none",),
+        config=("plain runs that declare `feature-columns` (no secure aggregation, DP nor "
+                "`categorical-columns`; `fraction` 1): `moments-transform` str, the "
+                "declared features (JSON, as `feature-moments`' `feature-transform`), "
+                "`scaling` str and `privacy-threshold` int, as `feature-moments` sends",),
         reply_arrays=("none (the reply has no `arrays` record)",),
+        reply_stats=("with `moments-transform`: `feature-moments`' statistics, when the "
+                     "site's own columns make the declared features (else none)",),
         reply_metrics=(
             "`data-local` int: 1 rows read from a local file (`data-path`), 0 a partition "
             "of a built-in dataset, -1 not said (a client without `data_source`)",
@@ -126,7 +132,11 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "asks (`magnitudes`: a secure scaling; with `datetime-columns`, a JSON list, "
               "the declared date columns, whose magnitude is their seconds'), `magnitude` "
               "(per column the power of two above its largest |value|): the server agrees "
-              "on the federation's features from them (`data.schema.agree_schema`)."),
+              "on the federation's features from them (`data.schema.agree_schema`). With "
+              "`moments-transform` the server sends no `feature-moments` exchange when "
+              "the features it agrees are those and every node sent the statistics "
+              "(`strategies.features.moments_with_columns`; the ledger's phase "
+              "`data-source+feature-moments`); else it sends it."),
     Phase(
         "categories", "query", "round 0, with `categorical-columns`, after `data-source`",
         sends=("none",),
@@ -144,7 +154,8 @@ COMMON_PROTOCOL: tuple[Phase, ...] = (
               "refuses the run naming them and the site. Refused under secure aggregation."),
     Phase(
         "feature-moments", "query", "round 0, before round 1, when the run agrees on its "
-        "features (a `scaling`, the App's default `standard`, or named columns)",
+        "features (a `scaling`, the App's default `standard`, or named columns), unless "
+        "its statistics came in the `data-source` replies",
         sends=("none",),
         config=("`feature-transform` str: the agreed features (JSON), which every later "
                 "message carries too, scaled once agreed",

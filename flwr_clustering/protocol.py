@@ -28,6 +28,7 @@ __all__ = [
     "K_MOMENTS_PHASE",
     "K_SPREADS_PHASE",
     "LABELS_PATH_KEY",
+    "MOMENTS_TRANSFORM_KEY",
     "MOMENT_KEYS",
     "RAW_ROWS_KEY",
     "REFINE_PHASE",
@@ -98,6 +99,12 @@ SPLIT_IN_EVALUATION_KEY = "split-scatter"
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-rows",
                                 "moment-min", "moment-max")
+#: ``data-source`` query-config key of a plain run that declares its features
+#: (:func:`~flwr_clustering.strategies.features.moments_with_columns`): the features the
+#: ``feature-moments`` phase would take its sums in (a
+#: :class:`~flwr_clustering.data.schema.FeatureTransform` as JSON); the client's reply
+#: then carries the :data:`MOMENT_KEYS` statistics too, and that phase is not sent.
+MOMENTS_TRANSFORM_KEY = "moments-transform"
 #: Message-config key of a search's train message (:mod:`flwr_clustering.strategies.choose_k`):
 #: JSON, one entry per candidate model, ``{"config": {...}, "arrays": n}``; the message's
 #: arrays are the candidates' in order. The client answers each candidate as a message of

@@ -159,7 +159,9 @@ _CONTRACT_ROWS: tuple[tuple[str, str], ...] = (
      '`columns`: `names`, `kinds`, `unique` (and `rows`, `magnitude`) only, lists of one '
      'length; at most 10,000 columns; names of at most 256 characters; kinds among '
      '`numeric`, `integer`, `text`, `datetime`; `unique` 0/1; `rows` equal to '
-     '`num-examples`; a magnitude an integer power of two per column'),
+     '`num-examples`; a magnitude an integer power of two per column; `stats` only with '
+     "its columns, where the query asked for the feature moments: `feature-moments`' rules, "
+     '`d` the features asked'),
     ('`categories`',
      '`columns`: `categories` and `continuous` only, JSON of at most 2 (and 1) levels of '
      'nesting, measured before it is parsed, and a bounded length; only the columns asked; '

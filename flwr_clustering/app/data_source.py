@@ -22,7 +22,7 @@ from typing import Any
 from ..clients.integrity import data_hash
 from ..data.registry import load_partition
 from ..log import logger
-from ..protocol import DATA_SOURCE_PHASE
+from ..protocol import DATA_SOURCE_PHASE, MOMENTS_TRANSFORM_KEY
 from ..strategies.features import data_source_config
 from .config import dataset_kwargs
 
@@ -34,8 +34,13 @@ __all__ = ["NO_DATA_PATH", "absent_reasons", "check_data_sources", "check_enough
 NO_DATA_PATH = "this node has no data-path in its node config"
 
 
-def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], dict[int, str]]:
+def query_data_sources(grid, strategy, nodes: list[int], moments: bool = True
+                       ) -> tuple[list[dict], dict[int, str]]:
     """Ask every node where its data came from (one ``QUERY`` message each, round 0).
+
+    A plain run that declares its features asks for the feature moments in the same
+    query (:func:`~flwr_clustering.strategies.features.moments_with_columns`), unless
+    ``moments`` is false (a resumed run keeps the features of its checkpoint).
 
     Returns
     -------
@@ -45,12 +50,15 @@ def query_data_sources(grid, strategy, nodes: list[int]) -> tuple[list[dict], di
         ``hash`` and, for a built-in partition, ``partition-id`` and ``num-partitions``;
         and ``{node id: reason}`` of the nodes without a valid reply.
     """
+    config = data_source_config(strategy)
+    if not moments:
+        config.pop(MOMENTS_TRANSFORM_KEY, None)
     replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
-                                per_node={int(n): ([], data_source_config(strategy))
-                                          for n in nodes}, min_replies=0)
+                                per_node={int(n): ([], config) for n in nodes}, min_replies=0)
     # the clients' column names and kinds: the strategy agrees on the features from them
     # before round 1 (strategies.features) without asking again; the replies themselves
-    # give FKM's start its clients count (strategies.features.known_data_sources)
+    # give FKM's start its clients count, and the features step the moments they carry
+    # (strategies.features.known_data_sources)
     strategy.site_columns = {r.client_id: r.columns for r in replies}
     strategy.site_absent = {strategy.who(n): why for n, why in replies.absent.items()}
     strategy.site_sources = replies

@@ -235,7 +235,7 @@ def _run(grid, cfg, out_dir, spec, strategy, writer, checkpoint) -> dict:
     # Round 0: where every client's data came from (one QUERY message per node). A run
     # config that names another source than the nodes read is refused; pooled side results
     # only where the pooled data is the clients' data.
-    sources, absent = query_data_sources(grid, strategy, nodes)
+    sources, absent = query_data_sources(grid, strategy, nodes, moments=checkpoint is None)
     warnings = []  # kept by start() (its reset) for result.json
     if checkpoint is not None:  # the same rows as the interrupted run, and its record kept
         sources, changed = check_resumed_data(checkpoint, sources, str(cfg["resume-from"]),

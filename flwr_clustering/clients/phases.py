@@ -25,7 +25,13 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 
 from ..algorithms.cluster_split import withholds
-from ..data.schema import category_counts, continuous_columns
+from ..data.schema import (
+    ColumnInfo,
+    FeatureTransform,
+    agree_schema,
+    category_counts,
+    continuous_columns,
+)
 from ..protocol import (
     CANDIDATE_ERRORS_RECORD,
     CANDIDATES_KEY,
@@ -36,6 +42,7 @@ from ..protocol import (
     K_MOMENTS_PHASE,
     K_SPREADS_PHASE,
     MOMENT_KEYS,
+    MOMENTS_TRANSFORM_KEY,
     REFINE_PHASE,
     SECURE_EVALUATE_PHASE,
     SPLIT_CHECK_KEYS,
@@ -134,12 +141,50 @@ def data_source(r: Request) -> Message | None:
     if r.kind != "query":
         return None
     n, metrics = r.source
-    reply = r.reply(None, n, metrics)
     columns = columns_record(r.client, bool(r.config.get("magnitudes")), json.loads(
         str(r.config.get("datetime-columns", "[]"))))
+    moments = _moments_with_columns(r, columns) if columns is not None else None
+    reply = r.reply(None, n, {**metrics, **(moments or {})})
     if columns is not None:
         reply.content[COLUMNS_RECORD] = columns
+    if moments:
+        r.log_sent(reply, f"{DATA_SOURCE_PHASE} with the {FEATURE_MOMENTS_PHASE}")
     return reply
+
+
+def _moments_with_columns(r: Request, columns: ConfigRecord
+                          ) -> dict[str, np.ndarray] | None:
+    """The ``feature-moments`` statistics a plain run's ``data-source`` query asks for.
+
+    When the config names the features (:data:`~flwr_clustering.protocol.
+    MOMENTS_TRANSFORM_KEY`) and its own ``columns`` make them (the schema agreement for
+    this site alone), the client takes its rows in them and computes what its
+    ``feature-moments`` reply would carry (:func:`~.statistics.feature_moments_arrays`,
+    the same sums). Anything that phase would refuse (a node of DP runs only, a missing
+    column, fewer rows than the privacy threshold, an overflow) leaves them out, logged
+    on the node: the server then sends that phase, which refuses it as before.
+    """
+    text = r.config.get(MOMENTS_TRANSFORM_KEY)
+    if not text or not hasattr(r.client, "use_features") or getattr(
+            r.client, "dp_max_epsilon", None) is not None:
+        return None
+    try:
+        # this site's own columns must make the declared features (the server's schema
+        # agreement, for this site alone): else no sum leaves before the run is refused
+        transform = FeatureTransform.from_json(str(text))
+        rows = int(columns.get("rows", 0))
+        agree_schema({f"client {r.cid}": [
+            ColumnInfo(str(n), str(k), bool(u), rows)
+            for n, k, u in zip(columns["names"], columns["kinds"], columns["unique"],
+                               strict=True)]},
+            feature_columns=transform.features, datetime_columns=transform.datetimes)
+        r.client.use_features(str(text))
+        arrays = feature_moments_arrays(r.client, r.config)
+    except Exception as ex:  # noqa: BLE001 - the feature-moments phase refuses it, named
+        logger.info("client %d %s: no feature moments here (%s); the server asks for them "
+                    "in their own phase", r.cid, DATA_SOURCE_PHASE, type(ex).__name__)
+        return None
+    return dict(zip(MOMENT_KEYS, arrays, strict=False))
 
 
 def categories(r: Request) -> Message:

@@ -42,6 +42,7 @@ from ..protocol import (
     K_SPREADS_PHASE,
     MAX_REASON_CHARS,
     MOMENT_KEYS,
+    MOMENTS_TRANSFORM_KEY,
     REFINE_PHASE,
     SPLIT_CHECK_KEYS,
     SPLIT_HISTOGRAM_PHASE,
@@ -312,8 +313,21 @@ def _no_other_records(reply: Any, allowed: tuple[str, ...], what: str) -> None:
 # ----------------------------------------------------------------------- the phases
 
 
+def _asked_moments(bounds: Bounds) -> int | None:
+    """The features a ``data-source`` query asked the moments in (``None``: not asked)."""
+    text = bounds.sent.config.get(MOMENTS_TRANSFORM_KEY)
+    return None if text is None else len(json.loads(str(text))["features"])
+
+
 def _data_source(reply: Any, bounds: Bounds, rows: int) -> None:
     what = DATA_SOURCE_PHASE
+    if "stats" in reply:  # the feature moments, only where the query asked for them
+        d = _asked_moments(bounds)
+        if d is None:  # (the other records the phase lacks are refused before)
+            raise _breach(f"{what}: 1 record(s) the phase does not have")
+        if COLUMNS_RECORD not in reply:
+            raise _breach(f"{what}: the feature moments without the columns record")
+        _moment_stats(reply["stats"], dataclasses.replace(bounds, d=d), rows, what)
     if COLUMNS_RECORD not in reply:
         return
     rec = reply[COLUMNS_RECORD]
@@ -345,7 +359,9 @@ def _data_source(reply: Any, bounds: Bounds, rows: int) -> None:
 
 
 def _data_source_bytes(bounds: Bounds, rows: int) -> int:
-    return BASE_BYTES + MAX_COLUMNS * (4 * MAX_NAME_CHARS + 64)
+    d = _asked_moments(bounds)
+    return (BASE_BYTES + MAX_COLUMNS * (4 * MAX_NAME_CHARS + 64)
+            + (0 if d is None else 8 * (5 * d + 2) + 6 * 256))
 
 
 def _categories(reply: Any, bounds: Bounds, rows: int) -> None:
@@ -402,7 +418,11 @@ def _feature_moments(reply: Any, bounds: Bounds, rows: int) -> None:
     _no_other_records(reply, ("stats",), what)
     if "stats" not in reply:
         raise _breach(f"{what}: no stats record")
-    stats = reply["stats"]
+    _moment_stats(reply["stats"], bounds, rows, what)
+
+
+def _moment_stats(stats: Any, bounds: Bounds, rows: int, what: str) -> None:
+    """The ``feature-moments`` statistics (that phase's, or a ``data-source`` reply's)."""
     minmax = bounds.sent.config.get("scaling") == "minmax"
     keys = set(MOMENT_KEYS if minmax else MOMENT_KEYS[:4])
     if set(stats.keys()) != keys:
@@ -617,7 +637,7 @@ def _plain(records: tuple[str, ...]) -> frozenset[str]:
 
 #: The library's phases' contracts, by phase.
 CONTRACTS: dict[str, Contract] = {
-    DATA_SOURCE_PHASE: Contract(DATA_SOURCE_PHASE, _plain((COLUMNS_RECORD,)),
+    DATA_SOURCE_PHASE: Contract(DATA_SOURCE_PHASE, _plain((COLUMNS_RECORD, "stats")),
                                 _data_source_bytes, _data_source),
     CATEGORIES_PHASE: Contract(CATEGORIES_PHASE, _plain((COLUMNS_RECORD,)),
                                _categories_bytes, _categories),

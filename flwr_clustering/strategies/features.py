@@ -60,12 +60,18 @@ from ..protocol import (
     DATA_SOURCE_PHASE,
     FEATURE_MOMENTS_PHASE,
     MOMENT_KEYS,
+    MOMENTS_TRANSFORM_KEY,
 )
 from ..replies import Collected
 from ..run_options import UNIT_CHECKS, RunOptions
 
 __all__ = ["UNIT_CHECKS", "FeatureOptions", "columns_of", "data_source_config",
-           "known_data_sources", "prepare_features"]
+           "known_data_sources", "moments_with_columns", "prepare_features"]
+
+#: Whether a plain run that declares its features asks for the feature moments in the
+#: ``data-source`` query (:func:`moments_with_columns`); a private switch for the tests
+#: that compare the run with the two exchanges it replaces.
+_MERGE_MOMENTS = True
 
 #: What a missing cell becomes in the clients' transform, per ``missing`` policy.
 _TRANSFORM_MISSING = {"mean": "mean", "drop": "drop", "partial": "keep", "refuse": "refuse"}
@@ -169,13 +175,19 @@ def data_source_config(strategy: Any) -> dict[str, Any]:
     """The ``data-source`` query's config: what the run's summing exchange needs of it.
 
     Under secure aggregation a scaling also asks each site for its features' magnitudes
-    (:func:`flwr_clustering.secure.features.data_source_config`); a plain run asks for
-    nothing more.
+    (:func:`flwr_clustering.secure.features.data_source_config`); a plain run that
+    declares its features asks for the ``feature-moments`` statistics in the same reply
+    (:func:`moments_with_columns`: ``moments-transform``, ``scaling`` and
+    ``privacy-threshold``, the config that phase would send); else nothing more.
     """
     options = getattr(strategy, "feature_options", None)
     summer = getattr(strategy, "summer", None)
     if options is None or not options.active or summer is None:
         return {}
+    transform = moments_with_columns(strategy)
+    if transform is not None:
+        return {MOMENTS_TRANSFORM_KEY: transform.to_json(), **_moments_config(
+            strategy, options.scaling or "none")}
     return summer.feature_config(options.scaling, tuple(options.datetime_columns))
 
 
@@ -196,6 +208,61 @@ def known_data_sources(strategy: Any) -> Collected | None:
         if replies is not None and replies.asked is not None:
             return replies
     return None
+
+
+def moments_with_columns(strategy: Any) -> FeatureTransform | None:
+    """The features a plain run's ``data-source`` query asks the feature moments in.
+
+    The ``feature-moments`` phase's sums ride in the ``data-source`` reply (one round trip
+    fewer) only where the server knows, before any site has described its columns,
+    exactly the features that phase would take them in, and that phase would go to the
+    same nodes with the same config:
+
+    * the run declares ``feature-columns`` (the features in that order, the declared
+      ``datetime-columns`` converted to seconds; not listing the index column, nor a
+      column twice, nor a date column outside them: those are refused before any sum);
+    * a plain exchange: no secure aggregation (its sums are summed securely), no
+      differential privacy (no sums at all), no ``categorical-columns`` (their levels
+      are agreed from the sites' counts first);
+    * the algorithm scales features, ``fraction`` is 1 (the phase goes to every node
+      and draws nothing from the sampling generator), and the run's ``missing`` policy
+      holds for the algorithm (else its refusal comes after the schema, as before).
+
+    The moments then leave the sites with their columns' names, before the schema is
+    agreed; a site whose own columns do not make the declared features sends none.
+    :func:`prepare_features` uses them only if the features it agrees equal these and
+    every node sent them; otherwise it sends the ``feature-moments`` phase as before.
+
+    Returns
+    -------
+    FeatureTransform or None
+        The moments' transform (the columns, no fill, no scaling), or ``None``: the
+        moments come in their own phase.
+    """
+    options = getattr(strategy, "feature_options", None)
+    if (not _MERGE_MOMENTS or options is None or not options.active
+            or not options.feature_columns
+            or options.categorical_columns or getattr(strategy, "secure_aggregation", False)
+            or getattr(strategy, "dp", False) or not getattr(strategy, "scales_features", False)
+            or float(getattr(strategy, "fraction", 1.0)) < 1.0
+            or getattr(getattr(strategy, "summer", None), "sums_only", True)):
+        return None
+    features = tuple(options.feature_columns)
+    if (len(set(features)) != len(features) or options.index_column in features
+            or not set(options.datetime_columns) <= set(features)):
+        return None
+    try:
+        policy = _missing_policy(strategy, options)
+    except ValueError:
+        return None
+    return FeatureTransform(features, missing=_TRANSFORM_MISSING[policy],
+                            datetimes=tuple(options.datetime_columns))
+
+
+def _moments_config(strategy: Any, scaling: str) -> dict[str, Any]:
+    """The ``feature-moments`` phase's config (and the ``data-source`` query's with it)."""
+    return {"scaling": scaling,
+            "privacy-threshold": int(getattr(strategy, "privacy_threshold", 2))}
 
 
 def columns_of(record: dict[str, Any] | None) -> list[ColumnInfo] | None:
@@ -254,9 +321,9 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     if records is None:
         nodes = strategy.wait_for_nodes(grid)
         before = dict(getattr(strategy, "run_absent", {}))
+        config = data_source_config(strategy)
         replies = strategy.exchange(grid, 0, DATA_SOURCE_PHASE,
-                                    per_node={int(n): ([], data_source_config(strategy))
-                                              for n in nodes},
+                                    per_node={int(n): ([], config) for n in nodes},
                                     min_replies=0, timeout=timeout)
         # a client whose description was dropped (logged) may still answer the rounds
         strategy.run_absent = before
@@ -313,8 +380,9 @@ def prepare_features(strategy: Any, grid: Any, timeout: float) -> FeatureTransfo
     dates = schema.datetime
     _set(strategy, FeatureTransform(features, categories=categories, missing=missing,
                                     datetimes=dates))
+    merged = _merged_moments(strategy, grid)
     count, total, sumsq, lo, hi, sites, rows = _moments(strategy, grid, features, records,
-                                                        timeout, options.scaling)
+                                                        timeout, options.scaling, merged)
     if options.robust_scaling:  # the sites' medians decide whose sums set mean and scale
         total, sumsq = _robust_totals(strategy, features, len(schema.features))
     if policy == "drop":  # a site left without rows is refused, never silently dropped
@@ -687,16 +755,67 @@ def _drop_round_zero(strategy: Any, absent: dict[int, str], reply: Any, phase: s
     absent[reply.node_id] = why
 
 
+def _merged_moments(strategy: Any, grid: Any) -> Collected | None:
+    """The feature moments the ``data-source`` replies carried, as the phase's replies.
+
+    The run's ``data-source`` exchange as it happened (:func:`known_data_sources`: what
+    it sent, what it collected). ``None`` (the ``feature-moments`` phase is sent) unless
+    the query asked for them in the features the run agreed (:func:`moments_with_columns`,
+    the transform just set), with the same scaling and privacy threshold, every node
+    replied with them and the nodes connected now are those (the phase would go to every
+    connected node). Each reply then passes the rules its
+    ``feature-moments`` reply would have (the row count of round 0), and the node is
+    known by its client id, as that exchange leaves them.
+    """
+    known = known_data_sources(strategy)  # the data-source exchange, as it happened
+    if known is None or not known.asked.messages:
+        return None
+    sent = dict(known.asked.messages[0].content["config"])  # (every node's the same)
+    if MOMENTS_TRANSFORM_KEY not in sent:
+        return None
+    replies, absent = list(known), known.absent
+    options = strategy.feature_options
+    asked = {**_moments_config(strategy, options.scaling or "none"),
+             MOMENTS_TRANSFORM_KEY: strategy.record.feature_json}
+    why = None
+    if any(sent.get(key) != value for key, value in asked.items()):
+        why = "the agreed features are not the ones the data-source query named"
+    elif absent or not replies or any(not set(MOMENT_KEYS[:4]) <= set(r.stats)
+                                      for r in replies):
+        why = "not every node sent them with its columns"
+    elif sorted(r.node_id for r in replies) != sorted(int(n) for n in
+                                                      strategy.wait_for_nodes(grid)):
+        why = "the connected nodes changed since the data-source query"
+    if why is not None:
+        logger.info("%s: the feature moments come in their own phase (%s)", strategy.name,
+                    why)
+        return None
+    for r in replies:  # the rules a feature-moments reply keeps (a row count repeated)
+        try:
+            strategy.check_reply(FEATURE_MOMENTS_PHASE, r.client_id, {
+                "num-examples": int(np.asarray(r.stats[MOMENT_KEYS[3]])[0]),
+                "client-id": r.client_id}, None, r.stats)
+        except (KeyError, ValueError, TypeError, IndexError) as ex:
+            logger.info("%s: the feature moments come in their own phase (client %d: %s)",
+                        strategy.name, r.client_id, ex)
+            return None
+    for r in replies:
+        strategy.nodes.client_of[int(r.node_id)] = int(r.client_id)
+    logger.info("%s: the feature moments of %d clients came with their columns "
+                "(data-source): no feature-moments exchange", strategy.name, len(replies))
+    return Collected(replies, received=len(replies))
+
+
 def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[int, Any],
-             timeout: float, scaling: str) -> tuple[Any, ...]:
+             timeout: float, scaling: str, merged: Collected | None = None
+             ) -> tuple[Any, ...]:
     """The federation's per-feature totals (count, sum, sumsq, min, max), its sites, rows.
 
     Each reply's counts are checked against the rows the site says it read (a count above
-    them is a malformed reply).
+    them is a malformed reply). ``merged``: the ``data-source`` replies that carried the
+    moments (:func:`_merged_moments`), read as the phase's replies, which is not sent.
     """
-    config: dict[str, Any] = {"scaling": scaling,
-                              "privacy-threshold": int(getattr(strategy, "privacy_threshold",
-                                                               2))}
+    config = _moments_config(strategy, scaling)
     d = len(features)
     # under secure aggregation the totals only (each site's sums stay hidden)
     secure = strategy.summer.feature_moments(grid, features, records, config, timeout)
@@ -705,11 +824,13 @@ def _moments(strategy: Any, grid: Any, features: tuple[str, ...], records: dict[
         return secure.count, secure.total, secure.sumsq, None, None, secure.sites, rows
     # a site with fewer rows than the privacy threshold withholds its sums; its rows are
     # scaled with the others' totals (it takes part in every later round)
-    before = dict(getattr(strategy, "run_absent", {}))
-    replies = strategy.exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
-                                min_replies=1, timeout=timeout)
-    # a client without moments still takes part in the run: not absent from the model
-    strategy.run_absent = before
+    replies = merged
+    if replies is None:
+        before = dict(getattr(strategy, "run_absent", {}))
+        replies = strategy.exchange(grid, 0, FEATURE_MOMENTS_PHASE, (), config,
+                                    min_replies=1, timeout=timeout)
+        # a client without moments still takes part in the run: not absent from the model
+        strategy.run_absent = before
     failed = {node: why for node, why in replies.absent.items()
               if "privacy threshold" not in why}
     if len(replies.absent) - len(failed) + len(replies) < strategy.min_nodes:

@@ -15,7 +15,13 @@ from flwr.app import (
     Message,
 )
 
-from ..protocol import SPLIT_CHECK_KEYS, SPLIT_SCATTER_PHASE
+from ..protocol import (
+    DATA_SOURCE_PHASE,
+    FEATURE_MOMENTS_PHASE,
+    MOMENT_KEYS,
+    SPLIT_CHECK_KEYS,
+    SPLIT_SCATTER_PHASE,
+)
 
 
 def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
@@ -23,7 +29,8 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
     """What one reply carried, for the privacy ledger (see ``privacy_ledger``).
 
     A final evaluation's reply that also carried the split check's first sums is the
-    phase ``evaluate+split-scatter``.
+    phase ``evaluate+split-scatter``; a ``data-source`` reply that also carried the feature
+    moments, ``data-source+feature-moments``.
     """
     arrays: list[np.ndarray] = []
     for name in ("arrays", "stats"):
@@ -32,6 +39,11 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
     if kind == "evaluate" and "stats" in msg.content and SPLIT_CHECK_KEYS[
             SPLIT_SCATTER_PHASE][0] in msg.content["stats"]:
         kind = f"evaluate+{SPLIT_SCATTER_PHASE}"
+    if kind == DATA_SOURCE_PHASE and "stats" in msg.content and MOMENT_KEYS[
+            0] in msg.content["stats"]:
+        # a plain run that declares its features: the moments came with the columns
+        # (strategies.features.moments_with_columns), no feature-moments reply
+        kind = f"{DATA_SOURCE_PHASE}+{FEATURE_MOMENTS_PHASE}"
     return {
         "round": int(server_round), "phase": kind, "client": int(client_id),
         "floats": int(sum(a.size for a in arrays if a.dtype.kind == "f")),

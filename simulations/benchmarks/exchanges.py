@@ -24,9 +24,12 @@ from .common import write_result
 
 __all__ = ["CASES", "bench_exchanges", "count_exchanges", "exchanges_markdown"]
 
-#: (label, run-config overrides): the App's defaults, and the settings that add exchanges.
+#: (label, run-config overrides): the App's defaults, and the settings that add (or save)
+#: exchanges.
 CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("fkm", {"algorithm": "fkm"}),
+    # declared columns: the feature moments come in the data-source reply
+    ("fkm feature-columns", {"algorithm": "fkm", "feature-columns": "0,1"}),
     ("fkm secure", {"algorithm": "fkm", "server-update": "lloyd",
                     "secure-aggregation": True}),
     ("fkm k='auto'", {"algorithm": "fkm", "k": "auto"}),
