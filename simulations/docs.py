@@ -15,6 +15,7 @@ from pathlib import Path
 
 from flwr_clustering import registry
 from flwr_clustering.registry import COMMON_PROTOCOL, AlgorithmSpec, Phase
+from simulations.benchmarks.exchanges import exchanges_before_after_table
 
 __all__ = ["PROTOCOL_PAGE", "capabilities_table", "options_table", "phases_table",
            "protocol_markdown", "write_protocol_page"]
@@ -361,6 +362,32 @@ def phases_table(phases: typing.Sequence[Phase]) -> str:
     return text
 
 
+_EXCHANGES = """\
+## Exchanges per run
+
+An exchange is one round trip (`Grid.send_and_receive`): on a deployment each costs a
+SuperNode's poll and a fresh `flwr-clientapp` process per node, whatever it computes. The
+count per run, before and after the merges of issue 52 (each exact: the same model, bit
+for bit, and the same statistics from the same nodes), counted in process on three sites
+(`python -m simulations bench exchanges`, which also names each exchange's phase;
+docs/benchmarks.md):
+
+- the split check's first sums ride in the final evaluation (`final` with
+  `split-scatter`) when the check cannot change the model (no `refine-rounds`, not under
+  secure aggregation);
+- the feature moments ride in the `data-source` reply when the run declares its
+  `feature-columns` (a plain run without categorical columns);
+- a secure or DP FKM run reads the App's `data-source` replies again instead of asking
+  twice;
+- under secure aggregation the secure evaluation of the final model delivers it (every
+  node asked).
+
+Left as they are: a secure sum's second round trip (`unmask`), the choice of k's
+`k-spreads` (it needs the federation's cluster means from `k-moments`), DGC's one exchange
+per step, KDC's.
+
+"""
+
 _CAPABILITIES = """\
 ## What each algorithm can do
 
@@ -443,7 +470,9 @@ def protocol_markdown(names: typing.Sequence[str] | None = None) -> str:
     toc = ", ".join(f"[{s.name}](#{s.name})" for s in specs)
     parts = [_HEADER.replace("{algorithms}", toc).replace("{contracts}", _contracts_table()),
              _HANDLERS,
-             _COMMON + phases_table(COMMON_PROTOCOL), _CAPABILITIES + capabilities_table(specs),
+             _COMMON + phases_table(COMMON_PROTOCOL),
+             _EXCHANGES + exchanges_before_after_table(),
+             _CAPABILITIES + capabilities_table(specs),
              "## Algorithms\n"]
     parts += [_algorithm_section(s) for s in specs]
     return "\n".join(parts)

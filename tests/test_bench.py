@@ -557,3 +557,20 @@ def test_run_costs_and_the_table_report_exchanges_and_cpu():
     assert "| exchanges | CPU / message (s) | SuperLink CPU / round (s) |" in md
     assert "| 6 | 4.00 | 0.500 | 2.000 |" in md
     assert "| 5 ({'train': 8, 'query': 2}) | 60.0 | 1.50 / 0.50 / 6.00 | 3.00 / 1.00 |" in md
+
+
+def test_the_protocol_pages_exchange_counts_are_what_a_run_sends(tmp_path):
+    """docs/protocol.md's before/after table (``EXCHANGES_BEFORE_AFTER``): its "after"
+    column is what the App sends now, counted again for the cases that run in seconds."""
+    from simulations.benchmarks.exchanges import (
+        CASES,
+        EXCHANGES_BEFORE_AFTER,
+        bench_exchanges,
+    )
+
+    assert [c for c, _ in CASES] == list(EXCHANGES_BEFORE_AFTER)
+    cheap = ("fkm", "fkm feature-columns", "fkm secure", "kfed", "ffcm", "kdc")
+    rows = bench_exchanges(tmp_path, cases=[c for c in CASES if c[0] in cheap])
+    assert {r["case"]: r["total"] for r in rows} == {
+        c: EXCHANGES_BEFORE_AFTER[c][1] for c in cheap}
+    assert all(after <= before for before, after in EXCHANGES_BEFORE_AFTER.values())

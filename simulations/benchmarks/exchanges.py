@@ -22,7 +22,8 @@ from flwr_clustering.testing import InProcessGrid
 
 from .common import write_result
 
-__all__ = ["CASES", "bench_exchanges", "count_exchanges", "exchanges_markdown"]
+__all__ = ["CASES", "EXCHANGES_BEFORE_AFTER", "bench_exchanges", "count_exchanges",
+           "exchanges_before_after_table", "exchanges_markdown"]
 
 #: (label, run-config overrides): the App's defaults, and the settings that add (or save)
 #: exchanges.
@@ -42,6 +43,34 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dgc", {"algorithm": "dgc"}),
     ("kdc", {"algorithm": "kdc"}),
 )
+
+
+#: Exchanges per run of every case (:data:`CASES`), ``(before, after)``: before issue 52's
+#: merges (2026-12-07, main at c2ed83a) and after them (2026-12-08). docs/protocol.md's
+#: table is made from it (``python -m simulations docs``); a test counts the cheap cases
+#: again.
+EXCHANGES_BEFORE_AFTER: dict[str, tuple[int, int]] = {
+    "fkm": (10, 9),
+    "fkm feature-columns": (10, 8),
+    "fkm secure": (55, 53),
+    "fkm k='auto'": (27, 26),
+    "kfed": (6, 5),
+    "feca": (6, 5),
+    "mavg": (6, 5),
+    "ffcm": (13, 12),
+    "masked-federated": (9, 8),
+    "masked-oneshot": (6, 5),
+    "dgc": (106, 106),
+    "kdc": (5, 5),
+}
+
+
+def exchanges_before_after_table() -> str:
+    """The Markdown table of :data:`EXCHANGES_BEFORE_AFTER` (docs/protocol.md)."""
+    lines = ["| run (3 sites, the App's defaults) | before | after |", "|---|---|---|"]
+    lines += [f"| {case} | {before} | {after} |"
+              for case, (before, after) in EXCHANGES_BEFORE_AFTER.items()]
+    return "\n".join(lines) + "\n"
 
 
 class _CountingGrid(InProcessGrid):
