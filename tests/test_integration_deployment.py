@@ -66,20 +66,19 @@ def _labels_path(data_path: Path, i: int) -> Path:
     return data_path.parent.parent / "labels" / f"node{i}.npy"
 
 
-def _submit(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[int, Path]:
-    """``flwr run`` one job on the deployment without waiting: its run id and out-dir."""
+def _deploy_run(dep: LocalDeployment, algorithm: str, overrides: str) -> tuple[dict, np.ndarray]:
+    """``flwr run`` one job on the deployment; check it completed; return result, centroids."""
     out_dir = dep.tmp / f"results-{algorithm}"
-    run_id, _ = dep.submit(
-        dep.app, f"algorithm='{algorithm}' dataset='local' min-nodes={NUM_CLIENTS} "
-        f"{overrides} scaling='none' split-check=false out-dir='{out_dir}'",
-        timeout=RUN_TIMEOUT)
-    return run_id, out_dir
-
-
-def _result(dep: LocalDeployment, run_id: int, out_dir: Path,
-            timeout: float = RUN_TIMEOUT) -> tuple[dict, np.ndarray]:
-    """Wait for a submitted run; check it completed; return its result and centroids."""
-    status = dep.finished(run_id, timeout=timeout)
+    run = dep.cli(
+        "run", ".", CONNECTION, "--stream", "--run-config",
+        f"algorithm='{algorithm}' dataset='local' min-nodes={NUM_CLIENTS} {overrides} "
+        f"scaling='none' split-check=false out-dir='{out_dir}'",
+        timeout=RUN_TIMEOUT, cwd=dep.app,
+    )
+    assert run.returncode == 0, f"{run.report()}\n{dep.logs()}"
+    status = wait_for_run_finished(parse_run_id(run.output), dep.cli_env, dep.tmp,
+                                   connection=CONNECTION, timeout=120,
+                                   context=lambda: run.report() + dep.logs())
     assert status["status"] == "finished:completed", f"{status}\n{dep.logs()}"
     with np.load(out_dir / "centroids.npz") as npz:
         centroids = npz["centroids"]
@@ -183,35 +182,24 @@ def test_deployment_three_supernodes_local_files(deployment):
     from flwr_clustering.algorithms.masked_federated import run_masked_federated
     from flwr_clustering.algorithms.masked_oneshot import run_masked_oneshot
 
-    # The six runs go to the SuperLink at once and run side by side, as a consortium's
-    # analysts may: a SuperNode answers one message at a time, whatever its run, so its
-    # waits (the ServerApps' start, the rounds of the others) fill with the other runs'
-    # messages. Each result must still be its reference loop's.
-    jobs = {}
-    for algorithm, overrides in (
-            ("ffcm", "max-rounds=2 tol=-1.0"),
-            ("masked-federated", "federated-rounds=1 tol=-1.0"),
-            ("masked-oneshot", ""),
-            ("dgc", "iterations=1 rho=10.0"),
-            ("kdc", "kdc-auto=false kdc-step2='kernel-kmeans' sample-size=400 ik-t=50"),
-            ("deepfeca", "network='mlp' k=8 max-rounds=1 local-epochs=1")):
-        jobs[algorithm] = _submit(dep, algorithm, overrides)
-    t_jobs = time.monotonic()
     kdc = run_kdc(local, 16, s=400, t=50, step2="kernel-kmeans", auto=False)
     kdc_means = initial_cluster_means(kdc.B, kdc.groups, kdc.lo, kdc.hi)
-    for algorithm, rounds, ref in (
-        ("ffcm", 2, run_ffcm(local, 16, rounds=2).centroids),
-        ("masked-federated", 2, run_masked_federated(local, 16, rounds=1).centroids),
-        ("masked-oneshot", 1, run_masked_oneshot(local, 16).centroids),
+    for algorithm, overrides, rounds, ref in (
+        ("ffcm", "max-rounds=2 tol=-1.0", 2, run_ffcm(local, 16, rounds=2).centroids),
+        ("masked-federated", "federated-rounds=1 tol=-1.0", 2,
+         run_masked_federated(local, 16, rounds=1).centroids),
+        ("masked-oneshot", "", 1, run_masked_oneshot(local, 16).centroids),
         # DGC: the relay routes neighbour sums over a ring of the 3 SuperNodes
         # (partition-id = graph node); one iteration keeps the test short
-        ("dgc", 2, run_dgc(local, build_graph("ring", 3), initial_centres(local, 16),
-                           rho=10.0, iterations=1).centres.mean(axis=0)),
+        ("dgc", "iterations=1 rho=10.0", 2,
+         run_dgc(local, build_graph("ring", 3), initial_centres(local, 16), rho=10.0,
+                 iterations=1).centres.mean(axis=0)),
         # KDC: statistics round, one sample upload, one broadcast; the initial clusters'
         # means (the logged model) equal the pure loop's, hence the same sample and kernel
-        ("kdc", 2, kdc_means),
+        ("kdc", "kdc-auto=false kdc-step2='kernel-kmeans' sample-size=400 ik-t=50", 2,
+         kdc_means),
     ):
-        res, centroids = _result(dep, *jobs[algorithm], timeout=2 * RUN_TIMEOUT)
+        res, centroids = _deploy_run(dep, algorithm, overrides)
         assert res["algorithm"] == algorithm and res["rounds"] == rounds
         np.testing.assert_allclose(centroids, ref, rtol=0, atol=1e-9)
     # KDC's sites kept their labels; their statistics give the reference labels' NMI
@@ -231,9 +219,10 @@ def test_deployment_three_supernodes_local_files(deployment):
         weight_names,
     )
 
-    res, centroids = _result(dep, *jobs["deepfeca"], timeout=2 * RUN_TIMEOUT)
-    print(f"six runs side by side (ffcm, masked x2, dgc, kdc, deepfeca): "
-          f"{time.monotonic() - t_jobs:.1f} s after the last submission")
+    t_deep = time.monotonic()
+    res, centroids = _deploy_run(dep, "deepfeca",
+                                 "network='mlp' k=8 max-rounds=1 local-epochs=1")
+    print(f"flwr run (deepfeca, deployment, 1 round): {time.monotonic() - t_deep:.1f} s")
     assert res["algorithm"] == "deepfeca" and res["rounds"] == 1
     assert "linear-probe" not in res  # dataset='local': no pooled rows or labels on the server
     out_dir = dep.tmp / "results-deepfeca"
