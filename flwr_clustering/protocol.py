@@ -35,6 +35,8 @@ __all__ = [
     "SECURE_EVALUATE_PHASE",
     "SPLIT_CHECK_KEYS",
     "SPLIT_IN_EVALUATION_KEY",
+    "SPLIT_IN_EVALUATION_PHASE",
+    "SPLIT_WITHHELD_KEY",
     "SPLIT_HISTOGRAM_PHASE",
     "SPLIT_SCATTER_PHASE",
     "UNIT_CHECK_PHASE",
@@ -96,6 +98,9 @@ SPLIT_CHECK_KEYS: dict[str, tuple[str, ...]] = {
 #: (the ``split-scatter`` phase's statistics, same keys, and ``split-withheld`` for its
 #: ``withheld``), one exchange for both when the check cannot change the model.
 SPLIT_IN_EVALUATION_KEY = "split-scatter"
+#: That reply's metric for the phase's ``withheld``, and the privacy ledger's phase name.
+SPLIT_WITHHELD_KEY = "split-withheld"
+SPLIT_IN_EVALUATION_PHASE = "evaluate+split-scatter"
 #: The reply statistics of the ``feature-moments`` phase (a plain exchange), in order.
 MOMENT_KEYS: tuple[str, ...] = ("moment-count", "moment-sum", "moment-sumsq", "moment-rows",
                                 "moment-min", "moment-max")

@@ -49,6 +49,7 @@ from ..protocol import (
     SPLIT_HISTOGRAM_PHASE,
     SPLIT_IN_EVALUATION_KEY,
     SPLIT_SCATTER_PHASE,
+    SPLIT_WITHHELD_KEY,
     UNIT_CHECK_PHASE,
 )
 from .candidates import fit_candidates, score_arrays
@@ -318,7 +319,7 @@ def _split_in_evaluation(r: Request) -> dict[str, Any]:
                                 {"privacy-threshold": threshold})
     held = withholds(r.client.X, r.params[0], threshold)
     return {**dict(zip(SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE], arrays, strict=True)),
-            "split-withheld": int(held)}
+            SPLIT_WITHHELD_KEY: int(held)}
 
 
 def algorithm_step(r: Request) -> Message:

@@ -64,6 +64,7 @@ from ..protocol import (
     SPLIT_CHECK_KEYS,
     SPLIT_IN_EVALUATION_KEY,
     SPLIT_SCATTER_PHASE,
+    SPLIT_WITHHELD_KEY,
 )
 from ..pulls import DEFAULT_POLL_INTERVAL, FastPulls
 from ..run_options import RunOptions, refuse_k_auto
@@ -766,7 +767,7 @@ class ClusteringStrategy(Strategy):
         split = SPLIT_CHECK_KEYS[SPLIT_SCATTER_PHASE]
         self._split_replies = [r for r in valid if all(key in r.stats for key in split)]
         valid = [dataclasses.replace(r, stats={k: v for k, v in r.stats.items()
-                                               if k not in split and k != "split-withheld"})
+                                               if k not in split and k != SPLIT_WITHHELD_KEY})
                  for r in valid]
         with_stats = []
         for r in valid:

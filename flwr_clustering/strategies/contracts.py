@@ -48,6 +48,7 @@ from ..protocol import (
     SPLIT_HISTOGRAM_PHASE,
     SPLIT_IN_EVALUATION_KEY,
     SPLIT_SCATTER_PHASE,
+    SPLIT_WITHHELD_KEY,
     short_reason,
 )
 
@@ -591,7 +592,7 @@ def _evaluate(reply: Any, bounds: Bounds, rows: int) -> None:
             if len(str(key)) > MAX_NAME_CHARS or np.dtype(a.dtype).kind not in "fiub":
                 raise _breach(f"{what}: a statistic with a long key or not numeric")
             stats[key] = _numpy(a, what, "a statistic")
-    stats.pop("split-withheld", None)
+    stats.pop(SPLIT_WITHHELD_KEY, None)
     # as the strategy's own check: the model's clusters and features
     model = bounds.model or ()
     k_max = max([int(bounds.k or 0)] + ([model[0]] if model else [])) or None

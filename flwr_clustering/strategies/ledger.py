@@ -20,6 +20,7 @@ from ..protocol import (
     FEATURE_MOMENTS_PHASE,
     MOMENT_KEYS,
     SPLIT_CHECK_KEYS,
+    SPLIT_IN_EVALUATION_PHASE,
     SPLIT_SCATTER_PHASE,
 )
 
@@ -38,7 +39,7 @@ def ledger_entry(server_round: int, kind: str, client_id: int, msg: Message,
             arrays += msg.content[name].to_numpy_ndarrays()
     if kind == "evaluate" and "stats" in msg.content and SPLIT_CHECK_KEYS[
             SPLIT_SCATTER_PHASE][0] in msg.content["stats"]:
-        kind = f"evaluate+{SPLIT_SCATTER_PHASE}"
+        kind = SPLIT_IN_EVALUATION_PHASE
     if kind == DATA_SOURCE_PHASE and "stats" in msg.content and MOMENT_KEYS[
             0] in msg.content["stats"]:
         # a plain run that declares its features: the moments came with the columns

@@ -52,6 +52,7 @@ from ..protocol import (
     SPLIT_CHECK_KEYS,
     SPLIT_HISTOGRAM_PHASE,
     SPLIT_SCATTER_PHASE,
+    SPLIT_WITHHELD_KEY,
 )
 
 __all__ = ["refine_problem", "run_split_check", "split_check_problem"]
@@ -111,7 +112,7 @@ def _totals(strategy: Any, grid: Any, server_round: int, phase: str,
         strategy.run_absent = before
         totals = collected.totals
     else:
-        collected, withheld_key = replies, "split-withheld"
+        collected, withheld_key = replies, SPLIT_WITHHELD_KEY
         totals = strategy.exchanger.sum_parts(server_round, phase, replies, parts)
     if not totals.nodes:
         raise RuntimeError(f"round {server_round} {phase}: no client sent valid sums")

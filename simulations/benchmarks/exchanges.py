@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from flwr_clustering.protocol import SPLIT_IN_EVALUATION_PHASE
 from flwr_clustering.testing import InProcessGrid
 
 from .common import write_result
@@ -91,7 +92,7 @@ class _CountingGrid(InProcessGrid):
             phase = str(config.get("phase") or config.get("stage")
                         or msg.metadata.message_type)
             if config.get("split-scatter") and phase == "evaluate":
-                phase = "evaluate+split-scatter"  # the split check's sums rode along
+                phase = SPLIT_IN_EVALUATION_PHASE  # the split check's sums rode along
             self.exchanges.append((int(msg.metadata.group_id or 0),
                                    str(msg.metadata.message_type), phase))
         return super().send_and_receive(messages, timeout=timeout)
